@@ -1,0 +1,15 @@
+// Durations in destination configs: a JSON number of milliseconds, or a string with a unit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace outbox {
+
+// "250ms", "2s", "1.5s", "5min", "2h", "1d", "3000" (no unit = milliseconds); surrounding spaces
+// allowed, space between number and unit allowed. Negative, empty, overflowing or unknown unit:
+// nullopt. Result is whole milliseconds (fractions rounded down).
+std::optional<int64_t> ParseDurationMs(std::string_view text);
+
+}  // namespace outbox

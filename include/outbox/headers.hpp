@@ -1,0 +1,25 @@
+// Rules for message and destination headers, shared by the producer check (at INSERT) and the
+// webhook config check, so a header that is accepted is always one that can be sent.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace outbox {
+
+constexpr size_t kMaxHeaderNameBytes = 256;
+constexpr size_t kMaxHeaderValueBytes = 8192;
+constexpr size_t kMaxHeaderCount = 64;
+
+// An HTTP token (RFC 9110 §5.6.2), 1..kMaxHeaderNameBytes bytes.
+bool IsValidHeaderName(std::string_view name);
+// At most kMaxHeaderValueBytes bytes, valid UTF-8, no NUL, CR or LF (header injection).
+bool IsValidHeaderValue(std::string_view value);
+// Names the relay sets itself and a producer or a destination may not override, compared
+// case-insensitively: webhook-id, webhook-timestamp, webhook-signature, the CloudEvents headers
+// (ce-id, ce-type, ce-source, ce-time, ce-specversion and their ce_ forms) and HTTP framing
+// headers (host, content-length, transfer-encoding, connection, keep-alive, te, trailer,
+// upgrade, expect, proxy-*).
+bool IsReservedHeaderName(std::string_view name);
+
+}  // namespace outbox

@@ -1,0 +1,48 @@
+// What the worker hands a driver, and what a driver hands back. Plain C++: no PostgreSQL types,
+// so drivers and their tests never see a PostgreSQL header.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbox {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// One claimed row of outbox.messages, ready to publish.
+struct Message {
+    int64_t id = 0;
+    int64_t lease_token = 0;  // fences the write-back of this claim
+    std::string event_id;     // canonical UUID text, stable across retries
+    std::string topic;        // kafka topic / CloudEvents type; may be empty for webhooks
+    std::optional<std::string> key;
+    std::string payload;          // the bytes to send
+    bool payload_is_json = true;  // payload came from the jsonb column
+    Headers headers;              // the producer's headers, in order
+    int64_t created_at_ms = 0;    // unix epoch milliseconds
+    int64_t expires_at_ms = 0;    // unix epoch milliseconds; 0 = never expires
+    int attempts = 0;             // attempts including this one
+};
+
+// What happened to one message.
+enum class OutcomeKind {
+    Delivered,  // accepted by the broker / endpoint: delete (or archive) the row
+    Retry,      // rejected but may succeed later: spend an attempt, back off
+    Dead,       // permanent failure: move to the dead letters now
+    Defer,      // destination unreachable: reschedule without spending an attempt
+};
+
+struct Outcome {
+    int64_t id = 0;
+    int64_t lease_token = 0;
+    OutcomeKind kind = OutcomeKind::Delivered;
+    std::string error;            // human readable reason; never contains a secret
+    int64_t retry_after_ms = -1;  // delay asked for by the server (Retry-After), -1 if none
+};
+
+const char *OutcomeKindName(OutcomeKind kind);
+
+}  // namespace outbox

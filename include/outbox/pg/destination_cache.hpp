@@ -1,0 +1,33 @@
+// A per-backend copy of outbox.destinations (name, kind, default topic) for the producer check,
+// so validating a message's destination costs a hash lookup instead of a foreign key (whose
+// KEY SHARE row lock makes concurrent producers contend on one parent row, design §2).
+//
+// Any change to outbox.destinations sends a relcache invalidation for that table at commit
+// (see destinations.cpp); every backend drops its copy when it receives it and reloads on the
+// next lookup, from the latest committed state.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+}
+
+namespace outbox::pg {
+
+struct CachedDestination {
+    char name[NAMEDATALEN];
+    bool is_kafka;
+    bool has_topic;
+    char topic[256];  // default topic ("topic" in config), valid when has_topic
+};
+
+// The destination called name[0..len), or nullptr when there is none. May ereport(ERROR).
+const CachedDestination *LookupDestination(const char *name, int len);
+
+// Increments whenever this backend learns that outbox.destinations changed; the worker compares
+// it to know when to reload its destinations without querying every cycle.
+extern uint64 destinations_generation;
+
+// Registers the relcache callback. Called once from _PG_init.
+void RegisterDestinationCacheCallback();
+
+}  // namespace outbox::pg

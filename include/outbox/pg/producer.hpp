@@ -1,0 +1,20 @@
+// The producer path (see src/pg/producer.cpp).
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+#include "utils/uuid.h"
+}
+
+namespace outbox::pg {
+
+// Registers the transaction callback that wakes workers at commit. Called from _PG_init.
+void RegisterProducerCallbacks();
+
+// Asks for the workers of this database to be woken when the current transaction commits.
+void WakeAtCommit();
+
+// A fresh UUIDv7, strictly increasing within this process.
+void GenerateEventId(pg_uuid_t *out);
+
+}  // namespace outbox::pg

@@ -1,0 +1,19 @@
+// The outbox.* settings (GUCs) of design §1. Defined in _PG_init; read anywhere.
+#pragma once
+
+namespace outbox::pg {
+
+extern char *setting_databases;        // outbox.databases (sighup): comma list of databases
+extern int setting_workers;            // outbox.workers (postmaster): workers per database
+extern int setting_batch_size;         // outbox.batch_size (sighup): rows claimed per cycle
+extern int setting_poll_interval_ms;   // outbox.poll_interval (sighup)
+extern int setting_lease_timeout_ms;   // outbox.lease_timeout (sighup)
+extern int setting_max_attempts;       // outbox.max_attempts (sighup)
+extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
+extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
+extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
+
+// Defines every setting and reserves the "outbox." prefix. Called once from _PG_init.
+void DefineSettings();
+
+}  // namespace outbox::pg

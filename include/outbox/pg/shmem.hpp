@@ -1,0 +1,109 @@
+// Shared memory: worker slots and cumulative per-destination counters. Nothing here is a
+// process-local pointer; every process maps the same structures.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/hsearch.h"
+}
+
+namespace outbox::pg {
+
+constexpr int kMaxDestinationCounters = 1024;  // distinct (database, destination) pairs tracked
+constexpr int kMaxHeldDatabases = 8;           // databases being dropped/renamed at one time
+
+// What a worker is doing, as shown by outbox.workers().
+enum WorkerState : uint32 {
+    kWorkerStarting = 0,
+    kWorkerIdle,
+    kWorkerClaiming,
+    kWorkerPublishing,
+    kWorkerWritingBack,
+    kWorkerBackingOff,
+    kWorkerStopping,
+    kWorkerNoExtension,
+    kWorkerStandby,
+};
+const char *WorkerStateName(uint32 state);
+
+// One delivery worker. `pid` is 0 when the slot is free. The owner writes its fields; readers
+// take `mutex` for the text fields and read the atomics lock-free.
+struct WorkerSlot {
+    slock_t mutex;
+    pid_t pid;
+    int pgprocno;
+    Oid database;
+    int worker_index;  // 0 .. outbox.workers-1 within its database
+    TimestampTz started_at;
+    TimestampTz last_cycle_at;
+    char destination[NAMEDATALEN];  // destination being served now, "" when none
+    pg_atomic_uint32 state;         // WorkerState
+    pg_atomic_uint32 batch_in_flight;
+    pg_atomic_uint64 cycles;
+    pg_atomic_uint64 claimed;
+    pg_atomic_uint64 delivered;
+    pg_atomic_uint64 retried;
+    pg_atomic_uint64 dead;
+    pg_atomic_uint64 deferred;
+    pg_atomic_uint64 expired;
+    pg_atomic_uint64 errors;  // cycles that ended in an error
+};
+
+// Cumulative counters of one destination since server start (hash entry, never removed).
+struct DestinationCounterKey {
+    Oid database;
+    char name[NAMEDATALEN];
+};
+struct DestinationCounters {
+    DestinationCounterKey key;  // must be first (hash key)
+    pg_atomic_uint64 delivered;
+    pg_atomic_uint64 failed;  // attempts that failed (retried or dead)
+    pg_atomic_uint64 dead;    // moved to the dead letters
+    pg_atomic_uint64 expired;
+    pg_atomic_uint64 deferred;  // rescheduled by an outage, no attempt spent
+    slock_t mutex;              // protects the two fields below
+    TimestampTz last_success_at;
+    char last_error[256];
+};
+
+// A database whose workers must stay away while DROP/ALTER DATABASE needs it alone.
+struct HeldDatabase {
+    Oid database;
+    TimestampTz until;
+};
+
+struct SharedState {
+    LWLock *lock;  // protects slot allocation, held databases and the counter hash
+    pid_t launcher_pid;
+    int launcher_pgprocno;
+    TimestampTz stats_reset;
+    HeldDatabase held[kMaxHeldDatabases];
+    int num_slots;
+    WorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+};
+
+extern SharedState *shared;  // attached in every backend after startup
+
+// Installs shmem_request_hook / shmem_startup_hook. Called from _PG_init.
+void InstallSharedMemoryHooks();
+
+// Sets the latch of every live worker serving `database` (InvalidOid: all workers).
+void WakeWorkers(Oid database);
+
+// Finds or creates the counters of a destination; nullptr when the table is full.
+DestinationCounters *GetDestinationCounters(Oid database, const char *name);
+
+// The hash of all DestinationCounters; iterate under shared->lock.
+HTAB *DestinationCountersHash();
+
+// Records a delivery failure reason for outbox.stats().last_error (truncated).
+void SetLastError(DestinationCounters *counters, const char *error);
+
+// True while DROP/ALTER DATABASE asks the workers of `database` to stay away.
+bool DatabaseIsHeld(Oid database);
+
+}  // namespace outbox::pg

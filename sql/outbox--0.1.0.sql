@@ -1,0 +1,363 @@
+-- outbox 0.1.0: the transactional outbox, delivered from inside PostgreSQL.
+-- Producers INSERT into outbox.messages in their own transaction; the outbox background workers
+-- (started by the module, see README.md) deliver the rows and record the outcome.
+
+\echo Use "CREATE EXTENSION outbox" to load this file. \quit
+
+--------------------------------------------------------------------------------------------------
+-- Destinations: where messages go. Configs may hold secrets, so the table is readable only by
+-- its owner; operators use outbox.stats().
+--------------------------------------------------------------------------------------------------
+CREATE TABLE outbox.destinations (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL,
+    config      jsonb NOT NULL,
+    paused      boolean NOT NULL DEFAULT false,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.destinations IS
+    'Kafka clusters and webhook endpoints messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+
+-- Every row is validated on its way in, with the parser the worker uses (librdkafka itself for
+-- Kafka properties); all problems are reported in one error.
+CREATE FUNCTION outbox._destinations_check() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_destinations_check' LANGUAGE C;
+CREATE TRIGGER destinations_check BEFORE INSERT OR UPDATE OF name, kind, config
+    ON outbox.destinations FOR EACH ROW EXECUTE FUNCTION outbox._destinations_check();
+
+-- Any change reaches every backend's copy of this table at commit, and wakes the workers.
+CREATE FUNCTION outbox._destinations_changed() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_destinations_changed' LANGUAGE C;
+CREATE TRIGGER destinations_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON outbox.destinations FOR EACH STATEMENT EXECUTE FUNCTION outbox._destinations_changed();
+ALTER TABLE outbox.destinations ENABLE ALWAYS TRIGGER destinations_check;
+ALTER TABLE outbox.destinations ENABLE ALWAYS TRIGGER destinations_changed;
+
+--------------------------------------------------------------------------------------------------
+-- Messages: the queue. Producers set the first group of columns; the relay owns the rest.
+-- While a worker holds a row, available_at is the end of its lease: an expired lease makes the
+-- row due again, so one index serves claims, retries and lease recovery.
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.uuid_generate_v7() RETURNS uuid
+    AS 'MODULE_PATHNAME', 'outbox_uuid_generate_v7' LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.uuid_generate_v7() IS 'a new UUIDv7 (time ordered); the default event_id';
+
+CREATE TABLE outbox.messages (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id        uuid NOT NULL DEFAULT outbox.uuid_generate_v7(),
+    destination     text NOT NULL,
+    topic           text,
+    key             text,
+    payload         jsonb,
+    payload_bytes   bytea,
+    headers         jsonb,
+    available_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at      timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    -- owned by the relay
+    attempts        integer NOT NULL DEFAULT 0,
+    lease_token     bigint,
+    last_error      text,
+    first_failed_at timestamptz
+);
+COMMENT ON TABLE outbox.messages IS
+    'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
+CREATE INDEX messages_due ON outbox.messages (destination, available_at);
+
+-- The destination must exist (checked against a per-backend cache, not a foreign key), the
+-- payload must be deliverable, and the workers are woken when the transaction commits.
+CREATE FUNCTION outbox._messages_check() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_messages_check' LANGUAGE C;
+CREATE TRIGGER messages_check BEFORE INSERT ON outbox.messages
+    FOR EACH ROW EXECUTE FUNCTION outbox._messages_check();
+-- Fires under session_replication_role = replica too: nothing unchecked enters the queue.
+ALTER TABLE outbox.messages ENABLE ALWAYS TRIGGER messages_check;
+
+--------------------------------------------------------------------------------------------------
+-- Dead letters: messages that stopped, why and when, with everything needed to requeue them.
+--------------------------------------------------------------------------------------------------
+CREATE TABLE outbox.dead_letters (
+    id              bigint PRIMARY KEY,
+    event_id        uuid NOT NULL,
+    destination     text NOT NULL,
+    topic           text,
+    key             text,
+    payload         jsonb,
+    payload_bytes   bytea,
+    headers         jsonb,
+    expires_at      timestamptz,
+    created_at      timestamptz NOT NULL,
+    attempts        integer NOT NULL,
+    reason          text NOT NULL
+        CHECK (reason IN ('rejected', 'max_attempts', 'expired', 'poison', 'dropped')),
+    last_error      text NOT NULL,
+    first_failed_at timestamptz,
+    failed_at       timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.dead_letters IS
+    'messages that will not be delivered without help; bring them back with outbox.requeue';
+CREATE INDEX dead_letters_destination ON outbox.dead_letters (destination, failed_at);
+
+-- pg_dump keeps the contents of extension tables only when told to.
+SELECT pg_catalog.pg_extension_config_dump('outbox.destinations', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.messages', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.messages_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.dead_letters', '');
+
+--------------------------------------------------------------------------------------------------
+-- Producer API
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.publish(destinations text[], topic text, payload jsonb,
+                               key text DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    event uuid;
+BEGIN
+    IF destinations IS NULL OR cardinality(destinations) = 0 THEN
+        RAISE EXCEPTION 'outbox.publish needs at least one destination'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass an array of destination names, for example ARRAY[''orders''].';
+    END IF;
+    IF array_ndims(destinations) > 1 THEN
+        RAISE EXCEPTION 'outbox.publish destinations must be a one-dimensional array'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF array_position(destinations, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'outbox.publish destinations contains NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF (SELECT count(DISTINCT d) FROM unnest(destinations) AS d) <> cardinality(destinations) THEN
+        RAISE EXCEPTION 'outbox.publish destinations names a destination more than once'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Each destination receives the event once; list it once.';
+    END IF;
+    event := outbox.uuid_generate_v7();
+    INSERT INTO outbox.messages (event_id, destination, topic, key, payload, headers)
+    SELECT event, u.d, publish.topic, publish.key, publish.payload, publish.headers
+      FROM unnest(destinations) WITH ORDINALITY AS u(d, n)
+     ORDER BY u.n;
+    RETURN event;
+END
+$$;
+COMMENT ON FUNCTION outbox.publish(text[], text, jsonb, text, jsonb) IS
+    'queue one event for several destinations: one row each, one event_id';
+
+--------------------------------------------------------------------------------------------------
+-- Destination management (SECURITY DEFINER: callers need EXECUTE, not access to the table)
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.create_destination(name text, kind text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO outbox.destinations (name, kind, config)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config)
+    ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" already exists', create_destination.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with outbox.alter_destination(), or drop it first.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
+    'define a kafka or webhook destination; the config is checked now, every problem reported at once';
+
+CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
+        RAISE EXCEPTION 'outbox.alter_destination needs a JSON object of settings to change'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Settings given are replaced, settings given as null are removed, others are kept.';
+    END IF;
+    UPDATE outbox.destinations AS d
+       SET config = jsonb_strip_nulls(d.config || alter_destination.config), updated_at = now()
+     WHERE d.name = alter_destination.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', alter_destination.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.alter_destination(text, jsonb) IS
+    'change settings of a destination: given keys replace, null removes, the rest is kept';
+
+CREATE FUNCTION outbox.drop_destination(name text, force boolean DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pending bigint;
+BEGIN
+    -- Wait for producers in flight and hold new ones until commit, so no message for this
+    -- destination can appear after it was counted.
+    LOCK TABLE outbox.messages IN SHARE MODE;
+    PERFORM FROM outbox.destinations AS d WHERE d.name = drop_destination.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', drop_destination.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT count(*) INTO pending FROM outbox.messages AS m WHERE m.destination = drop_destination.name;
+    IF pending > 0 AND NOT coalesce(force, false) THEN
+        RAISE EXCEPTION 'destination "%" has % undelivered messages', drop_destination.name, pending
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Wait for them to be delivered, or pass force => true to move them to outbox.dead_letters.';
+    END IF;
+    IF pending > 0 THEN
+        WITH moved AS (
+            DELETE FROM outbox.messages AS m WHERE m.destination = drop_destination.name RETURNING m.*
+        )
+        INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,
+                                         payload_bytes, headers, expires_at, created_at, attempts,
+                                         reason, last_error, first_failed_at)
+        SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,
+               created_at, attempts, 'dropped', 'destination dropped with force => true',
+               first_failed_at
+          FROM moved;
+        RAISE NOTICE '% undelivered messages of destination "%" moved to outbox.dead_letters',
+            pending, drop_destination.name;
+    END IF;
+    DELETE FROM outbox.destinations AS d WHERE d.name = drop_destination.name;
+END
+$$;
+COMMENT ON FUNCTION outbox.drop_destination(text, boolean) IS
+    'remove a destination; refused while it has undelivered messages unless force => true';
+
+CREATE FUNCTION outbox.pause(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = true, updated_at = now() WHERE d.name = pause.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', pause.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.pause(text) IS 'stop delivering to a destination; messages keep queueing';
+
+CREATE FUNCTION outbox.resume(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = false, updated_at = now() WHERE d.name = resume.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', resume.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.resume(text) IS 'resume delivery to a paused destination';
+
+--------------------------------------------------------------------------------------------------
+-- Dead letters back to the queue. A requeued message keeps its id (and so its place in per-key
+-- order) and event_id, and gets a fresh retry budget; expires_at is cleared, since an operator
+-- asked for it to be delivered.
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.requeue(ids bigint[])
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    moved_count bigint;
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'outbox.requeue needs an array of dead letter ids'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    WITH moved AS (
+        DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
+    )
+    INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
+                                 headers, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
+           moved.payload_bytes, moved.headers, moved.created_at
+      FROM moved ORDER BY moved.id;
+    GET DIAGNOSTICS moved_count = ROW_COUNT;
+    RETURN moved_count;
+END
+$$;
+COMMENT ON FUNCTION outbox.requeue(bigint[]) IS
+    'move the given dead letters back to the queue; returns how many were moved';
+
+CREATE FUNCTION outbox.requeue(destination text, failed_before timestamptz DEFAULT now())
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    moved_count bigint;
+BEGIN
+    IF failed_before IS NULL THEN
+        RAISE EXCEPTION 'outbox.requeue failed_before must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM FROM outbox.destinations AS d WHERE d.name = requeue.destination;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', requeue.destination
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Dead letters of a dropped destination can be requeued after creating it again.';
+    END IF;
+    WITH moved AS (
+        DELETE FROM outbox.dead_letters AS dl
+         WHERE dl.destination = requeue.destination AND dl.failed_at < failed_before
+        RETURNING dl.*
+    )
+    INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
+                                 headers, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
+           moved.payload_bytes, moved.headers, moved.created_at
+      FROM moved ORDER BY moved.id;
+    GET DIAGNOSTICS moved_count = ROW_COUNT;
+    RETURN moved_count;
+END
+$$;
+COMMENT ON FUNCTION outbox.requeue(text, timestamptz) IS
+    'move the dead letters of a destination that failed before a time back to the queue';
+
+--------------------------------------------------------------------------------------------------
+-- Visibility
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox._destination_counters(
+    OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
+    OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
+    OUT last_error text, OUT stats_reset timestamptz)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
+
+CREATE FUNCTION outbox.stats()
+RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
+               retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
+               failed_total bigint, last_error text, last_success_at timestamptz,
+               scheduled bigint, dead_lettered_total bigint, expired_total bigint,
+               deferred_total bigint, stats_reset timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH queued AS (
+        SELECT m.destination,
+               count(*) FILTER (WHERE m.available_at <= now()) AS pending,
+               count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NOT NULL) AS in_flight,
+               count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NULL
+                                  AND m.attempts > 0) AS retrying,
+               count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NULL
+                                  AND m.attempts = 0) AS scheduled,
+               min(m.created_at) AS oldest
+          FROM outbox.messages AS m
+         GROUP BY m.destination
+    ), dead AS (
+        SELECT dl.destination, count(*) AS dead FROM outbox.dead_letters AS dl GROUP BY dl.destination
+    )
+    SELECT d.name, d.kind, d.paused,
+           coalesce(q.pending, 0), coalesce(q.in_flight, 0), coalesce(q.retrying, 0),
+           coalesce(dead.dead, 0), now() - q.oldest,
+           coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
+           coalesce(q.scheduled, 0), coalesce(c.dead, 0), coalesce(c.expired, 0),
+           coalesce(c.deferred, 0), c.stats_reset
+      FROM outbox.destinations AS d
+      LEFT JOIN queued AS q ON q.destination = d.name
+      LEFT JOIN dead ON dead.destination = d.name
+      LEFT JOIN outbox._destination_counters() AS c ON c.destination = d.name
+     ORDER BY d.name
+$$;
+COMMENT ON FUNCTION outbox.stats() IS
+    'one row per destination: queue gauges from the tables, counters since server start';
+
+CREATE FUNCTION outbox.wake() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_wake' LANGUAGE C;
+COMMENT ON FUNCTION outbox.wake() IS 'nudge the workers of this database (now and at commit)';
+
+--------------------------------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC. README.md lists the GRANTs for producer and operator roles.
+--------------------------------------------------------------------------------------------------
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+-- The event_id default runs with the producer's rights.
+GRANT EXECUTE ON FUNCTION outbox.uuid_generate_v7() TO PUBLIC;

@@ -1,0 +1,116 @@
+// Outcome classification. Design §1 "Guarantees": a Defer must only be returned when the
+// destination certainly did not act on the message, because a Defer never spends the retry
+// budget; anything doubtful is a Retry, which does.
+#include "outbox/classify.hpp"
+
+#include <curl/curl.h>
+#include <librdkafka/rdkafka.h>
+
+namespace outbox {
+
+// What to do after an HTTP response.
+OutcomeKind ClassifyHttpStatus(long status) {
+    if (status >= 200 && status <= 299) {
+        return OutcomeKind::Delivered;
+    }
+    if (status == 408 || status == 425 || status == 429 || (status >= 500 && status <= 599)) {
+        return OutcomeKind::Retry;
+    }
+    return OutcomeKind::Dead;
+}
+
+// What to do after a libcurl transfer that ended without an HTTP response.
+OutcomeKind ClassifyCurlResult(int curl_code, bool request_sent) {
+    switch (curl_code) {
+        // The endpoint cannot have seen the request: no connection or no TLS session.
+        case CURLE_COULDNT_RESOLVE_PROXY:
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_COULDNT_CONNECT:
+        case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_SSL_INVALIDCERTSTATUS:
+        case CURLE_QUIC_CONNECT_ERROR:
+            return OutcomeKind::Defer;
+
+        // Local configuration that no retry can fix.
+        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_FAILED_INIT:
+        case CURLE_URL_MALFORMAT:
+        case CURLE_NOT_BUILT_IN:
+        case CURLE_FUNCTION_NOT_FOUND:
+        case CURLE_BAD_FUNCTION_ARGUMENT:
+        case CURLE_UNKNOWN_OPTION:
+        case CURLE_SETOPT_OPTION_SYNTAX:
+        case CURLE_SSL_ENGINE_NOTFOUND:
+        case CURLE_SSL_ENGINE_SETFAILED:
+        case CURLE_SSL_ENGINE_INITFAILED:
+        case CURLE_SSL_CERTPROBLEM:
+        case CURLE_SSL_CIPHER:
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_CRL_BADFILE:
+        case CURLE_SSL_ISSUER_ERROR:
+            return OutcomeKind::Dead;
+
+        // Transport failures: harmless before the request went out, ambiguous after.
+        case CURLE_OPERATION_TIMEDOUT:
+        case CURLE_SEND_ERROR:
+        case CURLE_RECV_ERROR:
+        case CURLE_GOT_NOTHING:
+        case CURLE_PARTIAL_FILE:
+        case CURLE_WEIRD_SERVER_REPLY:
+        case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
+        case CURLE_HTTP3:
+        case CURLE_PROXY:
+        case CURLE_SSL_SHUTDOWN_FAILED:
+        case CURLE_AGAIN:
+            return request_sent ? OutcomeKind::Retry : OutcomeKind::Defer;
+
+        default:
+            // Unknown or unexpected codes spend an attempt, so a failure that never heals ends
+            // in the dead letters instead of deferring forever.
+            return OutcomeKind::Retry;
+    }
+}
+
+// What to do with a librdkafka delivery report.
+OutcomeKind ClassifyKafkaResult(int err, int status) {
+    switch (err) {
+        case RD_KAFKA_RESP_ERR_NO_ERROR:
+            // Only PERSISTED proves acks=all acceptance; anything less may have been lost.
+            return status == RD_KAFKA_MSG_STATUS_PERSISTED ? OutcomeKind::Delivered
+                                                           : OutcomeKind::Retry;
+
+        // No broker took the message: an outage, not a rejection.
+        case RD_KAFKA_RESP_ERR__TRANSPORT:
+        case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+        case RD_KAFKA_RESP_ERR__RESOLVE:
+        case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+            return OutcomeKind::Defer;
+        case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+            // A timeout after the produce request was sent may have been persisted after all.
+            return status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED ? OutcomeKind::Defer
+                                                               : OutcomeKind::Retry;
+
+        // The broker will refuse this message however often it is sent.
+        // (librdkafka has no local _MSG_SIZE_TOO_LARGE: it reports an oversized message with
+        // the broker's code, locally as well.)
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+        case RD_KAFKA_RESP_ERR_INVALID_MSG:  // CORRUPT_MESSAGE
+        case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+        case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+        case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:  // INVALID_TOPIC_EXCEPTION
+        case RD_KAFKA_RESP_ERR__INVALID_ARG:
+        case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+            return OutcomeKind::Dead;
+
+        default:
+            return OutcomeKind::Retry;
+    }
+}
+
+}  // namespace outbox

@@ -1,0 +1,763 @@
+// Destination config parsing and validation. The same function runs at create_destination and
+// in the worker, so a config that was accepted is exactly the config that runs. Every problem
+// is collected so that a DBA fixes a config in one round trip, not one error at a time.
+#include "outbox/config.hpp"
+
+#include <curl/curl.h>
+#include <librdkafka/rdkafka.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "outbox/duration.hpp"
+#include "outbox/headers.hpp"
+#include "outbox/signing.hpp"
+
+namespace outbox {
+
+namespace {
+
+// ordered_json keeps the keys in document order, which KafkaConfig::properties promises.
+using Json = nlohmann::ordered_json;
+
+constexpr size_t kMaxQuotedBytes = 64;
+constexpr int64_t kMsPerSecond = 1000;
+constexpr int64_t kMsPerMinute = 60 * kMsPerSecond;
+constexpr int64_t kMsPerDay = 24 * 60 * kMsPerMinute;
+constexpr size_t kMaxTopicBytes = 249;
+
+// Owners for the C handles, so that an early return (or a bad_alloc) cannot leak them.
+struct KafkaConfDeleter {
+    void operator()(rd_kafka_conf_t *conf) const { rd_kafka_conf_destroy(conf); }
+};
+using KafkaConfPtr = std::unique_ptr<rd_kafka_conf_t, KafkaConfDeleter>;
+
+struct CurlUrlDeleter {
+    void operator()(CURLU *url) const { curl_url_cleanup(url); }
+};
+using CurlUrlPtr = std::unique_ptr<CURLU, CurlUrlDeleter>;
+
+struct CurlStringDeleter {
+    void operator()(char *text) const { curl_free(text); }
+};
+using CurlStringPtr = std::unique_ptr<char, CurlStringDeleter>;
+
+// Lower-cases ASCII only: property names are ASCII, and the locale must not matter.
+char AsciiLower(char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// An ASCII-lower-cased copy, for case-insensitive name checks.
+std::string AsciiLowerCopy(std::string_view text) {
+    std::string out(text);
+    for (char &c : out) {
+        c = AsciiLower(c);
+    }
+    return out;
+}
+
+// JSON strings may hold U+0000, but C APIs would silently cut the text there.
+bool ContainsNul(std::string_view text) {
+    return text.find('\0') != std::string_view::npos;
+}
+
+// `text` in double quotes for a problem line: at most kMaxQuotedBytes bytes (cut on a UTF-8
+// character boundary), quotes and backslashes escaped, control characters shown as '?', so
+// that a problem is always one printable line.
+std::string Quote(std::string_view text) {
+    bool truncated = false;
+    if (text.size() > kMaxQuotedBytes) {
+        size_t cut = kMaxQuotedBytes;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+            --cut;
+        }
+        text = text.substr(0, cut);
+        truncated = true;
+    }
+    std::string out = "\"";
+    for (char c : text) {
+        unsigned char u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out.push_back('\\');
+            out.push_back(c);
+        } else if (u < 0x20 || u == 0x7F) {
+            out.push_back('?');
+        } else {
+            out.push_back(c);
+        }
+    }
+    if (truncated) {
+        out += "...";
+    }
+    out.push_back('"');
+    return out;
+}
+
+// An integral JSON number as int64 (5 and 5.0 alike: jsonb keeps the "5.0" a user typed).
+std::optional<int64_t> AsInteger(const Json &value) {
+    if (value.is_number_unsigned()) {
+        uint64_t v = value.get<uint64_t>();
+        if (v > static_cast<uint64_t>(INT64_MAX)) {
+            return std::nullopt;
+        }
+        return static_cast<int64_t>(v);
+    }
+    if (value.is_number_integer()) {
+        return value.get<int64_t>();
+    }
+    if (value.is_number_float()) {
+        double v = value.get<double>();
+        // 2^63 is exactly representable; anything at or above it does not fit.
+        if (std::isfinite(v) && v == std::floor(v) && v >= -9223372036854775808.0 &&
+            v < 9223372036854775808.0) {
+            return static_cast<int64_t>(v);
+        }
+    }
+    return std::nullopt;
+}
+
+// A duration setting: a JSON number of milliseconds (fractions rounded down, like the string
+// form) or a string that ParseDurationMs accepts.
+std::optional<int64_t> AsDurationMs(const Json &value) {
+    if (value.is_string()) {
+        const std::string &text = value.get_ref<const std::string &>();
+        if (ContainsNul(text)) {
+            return std::nullopt;
+        }
+        return ParseDurationMs(text);
+    }
+    if (value.is_number_float()) {
+        double v = value.get<double>();
+        if (!std::isfinite(v) || v < 0 || v >= 9223372036854775808.0) {
+            return std::nullopt;
+        }
+        return static_cast<int64_t>(std::floor(v));
+    }
+    std::optional<int64_t> ms = AsInteger(value);
+    if (!ms || *ms < 0) {
+        return std::nullopt;
+    }
+    return ms;
+}
+
+// The text librdkafka receives for a JSON scalar: strings as they are, integers in decimal
+// ("5", never "5.0": librdkafka's integer parser would stop at the dot), booleans as words.
+std::optional<std::string> ScalarText(const Json &value) {
+    if (value.is_string()) {
+        return value.get<std::string>();
+    }
+    if (value.is_boolean()) {
+        return std::string(value.get<bool>() ? "true" : "false");
+    }
+    if (value.is_number()) {
+        if (std::optional<int64_t> integer = AsInteger(value)) {
+            return std::to_string(*integer);
+        }
+        if (value.is_number_unsigned()) {
+            return std::to_string(value.get<uint64_t>());
+        }
+        return value.dump();  // a fraction or an exponent; dump() does not throw for numbers
+    }
+    return std::nullopt;
+}
+
+// Properties whose librdkafka value is a callback, an opaque pointer or an object: they cannot
+// be expressed in JSON, and the ones outbox sets (log.queue, log_cb, dr_msg_cb) keep
+// librdkafka's threads away from PostgreSQL.
+bool IsOutboxOwnedKafkaProperty(std::string_view key) {
+    std::string lower = AsciiLowerCopy(key);
+    static constexpr std::string_view kOwned[] = {
+        "opaque",
+        "default_topic_conf",
+        "interceptors",
+        "ssl_key",
+        "ssl_certificate",
+        "ssl_ca",
+        "ssl_engine_callback_data",
+        "msg_order_cmp",
+        "log.queue",
+        "log_cb",
+        "dr_msg_cb",
+        "dr_cb",
+    };
+    for (std::string_view owned : kOwned) {
+        if (lower == owned) {
+            return true;
+        }
+    }
+    // Callbacks: "error_cb", "ssl.certificate.verify_cb", and any future "*.cb".
+    std::string_view view = lower;
+    return view == "cb" || (view.size() > 3 && view.substr(view.size() - 2) == "cb" &&
+                            (view[view.size() - 3] == '_' || view[view.size() - 3] == '.'));
+}
+
+// Removes the trailing newline and period librdkafka leaves in errstr and lower-cases the first
+// word, so that the text reads like the rest of the problems.
+std::string TidyLibraryMessage(std::string text) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ' ||
+                             text.back() == '.')) {
+        text.pop_back();
+    }
+    if (text.size() >= 2 && text[0] >= 'A' && text[0] <= 'Z' && text[1] >= 'a' && text[1] <= 'z') {
+        text[0] = AsciiLower(text[0]);
+    }
+    return text;
+}
+
+// Replaces every occurrence of `from` in `text` with `to`.
+void ReplaceAll(std::string *text, std::string_view from, std::string_view to) {
+    if (from.empty()) {
+        return;
+    }
+    size_t pos = 0;
+    while ((pos = text->find(from, pos)) != std::string::npos) {
+        text->replace(pos, from.size(), to);
+        pos += to.size();
+    }
+}
+
+// The problem line for a value librdkafka refused. librdkafka quotes the value in its errstr
+// ('Invalid value "x" for configuration property "k"'), so for a secret setting the value is cut
+// out, and if it still shows anywhere the library's wording is dropped altogether. librdkafka
+// also names the canonical property rather than the alias the user wrote ("linger.ms" is
+// reported as "queue.buffering.max.ms"), so the key as written is always named.
+std::string KafkaValueProblem(const std::string &key, const std::string &value,
+                              const char *errstr) {
+    const std::string quoted_key = Quote(key);
+    constexpr std::string_view kBareInvalid = "invalid value for configuration property";
+    std::string reason = errstr;
+    if (IsSecretSetting(key)) {
+        ReplaceAll(&reason, "\"" + value + "\" ", "");
+        ReplaceAll(&reason, "\"" + value + "\"", "");
+        reason = TidyLibraryMessage(reason);
+        bool leaks = !value.empty() && reason.find(value) != std::string::npos;
+        if (leaks || reason.empty() || reason.rfind("invalid value", 0) == 0) {
+            return "invalid value for " + quoted_key;
+        }
+        return "invalid value for " + quoted_key + ": " + reason;
+    }
+    if (value.size() > kMaxQuotedBytes) {
+        ReplaceAll(&reason, "\"" + value + "\"", Quote(value));
+    }
+    reason = TidyLibraryMessage(reason);
+    // A long value that librdkafka's buffer cut short cannot be found to shorten.
+    if (reason.empty() || reason.size() > 512 || reason.rfind(kBareInvalid, 0) == 0) {
+        return "invalid value " + Quote(value) + " for " + quoted_key;
+    }
+    if (reason.find(quoted_key) == std::string::npos) {
+        return quoted_key + ": " + reason;
+    }
+    return reason;
+}
+
+// What rd_kafka_conf_get reports for a property just set; empty when it cannot tell.
+std::string KafkaConfValue(rd_kafka_conf_t *conf, const std::string &key) {
+    char buffer[64];
+    size_t size = sizeof(buffer);
+    if (rd_kafka_conf_get(conf, key.c_str(), buffer, &size) != RD_KAFKA_CONF_OK) {
+        return std::string();
+    }
+    return std::string(buffer);
+}
+
+// Whether a broker list names no broker at all ("", " , ").
+bool IsBlank(std::string_view text) {
+    for (char c : text) {
+        if (c != ' ' && c != '\t' && c != ',') {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Checks one librdkafka property against librdkafka itself and against outbox's guarantees;
+// a property that passes is appended to kafka->properties.
+void CheckKafkaProperty(rd_kafka_conf_t *conf, const std::string &key, const Json &value,
+                        KafkaConfig *kafka, bool *has_bootstrap,
+                        std::vector<std::string> *problems) {
+    if (ContainsNul(key)) {
+        problems->push_back("unknown librdkafka property " + Quote(key));
+        return;
+    }
+    if (IsOutboxOwnedKafkaProperty(key)) {
+        problems->push_back(Quote(key) + " is set by outbox and cannot be configured");
+        return;
+    }
+    if (key == "plugin.library.paths") {
+        // librdkafka loads the plugins while the property is being set: even the check would
+        // run foreign code inside the database server.
+        problems->push_back(
+            "\"plugin.library.paths\" cannot be configured (it would load code into the database "
+            "server)");
+        return;
+    }
+    if (key == "transactional.id") {
+        problems->push_back(
+            "\"transactional.id\" cannot be configured (outbox uses the idempotent producer, not "
+            "transactions)");
+        return;
+    }
+    if (key == "internal.termination.signal") {
+        problems->push_back(
+            "\"internal.termination.signal\" cannot be configured (signals belong to the database "
+            "server)");
+        return;
+    }
+    std::optional<std::string> text = ScalarText(value);
+    if (!text) {
+        problems->push_back("librdkafka property " + Quote(key) +
+                            " must be a string, number or boolean");
+        return;
+    }
+    if (ContainsNul(*text)) {
+        problems->push_back("value of " + Quote(key) + " must not contain a NUL character");
+        return;
+    }
+
+    char errstr[512] = "";
+    rd_kafka_conf_res_t res =
+        rd_kafka_conf_set(conf, key.c_str(), text->c_str(), errstr, sizeof(errstr));
+    if (res == RD_KAFKA_CONF_UNKNOWN) {
+        problems->push_back("unknown librdkafka property " + Quote(key));
+        return;
+    }
+    if (res != RD_KAFKA_CONF_OK) {
+        problems->push_back(KafkaValueProblem(key, *text, errstr));
+        return;
+    }
+
+    // Read back librdkafka's normalised value: "all", "-1" and -1 are the same acks, and
+    // "t", "1" and true the same boolean.
+    if (key == "acks" || key == "request.required.acks") {
+        if (KafkaConfValue(conf, key) != "-1") {
+            problems->push_back(
+                Quote(key) +
+                " must be \"all\" (outbox requires acknowledgement by all in-sync replicas)");
+            return;
+        }
+    } else if (key == "enable.idempotence") {
+        if (KafkaConfValue(conf, key) != "true") {
+            problems->push_back(
+                "\"enable.idempotence\" must be true (outbox relies on the idempotent producer "
+                "so that retries neither duplicate nor reorder messages)");
+            return;
+        }
+    } else if (key == "bootstrap.servers" || key == "metadata.broker.list") {
+        if (IsBlank(*text)) {
+            problems->push_back(Quote(key) + " must list at least one broker");
+            return;
+        }
+        *has_bootstrap = true;
+    }
+    kafka->properties.emplace_back(key, std::move(*text));
+}
+
+// A one-line explanation of why access()/stat() refused a path.
+const char *FileErrorText(int error) {
+    switch (error) {
+        case ENOENT:
+            return "no such file";
+        case EACCES:
+            return "permission denied";
+        case ENOTDIR:
+            return "a component of the path is not a directory";
+        case ELOOP:
+            return "too many symbolic links";
+        case ENAMETOOLONG:
+            return "path too long";
+        default:
+            return "cannot be read";
+    }
+}
+
+// The problem with a ca_file path, or nullopt when the database server can read the file.
+// The check runs as the server's OS user, the same user the worker runs as.
+std::optional<std::string> CaFileProblem(const std::string &path) {
+    const std::string expected = "\"ca_file\" must name a readable file";
+    if (path.empty() || ContainsNul(path)) {
+        return expected;
+    }
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+        return expected + " (" + Quote(path) + ": " + FileErrorText(errno) + ")";
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return expected + " (" + Quote(path) + " is not a regular file)";
+    }
+    if (access(path.c_str(), R_OK) != 0) {
+        return expected + " (" + Quote(path) + ": " + FileErrorText(errno) + ")";
+    }
+    return std::nullopt;
+}
+
+// Whether `url` is an absolute http(s) URL with a host, by libcurl's own parser: the same code
+// that will later send the request decides.
+bool IsValidWebhookUrl(const std::string &url) {
+    if (url.empty() || ContainsNul(url)) {
+        return false;
+    }
+    CurlUrlPtr handle(curl_url());
+    if (!handle) {
+        return false;
+    }
+    // No CURLU_NON_SUPPORT_SCHEME and no CURLU_DEFAULT_SCHEME: "example.com/hook" is refused.
+    if (curl_url_set(handle.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
+        return false;
+    }
+    char *raw = nullptr;
+    if (curl_url_get(handle.get(), CURLUPART_SCHEME, &raw, 0) != CURLUE_OK) {
+        return false;
+    }
+    CurlStringPtr scheme(raw);
+    std::string lower_scheme = AsciiLowerCopy(scheme.get());
+    if (lower_scheme != "http" && lower_scheme != "https") {
+        return false;
+    }
+    // libcurl repairs "https:///hook" into "https://hook/" and "http:/h" into "http://h/";
+    // such a typo should be fixed by the DBA, not guessed at.
+    std::string_view rest = std::string_view(url).substr(lower_scheme.size());
+    if (rest.substr(0, 3) != "://" || rest.size() < 4 || rest[3] == '/') {
+        return false;
+    }
+    raw = nullptr;
+    if (curl_url_get(handle.get(), CURLUPART_HOST, &raw, 0) != CURLUE_OK) {
+        return false;
+    }
+    CurlStringPtr host(raw);
+    return host && host.get()[0] != '\0';
+}
+
+// Parses "secret": one whsec_ string or an array of them. Never quotes what it was given.
+void CheckWebhookSecret(const Json &value, WebhookConfig *webhook,
+                        std::vector<std::string> *problems) {
+    const char *kShape = "\"secret\" must be a \"whsec_\" string or a non-empty array of them";
+    if (value.is_string()) {
+        std::optional<std::string> key = DecodeWebhookSecret(value.get_ref<const std::string &>());
+        if (!key) {
+            problems->push_back("\"secret\" must be \"whsec_\" followed by base64");
+            return;
+        }
+        webhook->secret_keys.push_back(std::move(*key));
+        return;
+    }
+    if (!value.is_array() || value.empty()) {
+        problems->push_back(kShape);
+        return;
+    }
+    std::vector<std::string> keys;
+    size_t index = 0;
+    bool ok = true;
+    for (const Json &element : value) {
+        ++index;
+        std::optional<std::string> key;
+        if (element.is_string()) {
+            key = DecodeWebhookSecret(element.get_ref<const std::string &>());
+        }
+        if (!key) {
+            problems->push_back("element " + std::to_string(index) +
+                                " of \"secret\" must be \"whsec_\" followed by base64");
+            ok = false;
+            continue;
+        }
+        keys.push_back(std::move(*key));
+    }
+    if (ok) {
+        webhook->secret_keys = std::move(keys);
+    }
+}
+
+// Parses "headers": an object of static headers, held to the rules of every message header.
+// Values are never quoted: static headers are where Authorization tokens live.
+void CheckWebhookHeaders(const Json &value, WebhookConfig *webhook,
+                         std::vector<std::string> *problems) {
+    if (!value.is_object()) {
+        problems->push_back("\"headers\" must be an object of strings");
+        return;
+    }
+    if (value.size() > kMaxHeaderCount) {
+        problems->push_back("\"headers\" must have at most " + std::to_string(kMaxHeaderCount) +
+                            " entries");
+        return;
+    }
+    for (const auto &item : value.items()) {
+        const std::string &name = item.key();
+        const Json &header_value = item.value();
+        if (!IsValidHeaderName(name)) {
+            problems->push_back("header name " + Quote(name) +
+                                " in \"headers\" is not a valid HTTP header name");
+            continue;
+        }
+        if (IsReservedHeaderName(name)) {
+            problems->push_back("header " + Quote(name) +
+                                " in \"headers\" is set by outbox and cannot be configured");
+            continue;
+        }
+        if (!header_value.is_string()) {
+            problems->push_back("header " + Quote(name) + " in \"headers\" must be a string");
+            continue;
+        }
+        const std::string &text = header_value.get_ref<const std::string &>();
+        if (!IsValidHeaderValue(text)) {
+            problems->push_back(
+                "header " + Quote(name) + " in \"headers\" must be valid UTF-8 of at most " +
+                std::to_string(kMaxHeaderValueBytes) + " bytes without CR, LF or NUL");
+            continue;
+        }
+        webhook->headers.emplace_back(name, text);
+    }
+}
+
+// Checks the keys every kind accepts. Returns false when `key` is not one of them.
+bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &value,
+                    DestinationConfig *config, std::vector<std::string> *problems) {
+    if (key == "max_attempts") {
+        std::optional<int64_t> n = AsInteger(value);
+        if (!n || *n < 1 || *n > 1000) {
+            problems->push_back("\"max_attempts\" must be an integer between 1 and 1000");
+        } else {
+            config->retry.max_attempts = static_cast<int>(*n);
+        }
+        return true;
+    }
+    if (key == "retry_base") {
+        std::optional<int64_t> ms = AsDurationMs(value);
+        if (!ms || *ms < 1 || *ms > kMsPerDay) {
+            problems->push_back(
+                "\"retry_base\" must be a duration between 1ms and 1d (a number of milliseconds "
+                "or a string such as \"500ms\", \"2s\" or \"5min\")");
+        } else {
+            config->retry.retry_base_ms = *ms;
+        }
+        return true;
+    }
+    if (key == "retry_max") {
+        std::optional<int64_t> ms = AsDurationMs(value);
+        if (!ms || *ms < 1 || *ms > 7 * kMsPerDay) {
+            problems->push_back(
+                "\"retry_max\" must be a duration between 1ms and 7d (a number of milliseconds "
+                "or a string such as \"500ms\", \"2s\" or \"5min\")");
+        } else {
+            config->retry.retry_max_ms = *ms;
+        }
+        return true;
+    }
+    if (key == "topic") {
+        if (kind == DestinationKind::Kafka) {
+            if (!value.is_string() || !IsValidKafkaTopic(value.get_ref<const std::string &>())) {
+                problems->push_back(
+                    "\"topic\" must be a Kafka topic name: 1 to 249 characters of A-Z, a-z, 0-9, "
+                    "\".\", \"_\" and \"-\", other than \".\" and \"..\"");
+            } else {
+                config->kafka.default_topic = value.get<std::string>();
+            }
+        } else {
+            // It becomes the ce-type header, so it must also be a valid header value.
+            if (!value.is_string() || value.get_ref<const std::string &>().empty() ||
+                value.get_ref<const std::string &>().size() > kMaxTopicBytes ||
+                !IsValidHeaderValue(value.get_ref<const std::string &>())) {
+                problems->push_back(
+                    "\"topic\" must be a non-empty string of at most 249 bytes of valid UTF-8 "
+                    "without CR, LF or NUL");
+            } else {
+                config->webhook.default_topic = value.get<std::string>();
+            }
+        }
+        return true;
+    }
+    return false;
+}
+
+// The kafka-specific part of CheckDestinationConfig.
+void CheckKafkaConfig(const Json &object, DestinationConfig *config,
+                      std::vector<std::string> *problems) {
+    KafkaConfPtr conf(rd_kafka_conf_new());
+    if (!conf) {
+        problems->push_back("could not allocate a librdkafka configuration to check against");
+        return;
+    }
+    bool has_bootstrap = false;
+    bool bootstrap_given = false;
+    for (const auto &item : object.items()) {
+        const std::string &key = item.key();
+        if (CheckCommonKey(DestinationKind::Kafka, key, item.value(), config, problems)) {
+            continue;
+        }
+        if (key == "bootstrap.servers" || key == "metadata.broker.list") {
+            bootstrap_given = true;
+        }
+        CheckKafkaProperty(conf.get(), key, item.value(), &config->kafka, &has_bootstrap, problems);
+    }
+    if (!has_bootstrap && !bootstrap_given) {
+        problems->push_back("\"bootstrap.servers\" is required for a kafka destination");
+    }
+}
+
+// The webhook-specific part of CheckDestinationConfig.
+void CheckWebhookConfig(const Json &object, DestinationConfig *config,
+                        std::vector<std::string> *problems) {
+    WebhookConfig &webhook = config->webhook;
+    bool url_given = false;
+    for (const auto &item : object.items()) {
+        const std::string &key = item.key();
+        const Json &value = item.value();
+        if (CheckCommonKey(DestinationKind::Webhook, key, value, config, problems)) {
+            continue;
+        }
+        if (key == "url") {
+            url_given = true;
+            // The URL is not quoted: it may carry credentials or a token in its query.
+            if (!value.is_string() || !IsValidWebhookUrl(value.get_ref<const std::string &>())) {
+                problems->push_back("\"url\" must be an http or https URL with a host");
+            } else {
+                webhook.url = value.get<std::string>();
+            }
+        } else if (key == "secret") {
+            CheckWebhookSecret(value, &webhook, problems);
+        } else if (key == "headers") {
+            CheckWebhookHeaders(value, &webhook, problems);
+        } else if (key == "timeout_ms") {
+            std::optional<int64_t> ms = AsDurationMs(value);
+            if (!ms || *ms < 1 || *ms > 10 * kMsPerMinute) {
+                problems->push_back(
+                    "\"timeout_ms\" must be a duration between 1ms and 10min (a number of "
+                    "milliseconds or a string such as \"500ms\" or \"30s\")");
+            } else {
+                webhook.timeout_ms = *ms;
+            }
+        } else if (key == "max_in_flight") {
+            std::optional<int64_t> n = AsInteger(value);
+            if (!n || *n < 1 || *n > 1024) {
+                problems->push_back("\"max_in_flight\" must be an integer between 1 and 1024");
+            } else {
+                webhook.max_in_flight = static_cast<int>(*n);
+            }
+        } else if (key == "ca_file") {
+            if (!value.is_string()) {
+                problems->push_back("\"ca_file\" must be a string naming a readable file");
+            } else if (std::optional<std::string> problem =
+                           CaFileProblem(value.get_ref<const std::string &>())) {
+                problems->push_back(std::move(*problem));
+            } else {
+                webhook.ca_file = value.get<std::string>();
+            }
+        } else if (key == "tls_verify") {
+            if (!value.is_boolean()) {
+                problems->push_back("\"tls_verify\" must be true or false");
+            } else {
+                webhook.tls_verify = value.get<bool>();
+            }
+        } else {
+            problems->push_back("unknown key " + Quote(key) + " for a webhook destination");
+        }
+    }
+    if (!url_given) {
+        problems->push_back("\"url\" is required for a webhook destination");
+    }
+}
+
+}  // namespace
+
+// A Kafka topic name as the broker accepts it (Kafka's Topic.validate).
+bool IsValidKafkaTopic(std::string_view topic) {
+    if (topic.empty() || topic.size() > kMaxTopicBytes || topic == "." || topic == "..") {
+        return false;
+    }
+    for (char c : topic) {
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A destination name: also a key in shared memory and a metrics label.
+bool IsValidDestinationName(std::string_view name) {
+    if (name.empty() || name.size() > 63) {
+        return false;
+    }
+    for (size_t i = 0; i < name.size(); i++) {
+        char c = name[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && (i == 0 || (c != '_' && c != '.' && c != '-'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// The kind named in outbox.destinations.kind.
+std::optional<DestinationKind> ParseDestinationKind(std::string_view text) {
+    if (text == "kafka") {
+        return DestinationKind::Kafka;
+    }
+    if (text == "webhook") {
+        return DestinationKind::Webhook;
+    }
+    return std::nullopt;
+}
+
+// The name stored in outbox.destinations.kind and shown by outbox.stats().
+const char *DestinationKindName(DestinationKind kind) {
+    switch (kind) {
+        case DestinationKind::Kafka:
+            return "kafka";
+        case DestinationKind::Webhook:
+            return "webhook";
+    }
+    return "unknown";
+}
+
+// Whether a setting's value must never appear in a message, a log line or a problem.
+bool IsSecretSetting(std::string_view key) {
+    std::string lower = AsciiLowerCopy(key);
+    static constexpr std::string_view kMarkers[] = {"password", "secret", "token",
+                                                    "sasl.oauthbearer.config", "ssl.key"};
+    for (std::string_view marker : kMarkers) {
+        if (lower.find(marker) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// The one config check, for create/alter_destination and for the worker alike.
+ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text) {
+    ConfigCheck check;
+    check.config.kind = kind;
+    // With exceptions disabled the parser reports failure as a discarded value; the catch is
+    // for the library's type errors, which the checks above should already make impossible.
+    try {
+        Json object = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
+        if (object.is_discarded() || !object.is_object()) {
+            check.problems.push_back("the config must be a JSON object");
+            return check;
+        }
+        if (kind == DestinationKind::Kafka) {
+            CheckKafkaConfig(object, &check.config, &check.problems);
+        } else {
+            CheckWebhookConfig(object, &check.config, &check.problems);
+        }
+        const RetryPolicy &retry = check.config.retry;
+        if (retry.retry_base_ms > 0 && retry.retry_max_ms > 0 &&
+            retry.retry_max_ms < retry.retry_base_ms) {
+            check.problems.push_back("\"retry_max\" must not be less than \"retry_base\"");
+        }
+    } catch (const nlohmann::json::exception &) {
+        check.problems.push_back("the config could not be checked because of an internal error");
+    }
+    return check;
+}
+
+}  // namespace outbox

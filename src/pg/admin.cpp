@@ -1,0 +1,61 @@
+// SQL functions that read shared memory: per-destination counters (behind outbox.stats()).
+extern "C" {
+#include "postgres.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+#include "outbox/pg/shmem.hpp"
+
+extern "C" {
+PGDLLEXPORT Datum outbox_destination_counters(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(outbox_destination_counters);
+}
+
+using namespace outbox::pg;
+
+// outbox._destination_counters(): the counters of this database's destinations since start.
+Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
+    InitMaterializedSRF(fcinfo, 0);
+    auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    if (shared == nullptr)
+        return (Datum)0;
+
+    HASH_SEQ_STATUS status;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    hash_seq_init(&status, DestinationCountersHash());
+    DestinationCounters *entry;
+    while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
+        if (entry->key.database != MyDatabaseId)
+            continue;
+        Datum values[9];
+        bool nulls[9] = {false};
+        values[0] = CStringGetTextDatum(entry->key.name);
+        values[1] = Int64GetDatum(pg_atomic_read_u64(&entry->delivered));
+        values[2] = Int64GetDatum(pg_atomic_read_u64(&entry->failed));
+        values[3] = Int64GetDatum(pg_atomic_read_u64(&entry->dead));
+        values[4] = Int64GetDatum(pg_atomic_read_u64(&entry->expired));
+        values[5] = Int64GetDatum(pg_atomic_read_u64(&entry->deferred));
+        char last_error[sizeof entry->last_error];
+        SpinLockAcquire(&entry->mutex);
+        TimestampTz last_success = entry->last_success_at;
+        memcpy(last_error, entry->last_error, sizeof last_error);
+        SpinLockRelease(&entry->mutex);
+        values[6] = TimestampTzGetDatum(last_success);
+        nulls[6] = last_success == 0;
+        values[7] = CStringGetTextDatum(last_error);
+        nulls[7] = last_error[0] == '\0';
+        values[8] = TimestampTzGetDatum(shared->stats_reset);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    LWLockRelease(shared->lock);
+    return (Datum)0;
+}

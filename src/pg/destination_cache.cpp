@@ -1,0 +1,115 @@
+// A per-backend copy of outbox.destinations for the producer check (see the header).
+extern "C" {
+#include "postgres.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+}
+
+#include "outbox/pg/destination_cache.hpp"
+
+namespace outbox::pg {
+
+uint64 destinations_generation = 0;
+
+static HTAB *cache = nullptr;          // name -> CachedDestination; nullptr when not loaded
+static Oid cached_relid = InvalidOid;  // outbox.destinations, for the invalidation callback
+
+static void InvalidateCache(Datum, Oid relid) {
+    // InvalidOid means "all relations" (e.g. after a sinval queue overflow).
+    if (relid != InvalidOid && relid != cached_relid)
+        return;
+    if (cache) {
+        hash_destroy(cache);
+        cache = nullptr;
+    }
+    cached_relid = InvalidOid;
+    destinations_generation++;
+}
+
+void RegisterDestinationCacheCallback() {
+    CacheRegisterRelcacheCallback(InvalidateCache, 0);
+}
+
+// Reads every row of outbox.destinations with the latest snapshot: a message may name a
+// destination committed after the producer's transaction began, as with a foreign key check.
+static void LoadCache() {
+    Oid nsp = get_namespace_oid("outbox", false);
+    Oid relid = get_relname_relid("destinations", nsp);
+    if (!OidIsValid(relid))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("relation \"outbox.destinations\" does not exist"),
+                        errhint("The outbox extension may be only partly installed; run "
+                                "DROP EXTENSION outbox; CREATE EXTENSION outbox;")));
+
+    HASHCTL info;
+    memset(&info, 0, sizeof info);
+    info.keysize = NAMEDATALEN;
+    info.entrysize = sizeof(CachedDestination);
+    info.hcxt = CacheMemoryContext;
+    HTAB *table =
+        hash_create("outbox destinations", 16, &info, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+
+    Relation rel = table_open(relid, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(rel);
+    AttrNumber att_name = get_attnum(relid, "name");
+    AttrNumber att_kind = get_attnum(relid, "kind");
+    AttrNumber att_config = get_attnum(relid, "config");
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
+    HeapTuple tuple;
+    while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+        bool isnull;
+        Datum name = heap_getattr(tuple, att_name, desc, &isnull);
+        if (isnull)
+            continue;
+        char *name_str = TextDatumGetCString(name);
+        if (strlen(name_str) >= NAMEDATALEN)
+            continue;  // the name check forbids it
+        auto *entry =
+            static_cast<CachedDestination *>(hash_search(table, name_str, HASH_ENTER, nullptr));
+        Datum kind = heap_getattr(tuple, att_kind, desc, &isnull);
+        entry->is_kafka = !isnull && strcmp(TextDatumGetCString(kind), "kafka") == 0;
+        entry->has_topic = false;
+        Datum config = heap_getattr(tuple, att_config, desc, &isnull);
+        if (!isnull) {
+            Jsonb *jb = DatumGetJsonbP(config);
+            JsonbValue *topic = getKeyJsonValueFromContainer(&jb->root, "topic", 5, nullptr);
+            if (topic && topic->type == jbvString &&
+                topic->val.string.len < static_cast<int>(sizeof entry->topic)) {
+                memcpy(entry->topic, topic->val.string.val, topic->val.string.len);
+                entry->topic[topic->val.string.len] = '\0';
+                entry->has_topic = true;
+            }
+        }
+    }
+    table_endscan(scan);
+    UnregisterSnapshot(snapshot);
+    table_close(rel, AccessShareLock);
+
+    cache = table;
+    cached_relid = relid;
+}
+
+const CachedDestination *LookupDestination(const char *name, int len) {
+    if (len <= 0 || len >= NAMEDATALEN)
+        return nullptr;
+    if (cache == nullptr)
+        LoadCache();
+    char key[NAMEDATALEN];
+    memcpy(key, name, len);
+    key[len] = '\0';
+    return static_cast<const CachedDestination *>(hash_search(cache, key, HASH_FIND, nullptr));
+}
+
+}  // namespace outbox::pg

@@ -1,0 +1,369 @@
+// The producer path: the check every INSERT into outbox.messages passes, the UUIDv7 default for
+// event_id, and the wake-up of the workers when a producing transaction commits.
+#include <string_view>
+#include <utility>
+
+#include "outbox/config.hpp"
+#include "outbox/headers.hpp"
+#include "outbox/uuid7.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "port.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+}
+
+#include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/producer.hpp"
+#include "outbox/pg/settings.hpp"
+#include "outbox/pg/shmem.hpp"
+
+extern "C" {
+PGDLLEXPORT Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_messages_check(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_wake(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(outbox_uuid_generate_v7);
+PG_FUNCTION_INFO_V1(outbox_messages_check);
+PG_FUNCTION_INFO_V1(outbox_wake);
+}
+
+namespace outbox::pg {
+
+constexpr int kMaxKeyBytes = 1024;  // keys are indexed for per-key ordering
+constexpr int64 kMaxScheduleAheadUs = 366LL * USECS_PER_DAY;
+
+// Set by the producer check, consumed at the end of the transaction.
+static bool wake_at_commit = false;
+
+static void OnTransactionEvent(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_COMMIT:
+            // Called after the commit is visible to other snapshots, so a woken worker sees
+            // the rows.
+            if (wake_at_commit)
+                WakeWorkers(MyDatabaseId);
+            wake_at_commit = false;
+            break;
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PREPARE:  // COMMIT PREPARED elsewhere is found by the poll
+        case XACT_EVENT_PARALLEL_ABORT:
+            wake_at_commit = false;
+            break;
+        default:
+            break;
+    }
+}
+
+void RegisterProducerCallbacks() {
+    RegisterXactCallback(OnTransactionEvent, nullptr);
+}
+
+void WakeAtCommit() {
+    wake_at_commit = true;
+}
+
+// UUIDv7 generation state of this process; the generator keeps values strictly increasing.
+static Uuid7Generator uuid_generator;
+
+void GenerateEventId(pg_uuid_t *out) {
+    uint8 random[10];
+    if (!pg_strong_random(random, sizeof random))
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("could not generate random bytes for a UUIDv7")));
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64 unix_ms = int64(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
+    Uuid uuid = uuid_generator.Next(unix_ms, random);
+    memcpy(out->data, uuid.data(), UUID_LEN);
+}
+
+// Attribute numbers of outbox.messages, looked up once per table incarnation.
+struct MessageColumns {
+    Oid relid;
+    int destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
+        attempts, lease_token, last_error, first_failed_at;
+};
+
+static const MessageColumns &ColumnsOf(Relation rel) {
+    static MessageColumns cols = {};
+    if (cols.relid == RelationGetRelid(rel))
+        return cols;
+    TupleDesc desc = RelationGetDescr(rel);
+    auto att = [desc](const char *name) {
+        int n = SPI_fnumber(desc, name);
+        if (n <= 0)
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+                            errmsg("outbox.messages has no column \"%s\"", name),
+                            errhint("Update the extension: ALTER EXTENSION outbox UPDATE;")));
+        return n;
+    };
+    MessageColumns c = {};
+    c.destination = att("destination");
+    c.topic = att("topic");
+    c.key = att("key");
+    c.payload = att("payload");
+    c.payload_bytes = att("payload_bytes");
+    c.headers = att("headers");
+    c.available_at = att("available_at");
+    c.expires_at = att("expires_at");
+    c.attempts = att("attempts");
+    c.lease_token = att("lease_token");
+    c.last_error = att("last_error");
+    c.first_failed_at = att("first_failed_at");
+    c.relid = RelationGetRelid(rel);
+    cols = c;
+    return cols;
+}
+
+// Size in bytes of the payload as it will be delivered.
+static int64 DeliveredJsonSize(Datum payload, int64 limit) {
+    // The jsonb binary form is never more than a small factor smaller than its text (escaped
+    // control characters grow 6x); only payloads that could be over the limit are serialized.
+    int64 binary = toast_raw_datum_size(payload);
+    if (binary * 6 + 64 <= limit)
+        return binary;
+    Jsonb *jb = DatumGetJsonbP(payload);
+    StringInfoData buf;
+    initStringInfo(&buf);
+    JsonbToCString(&buf, &jb->root, VARSIZE(jb));
+    int64 size = buf.len;
+    pfree(buf.data);
+    return size;
+}
+
+// Headers must be a JSON object whose values are strings that can travel as HTTP or Kafka
+// headers, and may not take the name of a header the relay sets itself.
+static void CheckHeaders(Datum headers) {
+    Jsonb *jb = DatumGetJsonbP(headers);
+    if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outbox message headers must be a JSON object of strings"),
+                        errhint("For example: '{\"traceparent\": \"00-...\"}'.")));
+    if (JB_ROOT_COUNT(jb) > static_cast<int>(kMaxHeaderCount))
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("outbox message has %u headers, more than the %zu allowed",
+                               JB_ROOT_COUNT(jb), kMaxHeaderCount)));
+    JsonbIterator *it = JsonbIteratorInit(&jb->root);
+    JsonbValue v;
+    JsonbIteratorToken token;
+    char name[kMaxHeaderNameBytes + 1] = "";
+    while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+        if (token == WJB_KEY) {
+            std::string_view n(v.val.string.val, v.val.string.len);
+            if (!IsValidHeaderName(n))
+                ereport(ERROR,
+                        (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                         errmsg("outbox message header name \"%.*s\" is not valid",
+                                int(Min(n.size(), size_t(64))), n.data()),
+                         errdetail("A header name is 1 to %zu characters of letters, digits and "
+                                   "!#$%%&'*+-.^_`|~.",
+                                   kMaxHeaderNameBytes)));
+            if (IsReservedHeaderName(n))
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("outbox message header \"%.*s\" is set by outbox itself",
+                                       int(n.size()), n.data()),
+                                errhint("Event id, signature, CloudEvents and HTTP framing headers "
+                                        "cannot be overridden; use another header name.")));
+            memcpy(name, n.data(), n.size());
+            name[n.size()] = '\0';
+        } else if (token == WJB_VALUE) {
+            if (v.type != jbvString)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("outbox message header \"%s\" is not a string", name),
+                                errhint("Header values are JSON strings; quote numbers and "
+                                        "booleans.")));
+            if (!IsValidHeaderValue(std::string_view(v.val.string.val, v.val.string.len)))
+                ereport(ERROR,
+                        (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                         errmsg("outbox message header \"%s\" has an invalid value", name),
+                         errdetail("A header value is at most %zu bytes and contains no NUL, "
+                                   "carriage return or line feed.",
+                                   kMaxHeaderValueBytes)));
+        }
+    }
+}
+
+// Columns the relay owns must not be set by a producer.
+static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const MessageColumns &c) {
+    bool isnull;
+    Datum attempts = heap_getattr(tuple, c.attempts, desc, &isnull);
+    const char *column = nullptr;
+    if (!isnull && DatumGetInt32(attempts) != 0)
+        column = "attempts";
+    for (auto [att, name] : {std::pair{c.lease_token, "lease_token"},
+                             {c.last_error, "last_error"},
+                             {c.first_failed_at, "first_failed_at"}}) {
+        heap_getattr(tuple, att, desc, &isnull);
+        if (!isnull)
+            column = name;
+    }
+    if (column)
+        ereport(ERROR, (errcode(ERRCODE_GENERATED_ALWAYS),
+                        errmsg("column \"%s\" of outbox.messages is managed by outbox", column),
+                        errdetail("Producers set destination, topic, key, payload or "
+                                  "payload_bytes, headers, available_at, expires_at and "
+                                  "optionally event_id."),
+                        errhint("Leave \"%s\" out of the INSERT.", column)));
+}
+
+}  // namespace outbox::pg
+
+using namespace outbox::pg;
+
+// outbox.uuid_generate_v7(): the default of outbox.messages.event_id.
+Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS) {
+    auto *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    GenerateEventId(uuid);
+    PG_RETURN_UUID_P(uuid);
+}
+
+// outbox.wake(): nudge the workers of this database.
+Datum outbox_wake(PG_FUNCTION_ARGS) {
+    WakeWorkers(MyDatabaseId);
+    PG_RETURN_VOID();
+}
+
+// BEFORE INSERT FOR EACH ROW on outbox.messages: refuse what cannot be delivered, with an error
+// the producer can act on, and arrange the wake-up at commit. Written in C-style code only:
+// everything here may ereport.
+Datum outbox_messages_check(PG_FUNCTION_ARGS) {
+    auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+    if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+        !TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._messages_check() must be a BEFORE INSERT row trigger")));
+
+    Relation rel = td->tg_relation;
+    TupleDesc desc = RelationGetDescr(rel);
+    HeapTuple tuple = td->tg_trigtuple;
+    const MessageColumns &c = ColumnsOf(rel);
+    bool isnull;
+
+    CheckManagedColumnsUnset(tuple, desc, c);
+
+    Datum destination = heap_getattr(tuple, c.destination, desc, &isnull);
+    if (isnull)
+        ereport(ERROR,
+                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no destination"),
+                 errhint("Set destination to the name of a destination created with "
+                         "outbox.create_destination().")));
+    text *dest_text = DatumGetTextPP(destination);
+    const char *dest_name = VARDATA_ANY(dest_text);
+    int dest_len = VARSIZE_ANY_EXHDR(dest_text);
+    const CachedDestination *found = LookupDestination(dest_name, dest_len);
+    if (found == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+                        errmsg("outbox destination \"%.*s\" does not exist",
+                               Min(dest_len, NAMEDATALEN), dest_name),
+                        errhint("Create it with outbox.create_destination(), or check the name "
+                                "against outbox.destinations.")));
+    CachedDestination dest = *found;
+
+    // Exactly one payload, within the size limit.
+    Datum payload = heap_getattr(tuple, c.payload, desc, &isnull);
+    bool has_json = !isnull;
+    Datum payload_bytes = heap_getattr(tuple, c.payload_bytes, desc, &isnull);
+    bool has_bytes = !isnull;
+    if (has_json && has_bytes)
+        ereport(ERROR, (errcode(ERRCODE_CHECK_VIOLATION),
+                        errmsg("outbox message has both payload and payload_bytes"),
+                        errhint("Set exactly one: payload for JSON, payload_bytes for binary "
+                                "formats.")));
+    if (!has_json && !has_bytes)
+        ereport(ERROR,
+                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
+                 errhint("Set payload (jsonb) or payload_bytes (bytea).")));
+    int64 limit = setting_max_payload_bytes;
+    int64 size = has_json ? DeliveredJsonSize(payload, limit)
+                          : int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ;
+    if (size > limit)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("outbox message payload is %lld bytes, over "
+                               "outbox.max_payload_bytes (%lld)",
+                               (long long)size, (long long)limit),
+                        errhint("Send a reference to the data instead, or have a superuser "
+                                "raise outbox.max_payload_bytes.")));
+
+    Datum headers = heap_getattr(tuple, c.headers, desc, &isnull);
+    if (!isnull)
+        CheckHeaders(headers);
+
+    Datum key = heap_getattr(tuple, c.key, desc, &isnull);
+    if (!isnull && toast_raw_datum_size(key) - VARHDRSZ > kMaxKeyBytes)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
+                        errhint("Use a shorter identifier, such as a hash of the key.")));
+
+    // Values to replace: the destination's default topic, a NULL available_at.
+    int replace_cols[2];
+    Datum replace_values[2];
+    bool replace_nulls[2] = {false, false};
+    int nreplace = 0;
+
+    Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
+    if (isnull && dest.is_kafka) {
+        if (!dest.has_topic)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                     errmsg("outbox message for kafka destination \"%s\" has no topic", dest.name),
+                     errhint("Set topic in the message, or give the destination a default: "
+                             "SELECT outbox.alter_destination('%s', '{\"topic\": \"...\"}');",
+                             dest.name)));
+        replace_cols[nreplace] = c.topic;
+        replace_values[nreplace++] = CStringGetTextDatum(dest.topic);
+    } else if (!isnull) {
+        text *t = DatumGetTextPP(topic);
+        std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+        bool ok =
+            dest.is_kafka ? outbox::IsValidKafkaTopic(name) : !name.empty() && name.size() <= 249;
+        if (!ok)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("outbox message topic \"%.*s\" is not valid for %s destination "
+                                   "\"%s\"",
+                                   int(Min(name.size(), size_t(64))), name.data(),
+                                   dest.is_kafka ? "kafka" : "webhook", dest.name),
+                            dest.is_kafka ? errdetail("A Kafka topic name is 1 to 249 characters "
+                                                      "of letters, digits, '.', '_' and '-'.")
+                                          : errdetail("A topic is 1 to 249 characters.")));
+    }
+
+    TimestampTz now = GetCurrentTransactionStartTimestamp();
+    TimestampTz available_at = now;
+    Datum available = heap_getattr(tuple, c.available_at, desc, &isnull);
+    if (isnull) {
+        replace_cols[nreplace] = c.available_at;
+        replace_values[nreplace++] = TimestampTzGetDatum(now);
+    } else {
+        available_at = DatumGetTimestampTz(available);
+        if (available_at > now + kMaxScheduleAheadUs)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("outbox message available_at is more than a year ahead"),
+                            errdetail("available_at is %s.", timestamptz_to_str(available_at)),
+                            errhint("Schedule messages at most 366 days ahead.")));
+    }
+    Datum expires = heap_getattr(tuple, c.expires_at, desc, &isnull);
+    if (!isnull && DatumGetTimestampTz(expires) <= available_at)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outbox message expires_at is not after available_at"),
+                        errdetail("The message would expire before it could be delivered."),
+                        errhint("Leave expires_at NULL for messages that never expire.")));
+
+    WakeAtCommit();
+
+    if (nreplace == 0)
+        return PointerGetDatum(tuple);
+    return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, nreplace, replace_cols,
+                                                     replace_values, replace_nulls));
+}

@@ -1,0 +1,83 @@
+// The outbox.* settings (GUCs) of design §1.
+extern "C" {
+#include "postgres.h"
+#include "utils/guc.h"
+#include "utils/varlena.h"
+}
+
+#include "outbox/pg/settings.hpp"
+
+namespace outbox::pg {
+
+char *setting_databases = nullptr;
+int setting_workers = 1;
+int setting_batch_size = 500;
+int setting_poll_interval_ms = 1000;
+int setting_lease_timeout_ms = 30000;
+int setting_max_attempts = 10;
+int setting_retry_base_ms = 1000;
+int setting_retry_max_ms = 300000;
+int setting_max_payload_bytes = 1024 * 1024;
+
+// outbox.databases must be a list of database names PostgreSQL could have.
+static bool CheckDatabases(char **newval, void **, GucSource) {
+    char *copy = pstrdup(*newval);
+    List *names = NIL;
+    bool ok = SplitIdentifierString(copy, ',', &names);
+    if (!ok) {
+        GUC_check_errdetail("outbox.databases must be a comma-separated list of database names.");
+    } else if (list_length(names) > 64) {
+        GUC_check_errdetail("outbox.databases lists %d databases; at most 64 are served.",
+                            list_length(names));
+        ok = false;
+    }
+    list_free(names);
+    pfree(copy);
+    return ok;
+}
+
+void DefineSettings() {
+    DefineCustomStringVariable(
+        "outbox.databases", "Databases whose outbox the background workers serve.",
+        "A comma-separated list. A database without the outbox extension is skipped and checked "
+        "again later. Changes take effect on reload.",
+        &setting_databases, "postgres", PGC_SIGHUP, GUC_LIST_INPUT, CheckDatabases, nullptr,
+        nullptr);
+    DefineCustomIntVariable("outbox.workers", "Delivery workers per served database.", nullptr,
+                            &setting_workers, 1, 1, 32, PGC_POSTMASTER, 0, nullptr, nullptr,
+                            nullptr);
+    DefineCustomIntVariable("outbox.batch_size", "Messages a worker claims per cycle.", nullptr,
+                            &setting_batch_size, 500, 1, 100000, PGC_SIGHUP, 0, nullptr, nullptr,
+                            nullptr);
+    DefineCustomIntVariable(
+        "outbox.poll_interval", "How often workers look for due work without being woken.",
+        "Commits wake the workers at once; the poll finds due retries, expired leases and lost "
+        "wake-ups.",
+        &setting_poll_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "outbox.lease_timeout", "How long a claim is held before another worker may take it over.",
+        "A worker that has not recorded an outcome within this time loses its claim.",
+        &setting_lease_timeout_ms, 30000, 1000, 24 * 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+        nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.max_attempts", "Delivery attempts before a message goes to the dead letters.",
+        "The default for destinations that do not set max_attempts.", &setting_max_attempts, 10, 1,
+        1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.retry_base", "First retry delay; it doubles with each attempt.",
+                            "The default for destinations that do not set retry_base.",
+                            &setting_retry_base_ms, 1000, 1, 24 * 3600 * 1000, PGC_SIGHUP,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.retry_max", "Longest retry delay.",
+                            "The default for destinations that do not set retry_max.",
+                            &setting_retry_max_ms, 300000, 1, 7 * 24 * 3600 * 1000, PGC_SIGHUP,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.max_payload_bytes", "Largest message payload accepted at INSERT.",
+        "Counted on the bytes delivered: the JSON text of payload, or payload_bytes.",
+        &setting_max_payload_bytes, 1024 * 1024, 1, 1024 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
+        nullptr, nullptr, nullptr);
+    MarkGUCPrefixReserved("outbox");
+}
+
+}  // namespace outbox::pg

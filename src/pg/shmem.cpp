@@ -1,0 +1,174 @@
+// Shared memory: worker slots and cumulative per-destination counters.
+#include <initializer_list>
+
+extern "C" {
+#include "postgres.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+}
+
+#include "outbox/pg/shmem.hpp"
+
+namespace outbox::pg {
+
+SharedState *shared = nullptr;
+static HTAB *counters_hash = nullptr;
+
+static shmem_request_hook_type prev_shmem_request_hook = nullptr;
+static shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
+
+const char *WorkerStateName(uint32 state) {
+    switch (state) {
+        case kWorkerStarting:
+            return "starting";
+        case kWorkerIdle:
+            return "idle";
+        case kWorkerClaiming:
+            return "claiming";
+        case kWorkerPublishing:
+            return "publishing";
+        case kWorkerWritingBack:
+            return "writing back";
+        case kWorkerBackingOff:
+            return "backing off";
+        case kWorkerStopping:
+            return "stopping";
+        case kWorkerNoExtension:
+            return "no extension";
+        case kWorkerStandby:
+            return "standby";
+    }
+    return "unknown";
+}
+
+// Every worker needs a bgworker slot, so max_worker_processes bounds the slots we need.
+static int NumSlots() {
+    return max_worker_processes;
+}
+
+static Size SharedStateSize() {
+    return add_size(offsetof(SharedState, slots), mul_size(NumSlots(), sizeof(WorkerSlot)));
+}
+
+static void RequestSharedMemory() {
+    if (prev_shmem_request_hook)
+        prev_shmem_request_hook();
+    RequestAddinShmemSpace(SharedStateSize());
+    RequestAddinShmemSpace(
+        hash_estimate_size(kMaxDestinationCounters, sizeof(DestinationCounters)));
+    RequestNamedLWLockTranche("outbox", 1);
+}
+
+static void StartupSharedMemory() {
+    if (prev_shmem_startup_hook)
+        prev_shmem_startup_hook();
+
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    shared = static_cast<SharedState *>(ShmemInitStruct("outbox", SharedStateSize(), &found));
+    if (!found) {
+        memset(shared, 0, SharedStateSize());
+        shared->lock = &(GetNamedLWLockTranche("outbox"))->lock;
+        shared->stats_reset = GetCurrentTimestamp();
+        shared->num_slots = NumSlots();
+        for (int i = 0; i < shared->num_slots; i++) {
+            WorkerSlot *slot = &shared->slots[i];
+            SpinLockInit(&slot->mutex);
+            pg_atomic_init_u32(&slot->state, kWorkerStarting);
+            pg_atomic_init_u32(&slot->batch_in_flight, 0);
+            for (pg_atomic_uint64 *c :
+                 {&slot->cycles, &slot->claimed, &slot->delivered, &slot->retried, &slot->dead,
+                  &slot->deferred, &slot->expired, &slot->errors})
+                pg_atomic_init_u64(c, 0);
+        }
+    }
+    HASHCTL info;
+    memset(&info, 0, sizeof info);
+    info.keysize = sizeof(DestinationCounterKey);
+    info.entrysize = sizeof(DestinationCounters);
+    counters_hash =
+        ShmemInitHash("outbox destination counters", kMaxDestinationCounters,
+                      kMaxDestinationCounters, &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+    LWLockRelease(AddinShmemInitLock);
+}
+
+void InstallSharedMemoryHooks() {
+    prev_shmem_request_hook = shmem_request_hook;
+    shmem_request_hook = RequestSharedMemory;
+    prev_shmem_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = StartupSharedMemory;
+}
+
+void WakeWorkers(Oid database) {
+    if (shared == nullptr)
+        return;
+    // Unlocked reads: a stale pgprocno costs at most a spurious wake-up of some backend, and a
+    // missed one is caught by the poll.
+    for (int i = 0; i < shared->num_slots; i++) {
+        WorkerSlot *slot = &shared->slots[i];
+        pid_t pid = slot->pid;
+        int procno = slot->pgprocno;
+        if (pid != 0 && (database == InvalidOid || slot->database == database))
+            SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+    }
+}
+
+DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
+    DestinationCounterKey key;
+    memset(&key, 0, sizeof key);
+    key.database = database;
+    strlcpy(key.name, name, sizeof key.name);
+
+    LWLockAcquire(shared->lock, LW_SHARED);
+    auto *entry =
+        static_cast<DestinationCounters *>(hash_search(counters_hash, &key, HASH_FIND, nullptr));
+    LWLockRelease(shared->lock);
+    if (entry)
+        return entry;
+
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    bool found = false;
+    entry = static_cast<DestinationCounters *>(
+        hash_search(counters_hash, &key, HASH_ENTER_NULL, &found));
+    if (entry && !found) {
+        for (pg_atomic_uint64 *c :
+             {&entry->delivered, &entry->failed, &entry->dead, &entry->expired, &entry->deferred})
+            pg_atomic_init_u64(c, 0);
+        SpinLockInit(&entry->mutex);
+        entry->last_success_at = 0;
+        entry->last_error[0] = '\0';
+    }
+    LWLockRelease(shared->lock);
+    return entry;
+}
+
+HTAB *DestinationCountersHash() {
+    return counters_hash;
+}
+
+void SetLastError(DestinationCounters *counters, const char *error) {
+    SpinLockAcquire(&counters->mutex);
+    strlcpy(counters->last_error, error, sizeof counters->last_error);
+    SpinLockRelease(&counters->mutex);
+}
+
+bool DatabaseIsHeld(Oid database) {
+    TimestampTz now = GetCurrentTimestamp();
+    bool held = false;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    for (const HeldDatabase &h : shared->held)
+        if (h.database == database && h.until > now)
+            held = true;
+    LWLockRelease(shared->lock);
+    return held;
+}
+
+}  // namespace outbox::pg

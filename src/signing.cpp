@@ -1,0 +1,214 @@
+// Standard Webhooks signing: HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX API is
+// deprecated), base64 by hand so that decoding can be strict.
+#include "outbox/signing.hpp"
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbox {
+
+namespace {
+
+constexpr char kBase64Alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+constexpr std::string_view kSecretPrefix = "whsec_";
+constexpr size_t kSha256Bytes = 32;
+
+// The 6-bit value of a base64 character, or -1.
+int Base64Value(char c) {
+    if (c >= 'A' && c <= 'Z') {
+        return c - 'A';
+    }
+    if (c >= 'a' && c <= 'z') {
+        return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+        return c - '0' + 52;
+    }
+    if (c == '+') {
+        return 62;
+    }
+    if (c == '/') {
+        return 63;
+    }
+    return -1;
+}
+
+// The HMAC implementation, fetched once per process: fetching walks the provider tables under a
+// lock. An atomic pointer is trivially destructible; the object lives until the process exits.
+// A failed fetch (out of memory) is not cached, so signing recovers when memory does.
+EVP_MAC *HmacImplementation() {
+    static std::atomic<EVP_MAC *> cached{nullptr};
+    EVP_MAC *mac = cached.load(std::memory_order_acquire);
+    if (mac != nullptr) {
+        return mac;
+    }
+    mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    if (mac == nullptr) {
+        return nullptr;
+    }
+    EVP_MAC *expected = nullptr;
+    if (!cached.compare_exchange_strong(expected, mac, std::memory_order_acq_rel)) {
+        EVP_MAC_free(mac);  // another thread won the race; use its copy
+        return expected;
+    }
+    return mac;
+}
+
+// HMAC-SHA256 of the parts concatenated, fed in pieces so a large body is never copied.
+// Returns false only when OpenSSL fails (out of memory, or no default provider).
+bool HmacSha256(std::string_view key, const std::string_view *parts, size_t count,
+                unsigned char out[kSha256Bytes]) {
+    EVP_MAC *mac = HmacImplementation();
+    if (mac == nullptr) {
+        return false;
+    }
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
+    if (ctx == nullptr) {
+        return false;
+    }
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_end(),
+    };
+    // A zero-length key must still be a non-null pointer: a null key means "reuse the last key".
+    static const unsigned char kEmpty[1] = {0};
+    const unsigned char *key_bytes =
+        key.empty() ? kEmpty : reinterpret_cast<const unsigned char *>(key.data());
+    bool ok = EVP_MAC_init(ctx, key_bytes, key.size(), params) == 1;
+    for (size_t i = 0; ok && i < count; ++i) {
+        ok = EVP_MAC_update(ctx, reinterpret_cast<const unsigned char *>(parts[i].data()),
+                            parts[i].size()) == 1;
+    }
+    size_t out_len = 0;
+    ok = ok && EVP_MAC_final(ctx, out, &out_len, kSha256Bytes) == 1 && out_len == kSha256Bytes;
+    EVP_MAC_CTX_free(ctx);
+    return ok;
+}
+
+}  // namespace
+
+// Standard base64 with padding, as the Standard Webhooks signature and secret use.
+std::string Base64Encode(std::string_view bytes) {
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    size_t i = 0;
+    for (; i + 3 <= bytes.size(); i += 3) {
+        uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
+                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
+                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
+        out.push_back(kBase64Alphabet[v >> 18 & 63]);
+        out.push_back(kBase64Alphabet[v >> 12 & 63]);
+        out.push_back(kBase64Alphabet[v >> 6 & 63]);
+        out.push_back(kBase64Alphabet[v & 63]);
+    }
+    size_t rest = bytes.size() - i;
+    if (rest > 0) {
+        uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+        if (rest == 2) {
+            v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+        }
+        out.push_back(kBase64Alphabet[v >> 18 & 63]);
+        out.push_back(kBase64Alphabet[v >> 12 & 63]);
+        out.push_back(rest == 2 ? kBase64Alphabet[v >> 6 & 63] : '=');
+        out.push_back('=');
+    }
+    return out;
+}
+
+// Strict decoding: one spelling per byte string (no whitespace, padding required, unused bits
+// zero), so a mistyped secret is refused at definition time instead of signing with a wrong key.
+std::optional<std::string> Base64Decode(std::string_view text) {
+    if (text.size() % 4 != 0) {
+        return std::nullopt;
+    }
+    std::string out;
+    out.reserve(text.size() / 4 * 3);
+    for (size_t i = 0; i < text.size(); i += 4) {
+        bool last = i + 4 == text.size();
+        size_t padding = 0;
+        if (last && text[i + 3] == '=') {
+            padding = text[i + 2] == '=' ? 2 : 1;
+        }
+        uint32_t v = 0;
+        for (size_t j = 0; j < 4; ++j) {
+            if (j >= 4 - padding) {
+                v <<= 6;
+                continue;
+            }
+            int d = Base64Value(text[i + j]);
+            if (d < 0) {
+                return std::nullopt;
+            }
+            v = v << 6 | static_cast<uint32_t>(d);
+        }
+        // Bits that padding leaves unused must be zero, or two texts would decode alike.
+        if ((padding == 1 && (v & 0xFF) != 0) || (padding == 2 && (v & 0xFFFF) != 0)) {
+            return std::nullopt;
+        }
+        out.push_back(static_cast<char>(v >> 16 & 0xFF));
+        if (padding < 2) {
+            out.push_back(static_cast<char>(v >> 8 & 0xFF));
+        }
+        if (padding < 1) {
+            out.push_back(static_cast<char>(v & 0xFF));
+        }
+    }
+    return out;
+}
+
+// The HMAC key of a Standard Webhooks secret.
+std::optional<std::string> DecodeWebhookSecret(std::string_view secret) {
+    if (secret.substr(0, kSecretPrefix.size()) != kSecretPrefix) {
+        return std::nullopt;
+    }
+    std::optional<std::string> key = Base64Decode(secret.substr(kSecretPrefix.size()));
+    if (!key || key->empty()) {
+        return std::nullopt;
+    }
+    return key;
+}
+
+// One v1 signature. Returns an empty string only if OpenSSL itself fails, which the caller
+// treats as "cannot sign" rather than sending a wrong signature.
+std::string SignatureV1(std::string_view key, std::string_view msg_id, int64_t timestamp_s,
+                        std::string_view body) {
+    std::string timestamp = std::to_string(timestamp_s);
+    const std::string_view parts[] = {msg_id, ".", timestamp, ".", body};
+    unsigned char mac[kSha256Bytes];
+    if (!HmacSha256(key, parts, sizeof(parts) / sizeof(parts[0]), mac)) {
+        return std::string();
+    }
+    std::string signature = "v1,";
+    signature += Base64Encode(std::string_view(reinterpret_cast<const char *>(mac), sizeof(mac)));
+    return signature;
+}
+
+// The webhook-signature header: during a key rotation the receiver accepts either signature.
+// Empty if any signature could not be computed, so a partial header is never sent.
+std::string SignatureHeader(const std::vector<std::string> &keys, std::string_view msg_id,
+                            int64_t timestamp_s, std::string_view body) {
+    std::string header;
+    for (const std::string &key : keys) {
+        std::string signature = SignatureV1(key, msg_id, timestamp_s, body);
+        if (signature.empty()) {
+            return std::string();
+        }
+        if (!header.empty()) {
+            header.push_back(' ');
+        }
+        header += signature;
+    }
+    return header;
+}
+
+}  // namespace outbox

@@ -1,0 +1,131 @@
+// Classification: an outage defers, a rejection retries, a permanent failure is dead.
+#include "outbox/classify.hpp"
+
+#include <curl/curl.h>
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+
+#include "outbox/message.hpp"
+
+namespace outbox {
+namespace {
+
+TEST(ClassifyTest, HttpSuccessIsDelivered) {
+    for (long status : {200L, 201L, 202L, 204L, 250L, 299L}) {
+        EXPECT_EQ(ClassifyHttpStatus(status), OutcomeKind::Delivered) << status;
+    }
+}
+
+TEST(ClassifyTest, HttpTransientRejectionsRetry) {
+    for (long status : {408L, 425L, 429L, 500L, 502L, 503L, 504L, 599L}) {
+        EXPECT_EQ(ClassifyHttpStatus(status), OutcomeKind::Retry) << status;
+    }
+}
+
+TEST(ClassifyTest, HttpPermanentAndNonsenseStatusesAreDead) {
+    for (long status : {0L,   -1L,  100L, 101L, 199L, 300L, 301L, 304L, 400L, 401L, 403L,
+                        404L, 405L, 409L, 410L, 413L, 422L, 426L, 499L, 600L, 999L, 2147483647L}) {
+        EXPECT_EQ(ClassifyHttpStatus(status), OutcomeKind::Dead) << status;
+    }
+}
+
+TEST(ClassifyTest, CurlFailuresBeforeTheRequestDefer) {
+    for (CURLcode code :
+         {CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,
+          CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION}) {
+        EXPECT_EQ(ClassifyCurlResult(code, false), OutcomeKind::Defer) << code;
+    }
+    // A connect timeout: nothing was sent.
+    EXPECT_EQ(ClassifyCurlResult(CURLE_OPERATION_TIMEDOUT, false), OutcomeKind::Defer);
+    EXPECT_EQ(ClassifyCurlResult(CURLE_SEND_ERROR, false), OutcomeKind::Defer);
+}
+
+TEST(ClassifyTest, CurlFailuresAfterTheRequestRetry) {
+    for (CURLcode code : {CURLE_OPERATION_TIMEDOUT, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
+                          CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2_STREAM}) {
+        EXPECT_EQ(ClassifyCurlResult(code, true), OutcomeKind::Retry) << code;
+    }
+}
+
+TEST(ClassifyTest, CurlLocalMisuseIsDead) {
+    for (CURLcode code : {CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, CURLE_SSL_CACERT_BADFILE,
+                          CURLE_SSL_CERTPROBLEM, CURLE_NOT_BUILT_IN, CURLE_BAD_FUNCTION_ARGUMENT,
+                          CURLE_UNKNOWN_OPTION}) {
+        EXPECT_EQ(ClassifyCurlResult(code, false), OutcomeKind::Dead) << code;
+        EXPECT_EQ(ClassifyCurlResult(code, true), OutcomeKind::Dead) << code;
+    }
+}
+
+TEST(ClassifyTest, CurlUnknownCodesSpendAnAttempt) {
+    // Neither deferred forever nor dropped at once.
+    EXPECT_EQ(ClassifyCurlResult(CURLE_OUT_OF_MEMORY, false), OutcomeKind::Retry);
+    EXPECT_EQ(ClassifyCurlResult(9999, false), OutcomeKind::Retry);
+    EXPECT_EQ(ClassifyCurlResult(-1, true), OutcomeKind::Retry);
+}
+
+TEST(ClassifyTest, KafkaPersistedIsDelivered) {
+    EXPECT_EQ(ClassifyKafkaResult(RD_KAFKA_RESP_ERR_NO_ERROR, RD_KAFKA_MSG_STATUS_PERSISTED),
+              OutcomeKind::Delivered);
+}
+
+TEST(ClassifyTest, KafkaSuccessWithoutPersistenceRetries) {
+    EXPECT_EQ(ClassifyKafkaResult(RD_KAFKA_RESP_ERR_NO_ERROR, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
+              OutcomeKind::Retry);
+    EXPECT_EQ(
+        ClassifyKafkaResult(RD_KAFKA_RESP_ERR_NO_ERROR, RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED),
+        OutcomeKind::Retry);
+}
+
+TEST(ClassifyTest, KafkaOutagesDefer) {
+    for (rd_kafka_resp_err_t err :
+         {RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN,
+          RD_KAFKA_RESP_ERR__RESOLVE, RD_KAFKA_RESP_ERR__PURGE_QUEUE}) {
+        EXPECT_EQ(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED), OutcomeKind::Defer)
+            << rd_kafka_err2name(err);
+    }
+    EXPECT_EQ(
+        ClassifyKafkaResult(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
+        OutcomeKind::Defer);
+}
+
+TEST(ClassifyTest, KafkaTimeoutThatMayHaveBeenPersistedRetries) {
+    EXPECT_EQ(ClassifyKafkaResult(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT,
+                                  RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED),
+              OutcomeKind::Retry);
+    EXPECT_EQ(ClassifyKafkaResult(RD_KAFKA_RESP_ERR__PURGE_INFLIGHT,
+                                  RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED),
+              OutcomeKind::Retry);
+}
+
+TEST(ClassifyTest, KafkaPermanentErrorsAreDead) {
+    for (rd_kafka_resp_err_t err :
+         {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+          RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_INVALID_RECORD,
+          RD_KAFKA_RESP_ERR_INVALID_MSG, RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE,
+          RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC,
+          RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION, RD_KAFKA_RESP_ERR__INVALID_ARG,
+          RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION}) {
+        EXPECT_EQ(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED), OutcomeKind::Dead)
+            << rd_kafka_err2name(err);
+    }
+}
+
+TEST(ClassifyTest, KafkaOtherBrokerErrorsRetry) {
+    for (rd_kafka_resp_err_t err :
+         {RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+          RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR__FATAL,
+          RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER}) {
+        EXPECT_EQ(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED), OutcomeKind::Retry)
+            << rd_kafka_err2name(err);
+    }
+}
+
+TEST(ClassifyTest, OutcomeKindNames) {
+    EXPECT_STREQ(OutcomeKindName(OutcomeKind::Delivered), "delivered");
+    EXPECT_STREQ(OutcomeKindName(OutcomeKind::Retry), "retry");
+    EXPECT_STREQ(OutcomeKindName(OutcomeKind::Dead), "dead");
+    EXPECT_STREQ(OutcomeKindName(OutcomeKind::Defer), "defer");
+}
+
+}  // namespace
+}  // namespace outbox

@@ -1,0 +1,586 @@
+// Destination configs: what a DBA passes to create_destination and what the worker runs with.
+#include "outbox/config.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbox {
+namespace {
+
+using Properties = std::vector<std::pair<std::string, std::string>>;
+
+std::string JoinProblems(const ConfigCheck &check) {
+    std::string all;
+    for (const std::string &problem : check.problems) {
+        all += problem;
+        all += '\n';
+    }
+    return all;
+}
+
+// True when some problem is exactly `problem`.
+bool HasProblem(const ConfigCheck &check, const std::string &problem) {
+    for (const std::string &p : check.problems) {
+        if (p == problem) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// True when some problem contains `fragment`.
+bool HasProblemContaining(const ConfigCheck &check, const std::string &fragment) {
+    for (const std::string &p : check.problems) {
+        if (p.find(fragment) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+ConfigCheck Kafka(const std::string &json) {
+    return CheckDestinationConfig(DestinationKind::Kafka, json);
+}
+
+ConfigCheck Webhook(const std::string &json) {
+    return CheckDestinationConfig(DestinationKind::Webhook, json);
+}
+
+// A readable file for "ca_file", removed when the test ends.
+class TempFile {
+  public:
+    TempFile() {
+        char path[] = "/tmp/outbox_config_test_XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) {
+            (void)!write(fd, "x", 1);
+            close(fd);
+            path_ = path;
+        }
+    }
+    ~TempFile() {
+        if (!path_.empty()) {
+            unlink(path_.c_str());
+        }
+    }
+    const std::string &path() const { return path_; }
+
+  private:
+    std::string path_;
+};
+
+constexpr char kSecret[] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+constexpr char kOtherSecret[] = "whsec_Zm9vYmFy";  // "foobar"
+
+TEST(ConfigTest, DestinationKindNames) {
+    EXPECT_EQ(ParseDestinationKind("kafka"), DestinationKind::Kafka);
+    EXPECT_EQ(ParseDestinationKind("webhook"), DestinationKind::Webhook);
+    EXPECT_EQ(ParseDestinationKind("Kafka"), std::nullopt);
+    EXPECT_EQ(ParseDestinationKind("http"), std::nullopt);
+    EXPECT_EQ(ParseDestinationKind(""), std::nullopt);
+    EXPECT_STREQ(DestinationKindName(DestinationKind::Kafka), "kafka");
+    EXPECT_STREQ(DestinationKindName(DestinationKind::Webhook), "webhook");
+}
+
+TEST(ConfigTest, ValidKafkaConfigParsesIntoFields) {
+    ConfigCheck check = Kafka(R"({
+        "bootstrap.servers": "broker1:9092,broker2:9092",
+        "topic": "orders.v1",
+        "linger.ms": 5,
+        "linger.ms": 2,
+        "enable.idempotence": true,
+        "acks": "all",
+        "compression.type": "lz4",
+        "message.timeout.ms": 30000.0,
+        "batch.num.messages": 1e3,
+        "queue.buffering.max.ms": 0.5,
+        "client.id": "outbox-test",
+        "max_attempts": 5,
+        "retry_base": "500ms",
+        "retry_max": 120000
+    })");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    const DestinationConfig &config = check.config;
+    EXPECT_EQ(config.kind, DestinationKind::Kafka);
+    EXPECT_EQ(config.kafka.default_topic, "orders.v1");
+    EXPECT_EQ(config.retry.max_attempts, 5);
+    EXPECT_EQ(config.retry.retry_base_ms, 500);
+    EXPECT_EQ(config.retry.retry_max_ms, 120000);
+    // librdkafka properties in document order, numbers as decimal text, booleans as words; a
+    // repeated key keeps its first position and its last value (what jsonb does too).
+    Properties expected = {
+        {"bootstrap.servers", "broker1:9092,broker2:9092"},
+        {"linger.ms", "2"},
+        {"enable.idempotence", "true"},
+        {"acks", "all"},
+        {"compression.type", "lz4"},
+        {"message.timeout.ms", "30000"},
+        {"batch.num.messages", "1000"},
+        {"queue.buffering.max.ms", "0.5"},
+        {"client.id", "outbox-test"},
+    };
+    EXPECT_EQ(config.kafka.properties, expected);
+}
+
+TEST(ConfigTest, KafkaDefaultsWhenOnlyTheBrokerIsGiven) {
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "localhost:9092"})");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(check.config.kafka.default_topic, "");
+    EXPECT_EQ(check.config.retry.max_attempts, -1);
+    EXPECT_EQ(check.config.retry.retry_base_ms, -1);
+    EXPECT_EQ(check.config.retry.retry_max_ms, -1);
+    // The alias works as well.
+    EXPECT_TRUE(Kafka(R"({"metadata.broker.list": "localhost:9092"})").ok());
+}
+
+TEST(ConfigTest, ValidWebhookConfigParsesIntoFields) {
+    TempFile ca;
+    ASSERT_FALSE(ca.path().empty());
+    std::string json = R"({
+        "url": "https://hooks.example.com:8443/outbox?tenant=1",
+        "secret": [")" +
+                       std::string(kSecret) + R"(", ")" + kOtherSecret + R"("],
+        "headers": {"Authorization": "Bearer abc", "X-Tenant": "caf\u00e9"},
+        "timeout_ms": "5s",
+        "max_in_flight": 8,
+        "ca_file": ")" +
+                       ca.path() + R"(",
+        "tls_verify": false,
+        "topic": "order.created",
+        "max_attempts": 3,
+        "retry_base": 1000,
+        "retry_max": "10min"
+    })";
+    ConfigCheck check = Webhook(json);
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    const WebhookConfig &webhook = check.config.webhook;
+    EXPECT_EQ(check.config.kind, DestinationKind::Webhook);
+    EXPECT_EQ(webhook.url, "https://hooks.example.com:8443/outbox?tenant=1");
+    ASSERT_EQ(webhook.secret_keys.size(), 2u);
+    EXPECT_EQ(webhook.secret_keys[0].size(), 24u);
+    EXPECT_EQ(webhook.secret_keys[1], "foobar");
+    Headers headers = {{"Authorization", "Bearer abc"}, {"X-Tenant", "caf\xc3\xa9"}};
+    EXPECT_EQ(webhook.headers, headers);
+    EXPECT_EQ(webhook.timeout_ms, 5000);
+    EXPECT_EQ(webhook.max_in_flight, 8);
+    EXPECT_EQ(webhook.ca_file, ca.path());
+    EXPECT_FALSE(webhook.tls_verify);
+    EXPECT_EQ(webhook.default_topic, "order.created");
+    EXPECT_EQ(check.config.retry.max_attempts, 3);
+    EXPECT_EQ(check.config.retry.retry_base_ms, 1000);
+    EXPECT_EQ(check.config.retry.retry_max_ms, 600000);
+}
+
+TEST(ConfigTest, WebhookDefaultsWhenOnlyTheUrlIsGiven) {
+    ConfigCheck check = Webhook(R"({"url": "http://127.0.0.1:8080/hook", "secret": "whsec_Zm9v"})");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    const WebhookConfig &webhook = check.config.webhook;
+    EXPECT_EQ(webhook.secret_keys, std::vector<std::string>{"foo"});
+    EXPECT_TRUE(webhook.headers.empty());
+    EXPECT_EQ(webhook.timeout_ms, 10000);
+    EXPECT_EQ(webhook.max_in_flight, 32);
+    EXPECT_EQ(webhook.ca_file, "");
+    EXPECT_TRUE(webhook.tls_verify);
+    EXPECT_EQ(webhook.default_topic, "");
+}
+
+TEST(ConfigTest, KafkaReportsEveryProblemAtOnce) {
+    ConfigCheck check = Kafka(R"({
+        "foo.bar": 1,
+        "acks": 1,
+        "dr_msg_cb": "x",
+        "max_attempts": 0,
+        "linger.ms": "soon"
+    })");
+    EXPECT_EQ(check.problems.size(), 6u) << JoinProblems(check);
+    EXPECT_TRUE(HasProblem(check, "unknown librdkafka property \"foo.bar\""));
+    EXPECT_TRUE(HasProblem(
+        check,
+        "\"acks\" must be \"all\" (outbox requires acknowledgement by all in-sync replicas)"));
+    EXPECT_TRUE(HasProblem(check, "\"dr_msg_cb\" is set by outbox and cannot be configured"));
+    EXPECT_TRUE(HasProblem(check, "\"max_attempts\" must be an integer between 1 and 1000"));
+    // librdkafka reports the canonical name of this alias; the problem names the key as written.
+    EXPECT_TRUE(HasProblem(check, "invalid value \"soon\" for \"linger.ms\""))
+        << JoinProblems(check);
+    EXPECT_TRUE(HasProblem(check, "\"bootstrap.servers\" is required for a kafka destination"));
+}
+
+TEST(ConfigTest, WebhookReportsFiveProblemsAtOnce) {
+    ConfigCheck check = Webhook(R"({
+        "url": "ftp://example.com/hook",
+        "secret": "whsec_not base64",
+        "max_in_flight": 0,
+        "headers": {"Webhook-Signature": "forged"},
+        "colour": "blue"
+    })");
+    ASSERT_EQ(check.problems.size(), 5u) << JoinProblems(check);
+    EXPECT_EQ(check.problems[0], "\"url\" must be an http or https URL with a host");
+    EXPECT_EQ(check.problems[1], "\"secret\" must be \"whsec_\" followed by base64");
+    EXPECT_EQ(check.problems[2], "\"max_in_flight\" must be an integer between 1 and 1024");
+    EXPECT_EQ(check.problems[3],
+              "header \"Webhook-Signature\" in \"headers\" is set by outbox and cannot be "
+              "configured");
+    EXPECT_EQ(check.problems[4], "unknown key \"colour\" for a webhook destination");
+}
+
+TEST(ConfigTest, ConfigMustBeAJsonObject) {
+    for (const char *json : {"", "   ", "{", "[]", "[{}]", "5", "\"x\"", "null", "true",
+                             "{\"url\": }", "{} {}", "{\"a\": \"\xff\"}"}) {
+        for (DestinationKind kind : {DestinationKind::Kafka, DestinationKind::Webhook}) {
+            ConfigCheck check = CheckDestinationConfig(kind, json);
+            ASSERT_EQ(check.problems.size(), 1u) << json;
+            EXPECT_EQ(check.problems[0], "the config must be a JSON object") << json;
+        }
+    }
+}
+
+TEST(ConfigTest, KafkaGuaranteesCannotBeWeakened) {
+    EXPECT_TRUE(Kafka(R"({"bootstrap.servers": "b:9092", "acks": -1})").ok());
+    EXPECT_TRUE(Kafka(R"({"bootstrap.servers": "b:9092", "acks": "-1"})").ok());
+    EXPECT_TRUE(Kafka(R"({"bootstrap.servers": "b:9092", "request.required.acks": "all"})").ok());
+    EXPECT_TRUE(Kafka(R"({"bootstrap.servers": "b:9092", "enable.idempotence": "true"})").ok());
+
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "b:9092", "request.required.acks": 0,
+                                  "acks": "1", "enable.idempotence": false})");
+    EXPECT_EQ(check.problems.size(), 3u) << JoinProblems(check);
+    EXPECT_TRUE(HasProblemContaining(check, "\"request.required.acks\" must be \"all\""));
+    EXPECT_TRUE(HasProblemContaining(check, "\"acks\" must be \"all\""));
+    EXPECT_TRUE(HasProblemContaining(check, "\"enable.idempotence\" must be true"));
+
+    check = Kafka(R"({"bootstrap.servers": "b:9092", "transactional.id": "t",
+                      "internal.termination.signal": 0, "plugin.library.paths": "/tmp/evil.so"})");
+    EXPECT_EQ(check.problems.size(), 3u) << JoinProblems(check);
+    EXPECT_TRUE(HasProblemContaining(check, "\"transactional.id\" cannot be configured"));
+    EXPECT_TRUE(
+        HasProblemContaining(check, "\"internal.termination.signal\" cannot be configured"));
+    EXPECT_TRUE(HasProblemContaining(check, "\"plugin.library.paths\" cannot be configured"));
+}
+
+TEST(ConfigTest, KafkaCallbackAndPointerPropertiesAreRefused) {
+    for (const char *key : {"opaque",
+                            "dr_cb",
+                            "dr_msg_cb",
+                            "error_cb",
+                            "log_cb",
+                            "log.queue",
+                            "background_event_cb",
+                            "socket_cb",
+                            "connect_cb",
+                            "closesocket_cb",
+                            "open_cb",
+                            "resolve_cb",
+                            "stats_cb",
+                            "throttle_cb",
+                            "oauthbearer_token_refresh_cb",
+                            "ssl.certificate.verify_cb",
+                            "ssl_engine_callback_data",
+                            "default_topic_conf",
+                            "interceptors",
+                            "ssl_key",
+                            "ssl_certificate",
+                            "ssl_ca",
+                            "msg_order_cmp",
+                            "partitioner_cb",
+                            "some.future.cb",
+                            "LOG_CB"}) {
+        ConfigCheck check =
+            Kafka(std::string(R"({"bootstrap.servers": "b:9092", ")") + key + R"(": "x"})");
+        ASSERT_EQ(check.problems.size(), 1u) << key << ": " << JoinProblems(check);
+        EXPECT_EQ(check.problems[0],
+                  "\"" + std::string(key) + "\" is set by outbox and cannot be configured");
+    }
+    // Names merely ending in the letters "cb" are ordinary (unknown) properties.
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "b:9092", "abcb": "x"})");
+    EXPECT_TRUE(HasProblem(check, "unknown librdkafka property \"abcb\"")) << JoinProblems(check);
+}
+
+TEST(ConfigTest, KafkaValuesAreCheckedByLibrdkafka) {
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "b:9092", "security.protocol": "bogus",
+                                  "message.max.bytes": 5, "enable.ssl.certificate.verification":
+                                  "maybe", "linger.ms": [1], "client.id": {"a": 1},
+                                  "debug": null, "url": "http://x"})");
+    EXPECT_EQ(check.problems.size(), 7u) << JoinProblems(check);
+    EXPECT_TRUE(HasProblem(check,
+                           "invalid value \"bogus\" for configuration property "
+                           "\"security.protocol\""))
+        << JoinProblems(check);
+    EXPECT_TRUE(HasProblemContaining(check, "\"message.max.bytes\" value 5 is outside"));
+    EXPECT_TRUE(HasProblemContaining(check, "\"enable.ssl.certificate.verification\""));
+    EXPECT_TRUE(
+        HasProblem(check, "librdkafka property \"linger.ms\" must be a string, number or boolean"));
+    EXPECT_TRUE(
+        HasProblem(check, "librdkafka property \"client.id\" must be a string, number or boolean"));
+    EXPECT_TRUE(
+        HasProblem(check, "librdkafka property \"debug\" must be a string, number or boolean"));
+    EXPECT_TRUE(HasProblem(check, "unknown librdkafka property \"url\""));
+    for (const std::string &problem : check.problems) {
+        EXPECT_EQ(problem.find('\n'), std::string::npos) << problem;
+        EXPECT_NE(problem.back(), '.') << problem;
+    }
+}
+
+TEST(ConfigTest, LongValuesAreTruncatedInProblems) {
+    std::string long_value(300, 'z');
+    ConfigCheck check =
+        Kafka(R"({"bootstrap.servers": "b:9092", "security.protocol": ")" + long_value + R"("})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0].find(long_value.substr(0, 65)), std::string::npos)
+        << check.problems[0];
+    EXPECT_NE(check.problems[0].find(long_value.substr(0, 64) + "...\""), std::string::npos)
+        << check.problems[0];
+    EXPECT_LT(check.problems[0].size(), 200u);
+
+    std::string long_key(100, 'k');
+    check = Webhook(R"({"url": "http://h/", ")" + long_key + R"(": 1})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "unknown key \"" + long_key.substr(0, 64) + "...\" for a webhook destination");
+}
+
+TEST(ConfigTest, KafkaBootstrapServersMustNameABroker) {
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": ""})");
+    ASSERT_EQ(check.problems.size(), 1u) << JoinProblems(check);
+    EXPECT_EQ(check.problems[0], "\"bootstrap.servers\" must list at least one broker");
+    EXPECT_FALSE(Kafka(R"({"bootstrap.servers": " , "})").ok());
+    EXPECT_FALSE(Kafka(R"({})").ok());
+}
+
+TEST(ConfigTest, KafkaTopicNames) {
+    for (const char *topic : {"orders", "orders.v1", "a_b-c.D9", ".x"}) {
+        ConfigCheck check =
+            Kafka(std::string(R"({"bootstrap.servers": "b", "topic": ")") + topic + "\"}");
+        EXPECT_TRUE(check.ok()) << topic << ": " << JoinProblems(check);
+        EXPECT_EQ(check.config.kafka.default_topic, topic);
+    }
+    EXPECT_TRUE(
+        Kafka(R"({"bootstrap.servers": "b", "topic": ")" + std::string(249, 't') + "\"}").ok());
+    for (const std::string &topic :
+         {std::string(""), std::string("."), std::string(".."), std::string("a b"),
+          std::string("a/b"), std::string("caf\xc3\xa9"), std::string(250, 't')}) {
+        ConfigCheck check = Kafka(R"({"bootstrap.servers": "b", "topic": ")" + topic + "\"}");
+        ASSERT_EQ(check.problems.size(), 1u) << topic;
+        EXPECT_EQ(check.problems[0].rfind("\"topic\" must be a Kafka topic name", 0), 0u);
+    }
+    EXPECT_FALSE(Kafka(R"({"bootstrap.servers": "b", "topic": 5})").ok());
+}
+
+TEST(ConfigTest, WebhookTopicIsAnyNonEmptyHeaderSafeString) {
+    EXPECT_TRUE(Webhook(R"({"url": "http://h/", "topic": "com.example order/created"})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "topic": ""})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "topic": "a\r\nb"})").ok());
+    EXPECT_FALSE(
+        Webhook(R"({"url": "http://h/", "topic": ")" + std::string(250, 't') + "\"}").ok());
+    EXPECT_TRUE(Webhook(R"({"url": "http://h/", "topic": ")" + std::string(249, 't') + "\"}").ok());
+}
+
+TEST(ConfigTest, RetrySettings) {
+    auto retry = [](const std::string &members) {
+        return Kafka(R"({"bootstrap.servers": "b", )" + members + "}");
+    };
+    EXPECT_EQ(retry(R"("max_attempts": 1000)").config.retry.max_attempts, 1000);
+    EXPECT_EQ(retry(R"("max_attempts": 7.0)").config.retry.max_attempts, 7);
+    EXPECT_EQ(retry(R"("retry_base": "1ms", "retry_max": "7d")").config.retry.retry_max_ms,
+              7 * 86400000LL);
+    EXPECT_EQ(retry(R"("retry_base": "1d")").config.retry.retry_base_ms, 86400000);
+    EXPECT_EQ(retry(R"("retry_base": 2.9)").config.retry.retry_base_ms, 2);
+    EXPECT_TRUE(retry(R"("retry_base": "2s", "retry_max": "2s")").ok());
+
+    for (const char *bad :
+         {R"("max_attempts": 0)", R"("max_attempts": 1001)", R"("max_attempts": 2.5)",
+          R"("max_attempts": "5")", R"("max_attempts": -1)", R"("retry_base": 0)",
+          R"("retry_base": "0ms")", R"("retry_base": "25h")", R"("retry_base": -5)",
+          R"("retry_base": "fast")", R"("retry_base": true)", R"("retry_max": "8d")",
+          R"("retry_max": 0)", R"("retry_max": 1e300)"}) {
+        ConfigCheck check = retry(bad);
+        EXPECT_EQ(check.problems.size(), 1u) << bad << ": " << JoinProblems(check);
+    }
+    ConfigCheck check = retry(R"("retry_base": "1min", "retry_max": "30s")");
+    ASSERT_EQ(check.problems.size(), 1u) << JoinProblems(check);
+    EXPECT_EQ(check.problems[0], "\"retry_max\" must not be less than \"retry_base\"");
+}
+
+TEST(ConfigTest, WebhookUrls) {
+    for (const char *url :
+         {"http://example.com", "https://example.com/hook", "http://127.0.0.1:8080/a?b=c",
+          "http://[::1]:9000/", "HTTPS://EXAMPLE.COM/", "https://user@example.com/x"}) {
+        ConfigCheck check = Webhook(std::string(R"({"url": ")") + url + "\"}");
+        EXPECT_TRUE(check.ok()) << url << ": " << JoinProblems(check);
+        EXPECT_EQ(check.config.webhook.url, url);
+    }
+    for (const char *url : {"", "example.com/hook", "ftp://example.com/", "file:///etc/passwd",
+                            "http://", "https:///path", "http:/h/", "http://exa mple.com/",
+                            "mailto:a@b", "gopher://example.com/", "//example.com/"}) {
+        ConfigCheck check = Webhook(std::string(R"({"url": ")") + url + "\"}");
+        ASSERT_EQ(check.problems.size(), 1u) << url;
+        EXPECT_EQ(check.problems[0], "\"url\" must be an http or https URL with a host") << url;
+    }
+    EXPECT_FALSE(Webhook(R"({"url": 42})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "http://a\u0000b/"})").ok());
+    ConfigCheck check = Webhook(R"({})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0], "\"url\" is required for a webhook destination");
+}
+
+TEST(ConfigTest, WebhookSecrets) {
+    EXPECT_TRUE(Webhook(R"({"url": "http://h/", "secret": ")" + std::string(kSecret) + "\"}").ok());
+    ConfigCheck check = Webhook(R"({"url": "http://h/", "secret": []})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "\"secret\" must be a \"whsec_\" string or a non-empty array of them");
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "secret": 5})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "secret": "Zm9vYmFy"})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "secret": "whsec_"})").ok());
+    check = Webhook(R"({"url": "http://h/", "secret": [")" + std::string(kSecret) +
+                    R"(", "whsec_Zm9", 7]})");
+    ASSERT_EQ(check.problems.size(), 2u) << JoinProblems(check);
+    EXPECT_EQ(check.problems[0], "element 2 of \"secret\" must be \"whsec_\" followed by base64");
+    EXPECT_EQ(check.problems[1], "element 3 of \"secret\" must be \"whsec_\" followed by base64");
+    EXPECT_TRUE(check.config.webhook.secret_keys.empty());
+}
+
+TEST(ConfigTest, WebhookHeaders) {
+    ConfigCheck check = Webhook(R"({"url": "http://h/", "headers": {
+        "bad name": "v",
+        "Host": "evil",
+        "ce-id": "x",
+        "X-Number": 5,
+        "X-Injected": "a\r\nb",
+        "X-Good": "ok"
+    }})");
+    ASSERT_EQ(check.problems.size(), 5u) << JoinProblems(check);
+    EXPECT_EQ(check.problems[0],
+              "header name \"bad name\" in \"headers\" is not a valid HTTP header name");
+    EXPECT_EQ(check.problems[1],
+              "header \"Host\" in \"headers\" is set by outbox and cannot be configured");
+    EXPECT_EQ(check.problems[2],
+              "header \"ce-id\" in \"headers\" is set by outbox and cannot be configured");
+    EXPECT_EQ(check.problems[3], "header \"X-Number\" in \"headers\" must be a string");
+    EXPECT_EQ(check.problems[4],
+              "header \"X-Injected\" in \"headers\" must be valid UTF-8 of at most 8192 bytes "
+              "without CR, LF or NUL");
+    EXPECT_EQ(check.config.webhook.headers, (Headers{{"X-Good", "ok"}}));
+
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "headers": ["a"]})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "http://h/", "headers": "a: b"})").ok());
+
+    std::string many = R"({"url": "http://h/", "headers": {)";
+    for (int i = 0; i < 65; ++i) {
+        many += (i ? ", " : "") + std::string("\"x-") + std::to_string(i) + "\": \"v\"";
+    }
+    check = Webhook(many + "}}");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0], "\"headers\" must have at most 64 entries");
+}
+
+TEST(ConfigTest, WebhookTimeoutAndConcurrency) {
+    auto webhook = [](const std::string &members) {
+        return Webhook(R"({"url": "http://h/", )" + members + "}");
+    };
+    EXPECT_EQ(webhook(R"("timeout_ms": 1)").config.webhook.timeout_ms, 1);
+    EXPECT_EQ(webhook(R"("timeout_ms": "10min")").config.webhook.timeout_ms, 600000);
+    EXPECT_EQ(webhook(R"("timeout_ms": "1.5s")").config.webhook.timeout_ms, 1500);
+    EXPECT_EQ(webhook(R"("max_in_flight": 1)").config.webhook.max_in_flight, 1);
+    EXPECT_EQ(webhook(R"("max_in_flight": 1024)").config.webhook.max_in_flight, 1024);
+    EXPECT_EQ(webhook(R"("tls_verify": true)").config.webhook.tls_verify, true);
+    for (const char *bad :
+         {R"("timeout_ms": 0)", R"("timeout_ms": "11min")", R"("timeout_ms": "-1s")",
+          R"("timeout_ms": "soon")", R"("max_in_flight": 0)", R"("max_in_flight": 1025)",
+          R"("max_in_flight": 1.5)", R"("max_in_flight": "8")", R"("tls_verify": "false")",
+          R"("tls_verify": 0)"}) {
+        ConfigCheck check = webhook(bad);
+        EXPECT_EQ(check.problems.size(), 1u) << bad << ": " << JoinProblems(check);
+    }
+}
+
+TEST(ConfigTest, WebhookCaFileMustBeReadable) {
+    ConfigCheck check = Webhook(R"({"url": "https://h/", "ca_file": "/nonexistent/ca.pem"})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "\"ca_file\" must name a readable file (\"/nonexistent/ca.pem\": no such file)");
+    check = Webhook(R"({"url": "https://h/", "ca_file": "/tmp"})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "\"ca_file\" must name a readable file (\"/tmp\" is not a regular file)");
+    EXPECT_FALSE(Webhook(R"({"url": "https://h/", "ca_file": ""})").ok());
+    EXPECT_FALSE(Webhook(R"({"url": "https://h/", "ca_file": 5})").ok());
+    if (geteuid() != 0) {  // root reads everything
+        TempFile unreadable;
+        ASSERT_EQ(chmod(unreadable.path().c_str(), 0), 0);
+        check = Webhook(R"({"url": "https://h/", "ca_file": ")" + unreadable.path() + "\"}");
+        EXPECT_TRUE(HasProblemContaining(check, "permission denied")) << JoinProblems(check);
+    }
+}
+
+TEST(ConfigTest, IsSecretSetting) {
+    for (const char *key : {"secret", "sasl.password", "SASL.PASSWORD", "ssl.key.password",
+                            "ssl.key.pem", "ssl.key.location", "ssl.keystore.password",
+                            "sasl.oauthbearer.config", "sasl.oauthbearer.client.secret",
+                            "sasl.oauthbearer.token.endpoint.url", "api_token", "My-Secret"}) {
+        EXPECT_TRUE(IsSecretSetting(key)) << key;
+    }
+    for (const char *key : {"bootstrap.servers", "url", "sasl.username", "ssl.ca.location",
+                            "ssl.certificate.pem", "headers", "sasl.mechanism", "acks"}) {
+        EXPECT_FALSE(IsSecretSetting(key)) << key;
+    }
+}
+
+// Every problem, for every way a secret setting can be wrong, is searched for the secret.
+TEST(ConfigTest, SecretsNeverAppearInProblems) {
+    const std::string secret = "hunter2-S3CR3T-value";
+    std::vector<ConfigCheck> checks;
+    // Kafka: secret properties that librdkafka accepts or refuses, next to other problems.
+    for (const char *key : {"sasl.password", "ssl.key.password", "ssl.key.pem",
+                            "ssl.keystore.password", "sasl.oauthbearer.config",
+                            "sasl.oauthbearer.client.secret", "sasl.oauthbearer.token.endpoint.url",
+                            "ssl.key.location", "ssl_key", "sasl.pasword.x", "my.secret.thing"}) {
+        checks.push_back(
+            Kafka(std::string(R"({"acks": 0, ")") + key + R"(": ")" + secret + R"(", "foo": 1})"));
+        checks.push_back(Kafka(std::string(R"({")") + key + R"(": [")" + secret + R"("]})"));
+    }
+    // Webhook: malformed secrets, in a string and in an array, and secret-bearing headers.
+    for (const std::string &bad_secret :
+         {"whsec_" + secret, "whsec_" + secret + "=", secret, "whsec_" + secret + "\\u0000"}) {
+        checks.push_back(Webhook(R"({"url": "bad", "secret": ")" + bad_secret + R"("})"));
+        checks.push_back(
+            Webhook(R"({"url": "http://h/", "secret": ["whsec_Zm9v", ")" + bad_secret + R"("]})"));
+    }
+    checks.push_back(Webhook(R"({"url": "http://h/", "headers": {"Authorization": "Bearer )" +
+                             secret + R"(\r\nX: y"}})"));
+    checks.push_back(
+        Webhook(R"({"url": "http://h/", "headers": {"X-Api-Key": ")" + secret + R"(\u0000"}})"));
+    checks.push_back(Webhook(R"({"url": "http://user:)" + secret + R"(@h:bad/"})"));
+    checks.push_back(Webhook(R"({"url": "http://h/?token=)" + secret + R"( x"})"));
+
+    size_t problems = 0;
+    for (const ConfigCheck &check : checks) {
+        EXPECT_FALSE(check.ok());
+        for (const std::string &problem : check.problems) {
+            ++problems;
+            EXPECT_EQ(problem.find("hunter2"), std::string::npos) << problem;
+            EXPECT_EQ(problem.find("S3CR3T"), std::string::npos) << problem;
+        }
+    }
+    EXPECT_GT(problems, checks.size());
+
+    // The same search finds a value that is not secret: the test can fail.
+    ConfigCheck control =
+        Kafka(R"({"bootstrap.servers": "b", "security.protocol": ")" + secret + R"("})");
+    ASSERT_EQ(control.problems.size(), 1u);
+    EXPECT_NE(control.problems[0].find("hunter2"), std::string::npos);
+}
+
+TEST(ConfigTest, ProblemsAreSinglePrintableLines) {
+    ConfigCheck check = Webhook("{\"x\\ny\\u0001\\\"z\": 1}");
+    ASSERT_EQ(check.problems.size(), 2u) << JoinProblems(check);
+    EXPECT_EQ(check.problems[0], "unknown key \"x?y?\\\"z\" for a webhook destination");
+}
+
+}  // namespace
+}  // namespace outbox
