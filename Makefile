@@ -14,6 +14,7 @@ MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
+            src/dispatcher.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
@@ -43,9 +44,10 @@ $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
 UNIT_SRCS = $(wildcard test/unit/*.cpp)
 UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror) $(UNIT_SANITIZE)
 
-test/unit/unit_tests: $(UNIT_SRCS) $(PURE_SRCS) $(wildcard include/outbox/*.hpp)
-	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_SRCS) $(PURE_SRCS) -lgtest -lgtest_main -lpthread \
-		-lrdkafka -lcurl -lcrypto
+test/unit/unit_tests: $(UNIT_SRCS) $(PURE_SRCS) $(DRIVER_SRCS) \
+                      $(wildcard include/outbox/*.hpp include/outbox/drivers/*.hpp)
+	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_SRCS) $(PURE_SRCS) $(DRIVER_SRCS) -lgtest -lgtest_main \
+		-lpthread -lrdkafka -lcurl -lcrypto
 
 .PHONY: unit format
 unit: test/unit/unit_tests

@@ -88,9 +88,13 @@ OutcomeKind ClassifyKafkaResult(int err, int status) {
         case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
             return OutcomeKind::Defer;
         case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
-            // A timeout after the produce request was sent may have been persisted after all.
-            return status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED ? OutcomeKind::Defer
-                                                               : OutcomeKind::Retry;
+        case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+            // No broker answered within message.timeout.ms (a broker that answers with an error
+            // is reported with that error): an outage. A request that went out before the
+            // broker vanished may have been persisted, so this can mean a duplicate later,
+            // which at-least-once allows; spending the retry budget on it would dead-letter
+            // messages during a long outage instead.
+            return OutcomeKind::Defer;
 
         // The broker will refuse this message however often it is sent.
         // (librdkafka has no local _MSG_SIZE_TOO_LARGE: it reports an oversized message with

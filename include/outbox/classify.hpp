@@ -22,7 +22,7 @@ OutcomeKind ClassifyCurlResult(int curl_code, bool request_sent);
 
 // A librdkafka delivery report error (`err` is an rd_kafka_resp_err_t, `status` an
 // rd_kafka_msg_status_t). No error and status PERSISTED: Delivered. Transport, all brokers down,
-// resolve failure, message timed out while NOT_PERSISTED, purged from the queue: Defer.
+// resolve failure, message timed out (no broker answered in time), purged from the queue: Defer.
 // Permanent errors (MSG_SIZE_TOO_LARGE, _MSG_SIZE_TOO_LARGE, TOPIC_AUTHORIZATION_FAILED,
 // CLUSTER_AUTHORIZATION_FAILED, INVALID_RECORD, CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE,
 // UNKNOWN_TOPIC_OR_PART / _UNKNOWN_TOPIC when the topic cannot exist, INVALID_TOPIC_EXCEPTION,

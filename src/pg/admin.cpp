@@ -1,4 +1,5 @@
-// SQL functions that read shared memory: per-destination counters (behind outbox.stats()).
+// SQL functions that read shared memory: per-destination counters (behind outbox.stats()) and
+// the live state of every worker (outbox.workers()).
 extern "C" {
 #include "postgres.h"
 #include "fmgr.h"
@@ -7,6 +8,7 @@ extern "C" {
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
+#include "commands/dbcommands.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
@@ -17,7 +19,9 @@ extern "C" {
 
 extern "C" {
 PGDLLEXPORT Datum outbox_destination_counters(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_workers(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_destination_counters);
+PG_FUNCTION_INFO_V1(outbox_workers);
 }
 
 using namespace outbox::pg;
@@ -57,5 +61,45 @@ Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     LWLockRelease(shared->lock);
+    return (Datum)0;
+}
+
+// outbox.workers(): one row per running worker, in every database.
+Datum outbox_workers(PG_FUNCTION_ARGS) {
+    InitMaterializedSRF(fcinfo, 0);
+    auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    if (shared == nullptr) return (Datum)0;
+    for (int i = 0; i < shared->num_slots; i++) {
+        WorkerSlot *slot = &shared->slots[i];
+        pid_t pid = slot->pid;
+        if (!slot->in_use || pid == 0) continue;
+        char destination[NAMEDATALEN];
+        SpinLockAcquire(&slot->mutex);
+        memcpy(destination, slot->destination, sizeof destination);
+        Oid database = slot->database;
+        int worker_index = slot->worker_index;
+        TimestampTz started_at = slot->started_at, last_cycle_at = slot->last_cycle_at;
+        SpinLockRelease(&slot->mutex);
+
+        Datum values[15];
+        bool nulls[15] = {false};
+        char *dbname = get_database_name(database);
+        values[0] = Int32GetDatum(pid);
+        values[1] = dbname ? CStringGetTextDatum(dbname) : (Datum)0;
+        nulls[1] = dbname == nullptr;
+        values[2] = Int32GetDatum(worker_index);
+        values[3] = CStringGetTextDatum(WorkerStateName(pg_atomic_read_u32(&slot->state)));
+        values[4] = CStringGetTextDatum(destination);
+        nulls[4] = destination[0] == '\0';
+        values[5] = Int64GetDatum(pg_atomic_read_u32(&slot->batch_in_flight));
+        values[6] = TimestampTzGetDatum(started_at);
+        values[7] = TimestampTzGetDatum(last_cycle_at);
+        nulls[7] = last_cycle_at == 0;
+        pg_atomic_uint64 *counters[] = {&slot->cycles, &slot->claimed, &slot->delivered,
+                                        &slot->retried, &slot->deferred, &slot->dead,
+                                        &slot->expired};
+        for (int c = 0; c < 7; c++) values[8 + c] = Int64GetDatum(pg_atomic_read_u64(counters[c]));
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
     return (Datum)0;
 }

@@ -23,17 +23,19 @@ namespace outbox::pg {
 uint64 destinations_generation = 0;
 
 static HTAB *cache = nullptr;          // name -> CachedDestination; nullptr when not loaded
-static Oid cached_relid = InvalidOid;  // outbox.destinations, for the invalidation callback
+// outbox.destinations, whose invalidations this backend watches; InvalidOid until the table is
+// looked up (and again after an invalidation, until it is looked up again).
+static Oid watched_relid = InvalidOid;
 
 static void InvalidateCache(Datum, Oid relid) {
     // InvalidOid means "all relations" (e.g. after a sinval queue overflow).
-    if (relid != InvalidOid && relid != cached_relid)
+    if (relid != InvalidOid && relid != watched_relid)
         return;
     if (cache) {
         hash_destroy(cache);
         cache = nullptr;
     }
-    cached_relid = InvalidOid;
+    watched_relid = InvalidOid;
     destinations_generation++;
 }
 
@@ -41,9 +43,8 @@ void RegisterDestinationCacheCallback() {
     CacheRegisterRelcacheCallback(InvalidateCache, 0);
 }
 
-// Reads every row of outbox.destinations with the latest snapshot: a message may name a
-// destination committed after the producer's transaction began, as with a foreign key check.
-static void LoadCache() {
+// The OID of outbox.destinations (in a transaction).
+static Oid DestinationsRelid() {
     Oid nsp = get_namespace_oid("outbox", false);
     Oid relid = get_relname_relid("destinations", nsp);
     if (!OidIsValid(relid))
@@ -51,6 +52,15 @@ static void LoadCache() {
                         errmsg("relation \"outbox.destinations\" does not exist"),
                         errhint("The outbox extension may be only partly installed; run "
                                 "DROP EXTENSION outbox; CREATE EXTENSION outbox;")));
+    return relid;
+}
+
+void WatchDestinations() { watched_relid = DestinationsRelid(); }
+
+// Reads every row of outbox.destinations with the latest snapshot: a message may name a
+// destination committed after the producer's transaction began, as with a foreign key check.
+static void LoadCache() {
+    Oid relid = DestinationsRelid();
 
     HASHCTL info;
     memset(&info, 0, sizeof info);
@@ -98,7 +108,7 @@ static void LoadCache() {
     table_close(rel, AccessShareLock);
 
     cache = table;
-    cached_relid = relid;
+    watched_relid = relid;
 }
 
 const CachedDestination *LookupDestination(const char *name, int len) {

@@ -10,6 +10,7 @@ extern "C" {
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
+#include "outbox/pg/workers.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -31,4 +32,6 @@ void _PG_init(void) {
     outbox::pg::InstallSharedMemoryHooks();
     outbox::pg::RegisterDestinationCacheCallback();
     outbox::pg::RegisterProducerCallbacks();
+    outbox::pg::InstallUtilityHook();
+    outbox::pg::RegisterLauncher();
 }

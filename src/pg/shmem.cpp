@@ -1,10 +1,12 @@
 // Shared memory: worker slots and cumulative per-destination counters.
+#include <array>
 #include <initializer_list>
 
 extern "C" {
 #include "postgres.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -49,6 +51,16 @@ const char *WorkerStateName(uint32 state) {
     return "unknown";
 }
 
+static std::array<pg_atomic_uint64 *, 8> SlotCounters(WorkerSlot *slot) {
+    return {&slot->cycles, &slot->claimed,  &slot->delivered, &slot->retried,
+            &slot->dead,   &slot->deferred, &slot->expired,   &slot->errors};
+}
+
+void ResetSlotCounters(WorkerSlot *slot) {
+    for (pg_atomic_uint64 *c : SlotCounters(slot)) pg_atomic_write_u64(c, 0);
+    pg_atomic_write_u32(&slot->batch_in_flight, 0);
+}
+
 // Every worker needs a bgworker slot, so max_worker_processes bounds the slots we need.
 static int NumSlots() {
     return max_worker_processes;
@@ -84,10 +96,7 @@ static void StartupSharedMemory() {
             SpinLockInit(&slot->mutex);
             pg_atomic_init_u32(&slot->state, kWorkerStarting);
             pg_atomic_init_u32(&slot->batch_in_flight, 0);
-            for (pg_atomic_uint64 *c :
-                 {&slot->cycles, &slot->claimed, &slot->delivered, &slot->retried, &slot->dead,
-                  &slot->deferred, &slot->expired, &slot->errors})
-                pg_atomic_init_u64(c, 0);
+            for (pg_atomic_uint64 *c : SlotCounters(slot)) pg_atomic_init_u64(c, 0);
         }
     }
     HASHCTL info;
@@ -169,6 +178,53 @@ bool DatabaseIsHeld(Oid database) {
             held = true;
     LWLockRelease(shared->lock);
     return held;
+}
+
+bool HoldDatabase(Oid database, int wait_ms) {
+    TimestampTz now = GetCurrentTimestamp();
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    HeldDatabase *entry = nullptr;
+    for (HeldDatabase &h : shared->held) {
+        if (h.database == database) {
+            entry = &h;
+            break;
+        }
+        if (entry == nullptr && (h.database == InvalidOid || h.until <= now)) entry = &h;
+    }
+    if (entry) {
+        entry->database = database;
+        // Long enough for the statement; released as soon as it ends.
+        entry->until = TimestampTzPlusMilliseconds(now, 60 * 1000);
+    }
+    LWLockRelease(shared->lock);
+
+    // SIGTERM: the workers hand their leases back and exit.
+    for (int waited = 0;; waited += 10) {
+        bool running = false;
+        LWLockAcquire(shared->lock, LW_SHARED);
+        for (int i = 0; i < shared->num_slots; i++) {
+            WorkerSlot *slot = &shared->slots[i];
+            if (slot->in_use && slot->database == database && slot->pid != 0) {
+                running = true;
+                if (waited % 1000 == 0) kill(slot->pid, SIGTERM);
+            }
+        }
+        LWLockRelease(shared->lock);
+        if (!running) return true;
+        if (waited >= wait_ms) return false;
+        CHECK_FOR_INTERRUPTS();
+        pg_usleep(10 * 1000L);
+    }
+}
+
+void ReleaseDatabase(Oid database) {
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    for (HeldDatabase &h : shared->held)
+        if (h.database == database) h.database = InvalidOid;
+    pid_t launcher = shared->launcher_pid;
+    int procno = shared->launcher_pgprocno;
+    LWLockRelease(shared->lock);
+    if (launcher != 0) SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
 }  // namespace outbox::pg

@@ -248,6 +248,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "body": text,
             "status": status,
             "attempt": attempt,
+            "peer": self.client_address[1],  # client port: one per connection
         })
         try:
             self.reply(status, resp_body, headers)

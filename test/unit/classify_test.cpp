@@ -88,10 +88,14 @@ TEST(ClassifyTest, KafkaOutagesDefer) {
         OutcomeKind::Defer);
 }
 
-TEST(ClassifyTest, KafkaTimeoutThatMayHaveBeenPersistedRetries) {
+TEST(ClassifyTest, KafkaTimeoutIsAnOutageEvenIfTheRequestWentOut) {
+    // The broker vanished mid-request: no attempt is spent (a duplicate is possible later).
     EXPECT_EQ(ClassifyKafkaResult(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT,
                                   RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED),
-              OutcomeKind::Retry);
+              OutcomeKind::Defer);
+}
+
+TEST(ClassifyTest, KafkaPurgedInFlightMayHaveBeenPersisted) {
     EXPECT_EQ(ClassifyKafkaResult(RD_KAFKA_RESP_ERR__PURGE_INFLIGHT,
                                   RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED),
               OutcomeKind::Retry);

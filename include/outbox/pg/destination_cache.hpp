@@ -27,6 +27,11 @@ const CachedDestination *LookupDestination(const char *name, int len);
 // it to know when to reload its destinations without querying every cycle.
 extern uint64 destinations_generation;
 
+// Makes this backend notice changes to outbox.destinations (bumping destinations_generation)
+// even though it never looks a destination up. The worker calls it, inside a transaction,
+// whenever it reads the table.
+void WatchDestinations();
+
 // Registers the relcache callback. Called once from _PG_init.
 void RegisterDestinationCacheCallback();
 

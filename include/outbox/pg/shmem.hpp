@@ -30,11 +30,13 @@ enum WorkerState : uint32 {
 };
 const char *WorkerStateName(uint32 state);
 
-// One delivery worker. `pid` is 0 when the slot is free. The owner writes its fields; readers
-// take `mutex` for the text fields and read the atomics lock-free.
+// One delivery worker. The launcher reserves a slot (in_use, database, worker_index) under
+// shared->lock before starting its worker and frees it after the worker has gone; the worker
+// fills in the rest. Readers take `mutex` for the text fields and read the atomics lock-free.
 struct WorkerSlot {
     slock_t mutex;
-    pid_t pid;
+    bool in_use;
+    pid_t pid;  // 0 until the worker runs, and again after it exited
     int pgprocno;
     Oid database;
     int worker_index;  // 0 .. outbox.workers-1 within its database
@@ -105,5 +107,13 @@ void SetLastError(DestinationCounters *counters, const char *error);
 
 // True while DROP/ALTER DATABASE asks the workers of `database` to stay away.
 bool DatabaseIsHeld(Oid database);
+
+// Keeps the workers of `database` away (DROP/ALTER DATABASE need it alone) and stops the
+// running ones, waiting up to `wait_ms` for them to exit. Returns whether they all exited.
+bool HoldDatabase(Oid database, int wait_ms);
+void ReleaseDatabase(Oid database);
+
+// Resets the counters of one worker slot (a new worker starts from zero).
+void ResetSlotCounters(WorkerSlot *slot);
 
 }  // namespace outbox::pg

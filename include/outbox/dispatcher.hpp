@@ -1,0 +1,144 @@
+// The worker's delivery logic, free of PostgreSQL: which destinations to claim for and how
+// many, handing claimed rows to the right driver, turning driver outcomes into what the
+// write-back does with each row (delete, reschedule, bury), and outage probing.
+//
+// The worker (src/pg/worker.cpp) owns the loop and the transactions; it asks the dispatcher
+// what to claim, writes back what it resolved, and sleeps until NextTimeoutMs or a driver fd.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "outbox/config.hpp"
+#include "outbox/drivers/driver.hpp"
+#include "outbox/message.hpp"
+
+namespace outbox {
+
+// A row of outbox.destinations as the worker read it.
+struct DestinationSpec {
+    std::string name;
+    std::string config_json;  // the stored config, to notice changes
+    bool paused = false;
+    DestinationConfig config;
+    std::string config_error;  // the stored config no longer passes the check (e.g. ca_file gone)
+};
+
+// Settings in force (the GUCs, with per-destination overrides applied by the dispatcher).
+struct DispatchSettings {
+    int batch_size = 500;
+    int64_t lease_timeout_ms = 30000;
+    int max_attempts = 10;
+    int64_t retry_base_ms = 1000;
+    int64_t retry_max_ms = 300000;
+};
+
+// Why a row goes to the dead letters (outbox.dead_letters.reason).
+enum class DeadReason { Rejected, MaxAttempts, Expired, Poison };
+const char *DeadReasonName(DeadReason reason);
+
+// What the write-back does with one leased row; every action presents the lease token.
+struct Resolution {
+    enum class Action {
+        Delete,      // delivered
+        Reschedule,  // due again after delay_ms; refund_attempt when no attempt was spent
+        Bury,        // to the dead letters with dead_reason
+    };
+    int64_t id = 0;
+    int64_t lease_token = 0;
+    Action action = Action::Delete;
+    int64_t delay_ms = 0;
+    bool refund_attempt = false;
+    DeadReason dead_reason = DeadReason::Rejected;
+    std::string error;
+};
+
+// Resolutions grouped by destination (the write-back runs one statement per destination and
+// action, so its row counts are the destination's counters).
+using Resolutions = std::map<std::string, std::vector<Resolution>>;
+
+struct ClaimRequest {
+    std::string destination;
+    int limit = 0;
+};
+
+// Builds the driver for a destination; nullptr with *error when it cannot.
+using DriverFactory =
+    std::function<std::unique_ptr<Driver>(const DestinationSpec &spec, std::string *error)>;
+
+class Dispatcher {
+  public:
+    explicit Dispatcher(DriverFactory factory, uint64_t seed);
+    ~Dispatcher();
+
+    // New settings. When the ones a driver is built with (batch size, lease timeout) change,
+    // every driver is rebuilt; drivers with messages in flight finish them first.
+    void SetSettings(const DispatchSettings &settings);
+    const DispatchSettings &Settings() const { return settings_; }
+
+    // Replaces the destinations. A destination whose config changed gets a new driver once its
+    // old one has nothing in flight, and its outage state is reset.
+    void SetDestinations(std::vector<DestinationSpec> specs);
+
+    // Work may have appeared (a commit woke us, or the poll interval passed).
+    void WakeAll();
+
+    // What to claim now: destinations that are not paused, not in outage (except a one-row
+    // probe when it is due), and whose driver has room.
+    std::vector<ClaimRequest> PlanClaims(int64_t now_ms);
+
+    // Rows claimed for `destination` (asked for `asked`). Expired and poison rows are resolved
+    // at once; the rest go to the driver.
+    void Submit(const std::string &destination, int asked, std::vector<Message> rows,
+                int64_t now_ms);
+
+    // Serves every driver and moves everything resolved since the last call into `out`.
+    void Poll(int64_t now_ms, Resolutions &out);
+
+    // Milliseconds until the dispatcher needs to run again without an fd or latch event
+    // (a due probe, a driver's poll timer, a driver to rebuild); -1 for none.
+    int64_t NextTimeoutMs(int64_t now_ms) const;
+
+    // File descriptors to wait on, one per driver that has one.
+    std::vector<int> WaitFds() const;
+
+    // Shutdown, first step: stop claiming and let the drivers give up on what is in flight.
+    // From now on an unfinished row comes back as a Reschedule with no delay, attempt refunded.
+    void StopAll();
+    // Shutdown, last step: every row still in flight is handed back the same way, and the
+    // drivers are destroyed.
+    void ReleaseAll(Resolutions &out);
+    size_t InFlight() const;
+
+    // Lines for the server log, prefixed with the destination name.
+    void TakeLog(std::vector<std::string> &lines);
+
+    // Per-destination status for outbox.workers() / stats: the last driver build error.
+    const std::string *BuildError(const std::string &destination) const;
+
+  private:
+    struct Destination;
+
+    Resolution Resolve(Destination &d, const Outcome &outcome, int attempts, int64_t now_ms);
+    void EnsureDriver(Destination &d, int64_t now_ms);
+    void Retire(std::unique_ptr<Destination> &d);
+    int MaxAttempts(const Destination &d) const;
+
+    DriverFactory factory_;
+    DispatchSettings settings_;
+    std::map<std::string, std::unique_ptr<Destination>> destinations_;
+    // Drivers of destinations that were dropped or reconfigured, kept until drained.
+    std::vector<std::unique_ptr<Destination>> retired_;
+    Resolutions resolved_;
+    std::vector<std::string> log_;
+    bool stopping_ = false;
+    uint64_t random_state_;
+    uint64_t NextRandom();
+};
+
+}  // namespace outbox

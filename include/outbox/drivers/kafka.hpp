@@ -1,0 +1,24 @@
+// Kafka driver: one idempotent, acks=all librdkafka producer per destination. A message counts
+// as delivered only on a delivery report with status PERSISTED.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "outbox/config.hpp"
+#include "outbox/drivers/driver.hpp"
+
+namespace outbox {
+
+struct KafkaDriverOptions {
+    KafkaConfig config;
+    std::string client_id;     // default client.id (the config may set its own)
+    std::string source;        // CloudEvents ce_source
+    int64_t lease_timeout_ms;  // message.timeout.ms is kept below it, so no lease lapses
+    size_t max_in_flight;      // messages handed to librdkafka and not yet reported
+};
+
+// A ready producer, or nullptr with *error set (librdkafka refused the configuration).
+std::unique_ptr<Driver> MakeKafkaDriver(const KafkaDriverOptions &options, std::string *error);
+
+}  // namespace outbox

@@ -1,0 +1,40 @@
+// The claim / write-back SQL: the only place the worker reads or writes outbox tables.
+// Every function runs inside the worker's transaction with SPI connected (see worker.cpp),
+// uses kept plans, and throws PgError when PostgreSQL reports an error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/message.hpp"
+
+namespace outbox::pg {
+
+// True when the outbox extension exists in this database (cheap: a syscache lookup).
+bool ExtensionInstalled();
+
+// Every destination, with its config parsed by the same check as create_destination.
+std::vector<DestinationSpec> LoadDestinations();
+
+// Leases up to `limit` due rows of `destination` for `lease_ms` under `lease_token`, counting
+// an attempt on each; returns them ready for a driver.
+std::vector<Message> ClaimRows(const std::string &destination, int limit, int64_t lease_ms,
+                               int64_t lease_token);
+
+// What one destination's write-back changed (rows whose lease no longer matched are skipped
+// and not counted).
+struct WriteBackCounts {
+    int64_t delivered = 0;
+    int64_t retried = 0;   // rescheduled, attempt spent
+    int64_t deferred = 0;  // rescheduled, attempt refunded (outage)
+    int64_t released = 0;  // handed back at shutdown
+    int64_t dead = 0;      // buried: rejected, max_attempts or poison
+    int64_t expired = 0;   // buried: expired
+};
+
+// Applies the resolutions of one destination: one statement per kind of action.
+WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions);
+
+}  // namespace outbox::pg

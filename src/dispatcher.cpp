@@ -1,0 +1,397 @@
+// The worker's delivery logic (see include/outbox/dispatcher.hpp).
+#include "outbox/dispatcher.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "outbox/backoff.hpp"
+
+namespace outbox {
+
+namespace {
+
+// Outage probing: the first probe after 1 s, doubling to at most 30 s between probes.
+constexpr int64_t kProbeBaseMs = 1000;
+constexpr int64_t kProbeMaxMs = 30000;
+// A destination whose driver could not be built is retried this often.
+constexpr int64_t kRebuildIntervalMs = 5000;
+
+}  // namespace
+
+const char *DeadReasonName(DeadReason reason) {
+    switch (reason) {
+        case DeadReason::Rejected:
+            return "rejected";
+        case DeadReason::MaxAttempts:
+            return "max_attempts";
+        case DeadReason::Expired:
+            return "expired";
+        case DeadReason::Poison:
+            return "poison";
+    }
+    return "rejected";
+}
+
+struct Dispatcher::Destination {
+    DestinationSpec spec;
+    std::unique_ptr<Driver> driver;
+    std::string build_error;
+    int64_t next_build_ms = 0;
+    struct InFlight {
+        int64_t lease_token;
+        int attempts;
+    };
+    std::unordered_map<int64_t, InFlight> in_flight;  // by id
+    bool want_more = true;                      // the last claim was full, or we were woken since
+    int outage_failures = 0;  // consecutive probes that found the destination unreachable
+    int64_t next_probe_ms = 0;
+};
+
+Dispatcher::Dispatcher(DriverFactory factory, uint64_t seed)
+    : factory_(std::move(factory)), random_state_(seed ? seed : 0x9E3779B97F4A7C15ull) {}
+
+Dispatcher::~Dispatcher() = default;
+
+// xorshift64*: jitter needs spread, not cryptographic strength.
+uint64_t Dispatcher::NextRandom() {
+    random_state_ ^= random_state_ >> 12;
+    random_state_ ^= random_state_ << 25;
+    random_state_ ^= random_state_ >> 27;
+    return random_state_ * 0x2545F4914F6CDD1Dull;
+}
+
+void Dispatcher::SetDestinations(std::vector<DestinationSpec> specs) {
+    std::map<std::string, std::unique_ptr<Destination>> next;
+    for (DestinationSpec &spec : specs) {
+        auto it = destinations_.find(spec.name);
+        if (it != destinations_.end() && it->second->spec.config_json == spec.config_json) {
+            // Same config: keep driver and state, take the new paused flag.
+            it->second->spec.paused = spec.paused;
+            it->second->want_more = true;
+            next.emplace(spec.name, std::move(it->second));
+            destinations_.erase(it);
+            continue;
+        }
+        auto d = std::make_unique<Destination>();
+        d->spec = std::move(spec);
+        next.emplace(d->spec.name, std::move(d));
+    }
+    // Dropped or reconfigured: finish what is in flight on the old driver, then let it go.
+    for (auto &[name, d] : destinations_) Retire(d);
+    destinations_ = std::move(next);
+}
+
+void Dispatcher::Retire(std::unique_ptr<Destination> &d) {
+    if (d->driver && d->driver->InFlight() > 0) retired_.push_back(std::move(d));
+}
+
+void Dispatcher::SetSettings(const DispatchSettings &settings) {
+    bool rebuild = settings.batch_size != settings_.batch_size ||
+                   settings.lease_timeout_ms != settings_.lease_timeout_ms;
+    settings_ = settings;
+    if (!rebuild) return;
+    for (auto &[name, d] : destinations_) {
+        if (!d->driver) continue;
+        // The old driver finishes its messages under a retired copy of the destination.
+        auto old = std::make_unique<Destination>();
+        old->spec = d->spec;
+        old->driver = std::move(d->driver);
+        old->in_flight = std::move(d->in_flight);
+        d->in_flight.clear();
+        Retire(old);
+    }
+}
+
+void Dispatcher::WakeAll() {
+    for (auto &[name, d] : destinations_)
+        d->want_more = true;
+}
+
+int Dispatcher::MaxAttempts(const Destination &d) const {
+    return d.spec.config.retry.max_attempts > 0 ? d.spec.config.retry.max_attempts
+                                                : settings_.max_attempts;
+}
+
+void Dispatcher::EnsureDriver(Destination &d, int64_t now_ms) {
+    if (d.driver || now_ms < d.next_build_ms)
+        return;
+    std::string error = d.spec.config_error;
+    if (error.empty())
+        d.driver = factory_(d.spec, &error);
+    if (!d.driver) {
+        if (error != d.build_error)
+            log_.push_back(d.spec.name + ": " + error);
+        d.build_error = error;
+        d.next_build_ms = now_ms + kRebuildIntervalMs;
+    } else {
+        d.build_error.clear();
+    }
+}
+
+std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
+    std::vector<ClaimRequest> plan;
+    if (stopping_)
+        return plan;
+    for (auto &[name, d] : destinations_) {
+        if (d->spec.paused)
+            continue;
+        if (d->driver && d->driver->Broken() && d->driver->InFlight() == 0)
+            d->driver.reset();
+        EnsureDriver(*d, now_ms);
+        if (!d->driver || d->driver->Broken())
+            continue;
+        size_t in_flight = d->driver->InFlight();
+        if (d->outage_failures > 0) {
+            // Unreachable: one row at a time, when the probe is due.
+            if (now_ms >= d->next_probe_ms && in_flight == 0)
+                plan.push_back({name, 1});
+            continue;
+        }
+        if (!d->want_more)
+            continue;
+        size_t capacity = d->driver->Capacity();
+        size_t batch = static_cast<size_t>(std::max(1, settings_.batch_size));
+        // Claim when idle, or when a whole batch fits: no trickle of tiny claims while busy.
+        if (capacity == 0 || (in_flight > 0 && capacity < batch))
+            continue;
+        plan.push_back({name, static_cast<int>(std::min(capacity, batch))});
+    }
+    return plan;
+}
+
+void Dispatcher::Submit(const std::string &destination, int asked, std::vector<Message> rows,
+                        int64_t now_ms) {
+    auto it = destinations_.find(destination);
+    if (it == destinations_.end())
+        return;  // dropped meanwhile: the leases lapse
+    Destination &d = *it->second;
+    d.want_more = static_cast<int>(rows.size()) >= asked;
+
+    std::vector<Resolution> &resolved = resolved_[destination];
+    std::vector<Message> send;
+    send.reserve(rows.size());
+    int max_attempts = MaxAttempts(d);
+    for (Message &m : rows) {
+        Resolution r;
+        r.id = m.id;
+        r.lease_token = m.lease_token;
+        r.action = Resolution::Action::Bury;
+        if (m.expires_at_ms != 0 && m.expires_at_ms <= now_ms) {
+            r.dead_reason = DeadReason::Expired;
+            r.error = "expired before it could be delivered";
+            resolved.push_back(std::move(r));
+        } else if (m.attempts > max_attempts) {
+            // Claimed again and again without any outcome recorded: whatever delivering it does
+            // kills the worker. Stop before it takes the relay down with it.
+            r.dead_reason = DeadReason::Poison;
+            r.error = "claimed " + std::to_string(m.attempts - 1) +
+                      " times without an outcome (the worker stopped or crashed each time)";
+            resolved.push_back(std::move(r));
+        } else {
+            d.in_flight[m.id] = {m.lease_token, m.attempts};
+            send.push_back(std::move(m));
+        }
+    }
+    if (send.empty())
+        return;
+    if (!d.driver) {
+        // No driver to take them (cannot happen within one loop turn): hand them back.
+        for (Message &m : send) {
+            d.in_flight.erase(m.id);
+            Resolution r;
+            r.id = m.id;
+            r.lease_token = m.lease_token;
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            resolved.push_back(std::move(r));
+        }
+        return;
+    }
+    d.driver->Submit(std::move(send));
+}
+
+Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, int64_t now_ms) {
+    Resolution r;
+    r.id = o.id;
+    r.lease_token = o.lease_token;
+    r.error = o.error;
+    OutcomeKind kind = o.kind;
+    if (stopping_ && (kind == OutcomeKind::Retry || kind == OutcomeKind::Defer)) {
+        // Handed back at shutdown: due at once, attempt refunded.
+        r.action = Resolution::Action::Reschedule;
+        r.refund_attempt = true;
+        r.error.clear();
+        return r;
+    }
+    const RetryPolicy &p = d.spec.config.retry;
+    int64_t base = p.retry_base_ms > 0 ? p.retry_base_ms : settings_.retry_base_ms;
+    int64_t max = p.retry_max_ms > 0 ? p.retry_max_ms : settings_.retry_max_ms;
+    switch (kind) {
+        case OutcomeKind::Delivered:
+            r.action = Resolution::Action::Delete;
+            if (d.outage_failures > 0) {
+                d.outage_failures = 0;
+                d.want_more = true;
+            }
+            break;
+        case OutcomeKind::Dead:
+            r.action = Resolution::Action::Bury;
+            r.dead_reason = DeadReason::Rejected;
+            break;
+        case OutcomeKind::Retry:
+            // The destination answered, so it is reachable.
+            d.outage_failures = 0;
+            if (attempts >= MaxAttempts(d)) {
+                r.action = Resolution::Action::Bury;
+                r.dead_reason = DeadReason::MaxAttempts;
+                r.error += " (attempt " + std::to_string(attempts) + " of " +
+                           std::to_string(MaxAttempts(d)) + ")";
+            } else {
+                r.action = Resolution::Action::Reschedule;
+                r.delay_ms = RetryDelayMs(attempts, base, max, o.retry_after_ms, NextRandom());
+            }
+            break;
+        case OutcomeKind::Defer:
+            // Unreachable: no attempt spent; claim nothing more until a probe gets through.
+            if (d.outage_failures == 0 || now_ms >= d.next_probe_ms) {
+                d.outage_failures++;
+                d.next_probe_ms =
+                    now_ms + OutageProbeDelayMs(d.outage_failures, kProbeBaseMs, kProbeMaxMs);
+            }
+            // Due again at once, so it shows as pending while the destination is down; only
+            // probes claim it until the destination answers.
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            r.error = "deferred, destination unreachable: " + r.error;
+            break;
+    }
+    return r;
+}
+
+void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
+    std::vector<Outcome> outcomes;
+    auto serve = [&](Destination &d) {
+        if (!d.driver)
+            return;
+        outcomes.clear();
+        d.driver->Poll(outcomes);
+        std::vector<std::string> lines;
+        d.driver->TakeLog(lines);
+        for (std::string &l : lines)
+            log_.push_back(d.spec.name + ": " + l);
+        if (outcomes.empty())
+            return;
+        std::vector<Resolution> &resolved = resolved_[d.spec.name];
+        for (const Outcome &o : outcomes) {
+            auto a = d.in_flight.find(o.id);
+            if (a == d.in_flight.end()) continue;  // already handed back
+            int attempts = a->second.attempts;
+            d.in_flight.erase(a);
+            resolved.push_back(Resolve(d, o, attempts, now_ms));
+        }
+    };
+    for (auto &[name, d] : destinations_)
+        serve(*d);
+    for (auto &d : retired_)
+        serve(*d);
+    retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                  [](const auto &d) { return d->driver->InFlight() == 0; }),
+                   retired_.end());
+    for (auto &[name, list] : resolved_) {
+        if (list.empty())
+            continue;
+        auto &target = out[name];
+        for (Resolution &r : list)
+            target.push_back(std::move(r));
+        list.clear();
+    }
+}
+
+int64_t Dispatcher::NextTimeoutMs(int64_t now_ms) const {
+    int64_t best = -1;
+    auto consider = [&](int64_t ms) {
+        if (ms < 0)
+            return;
+        if (best < 0 || ms < best)
+            best = ms;
+    };
+    auto serve = [&](const Destination &d) {
+        if (d.driver)
+            consider(d.driver->PollTimeoutMs());
+        if (!d.driver && !d.spec.paused)
+            consider(std::max<int64_t>(0, d.next_build_ms - now_ms));
+        if (d.outage_failures > 0 && !d.spec.paused)
+            consider(std::max<int64_t>(0, d.next_probe_ms - now_ms));
+    };
+    for (const auto &[name, d] : destinations_)
+        serve(*d);
+    for (const auto &d : retired_)
+        serve(*d);
+    for (const auto &[name, list] : resolved_)
+        if (!list.empty())
+            consider(0);
+    return best;
+}
+
+std::vector<int> Dispatcher::WaitFds() const {
+    std::vector<int> fds;
+    for (const auto &[name, d] : destinations_)
+        if (d->driver && d->driver->WaitFd() >= 0)
+            fds.push_back(d->driver->WaitFd());
+    for (const auto &d : retired_)
+        if (d->driver->WaitFd() >= 0)
+            fds.push_back(d->driver->WaitFd());
+    return fds;
+}
+
+void Dispatcher::StopAll() {
+    stopping_ = true;
+    for (auto &[name, d] : destinations_)
+        if (d->driver)
+            d->driver->Abandon();
+    for (auto &d : retired_)
+        d->driver->Abandon();
+}
+
+void Dispatcher::ReleaseAll(Resolutions &out) {
+    auto release = [&](Destination &d) {
+        for (const auto &[id, f] : d.in_flight) {
+            Resolution r;
+            r.id = id;
+            r.lease_token = f.lease_token;
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            out[d.spec.name].push_back(std::move(r));
+        }
+        d.in_flight.clear();
+        d.driver.reset();
+    };
+    for (auto &[name, d] : destinations_) release(*d);
+    for (auto &d : retired_) release(*d);
+    retired_.clear();
+}
+
+size_t Dispatcher::InFlight() const {
+    size_t n = 0;
+    for (const auto &[name, d] : destinations_)
+        if (d->driver)
+            n += d->driver->InFlight();
+    for (const auto &d : retired_)
+        n += d->driver->InFlight();
+    return n;
+}
+
+void Dispatcher::TakeLog(std::vector<std::string> &lines) {
+    for (std::string &l : log_)
+        lines.push_back(std::move(l));
+    log_.clear();
+}
+
+const std::string *Dispatcher::BuildError(const std::string &destination) const {
+    auto it = destinations_.find(destination);
+    if (it == destinations_.end() || it->second->build_error.empty())
+        return nullptr;
+    return &it->second->build_error;
+}
+
+}  // namespace outbox

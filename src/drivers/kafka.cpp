@@ -1,0 +1,355 @@
+// Kafka driver: one idempotent, acks=all librdkafka producer per destination.
+//
+// Threads: librdkafka runs its own threads; they never touch PostgreSQL. Its callbacks
+// (delivery reports, errors, logs) are routed to the main queue and served only by Poll(),
+// on the worker's thread, and only record into plain members. The main queue writes a byte to
+// a pipe when it becomes non-empty, so the worker can sleep on that fd instead of polling.
+#include "outbox/drivers/kafka.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include <librdkafka/rdkafka.h>
+
+#include "outbox/classify.hpp"
+#include "outbox/drivers/cloudevents.hpp"
+#include "outbox/drivers/signals.hpp"
+
+namespace outbox {
+
+namespace {
+
+// Defaults that favour latency and bounded retries; a destination's config may override them
+// (the guarantee-bearing ones are refused at definition time and forced below anyway).
+constexpr const char *kDefaults[][2] = {
+    {"linger.ms", "1"},
+    // A few quick retries inside librdkafka; after that the row's own backoff takes over and
+    // the attempt is counted.
+    {"message.send.max.retries", "3"},
+    {"retry.backoff.ms", "100"},
+    {"socket.keepalive.enable", "true"},
+};
+
+int64_t MonotonicMs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+std::string ErrorText(rd_kafka_resp_err_t err) {
+    return std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
+}
+
+class KafkaDriver final : public Driver {
+  public:
+    KafkaDriver(std::string source, size_t max_in_flight)
+        : source_(std::move(source)), max_in_flight_(max_in_flight) {}
+    ~KafkaDriver() override;
+
+    bool Init(const KafkaDriverOptions &options, std::string *error);
+
+    void Submit(std::vector<Message> batch) override;
+    void Poll(std::vector<Outcome> &out) override;
+    size_t InFlight() const override { return in_flight_.size(); }
+    size_t Capacity() const override {
+        return fatal_ || in_flight_.size() >= max_in_flight_ ? 0
+                                                             : max_in_flight_ - in_flight_.size();
+    }
+    int WaitFd() const override { return pipe_[0]; }
+    // While messages are in flight the worker comes back often enough to notice a stall.
+    int64_t PollTimeoutMs() const override { return in_flight_.empty() ? -1 : 100; }
+    void Abandon() override;
+    bool Broken() const override { return fatal_; }
+    void TakeLog(std::vector<std::string> &lines) override {
+        for (std::string &l : log_)
+            lines.push_back(std::move(l));
+        log_.clear();
+    }
+
+  private:
+    struct Pending {
+        int64_t id;
+        int64_t lease_token;
+        int64_t submitted_ms;  // monotonic
+    };
+    struct Report {
+        uint64_t seq;
+        rd_kafka_resp_err_t err;
+        rd_kafka_msg_status_t status;
+    };
+
+    static void OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque);
+    static void OnError(rd_kafka_t *, int err, const char *reason, void *opaque);
+    static void OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+    void AddLog(std::string line);
+    void PurgeIfStalled();
+
+    rd_kafka_t *rk_ = nullptr;
+    rd_kafka_queue_t *main_queue_ = nullptr;
+    int pipe_[2] = {-1, -1};
+    std::string source_;
+    size_t max_in_flight_;
+    uint64_t next_seq_ = 1;
+    std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
+    int64_t message_timeout_ms_ = 0;
+    int64_t all_down_since_ms_ = 0;  // when librdkafka said all brokers are down; 0 = not since
+    std::vector<Report> reports_;     // delivery reports recorded by OnDelivery
+    std::vector<Outcome> immediate_;  // messages librdkafka refused in Submit
+    std::vector<std::string> log_;
+    bool fatal_ = false;
+    bool record_failed_ = false;  // a callback could not record (out of memory)
+};
+
+bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    auto set = [&](const std::string &key, const std::string &value) {
+        if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) ==
+            RD_KAFKA_CONF_OK)
+            return true;
+        *error = "librdkafka refused \"" + key + "\"";
+        if (!IsSecretSetting(key)) *error += std::string(": ") + errstr;
+        return false;
+    };
+    auto user_sets = [&](const char *key) {
+        return std::any_of(options.config.properties.begin(), options.config.properties.end(),
+                           [&](const auto &p) { return p.first == key; });
+    };
+
+    bool ok = set("client.id", options.client_id);
+    for (const auto &d : kDefaults)
+        ok = ok && set(d[0], d[1]);
+    for (const auto &[key, value] : options.config.properties)
+        ok = ok && set(key, value);
+    // A delivery must be decided before the lease lapses, or another worker could take the
+    // row over while librdkafka still retries it.
+    int64_t timeout_cap = std::max<int64_t>(1000, options.lease_timeout_ms / 2);
+    message_timeout_ms_ = timeout_cap;
+    if (!user_sets("message.timeout.ms") && !user_sets("delivery.timeout.ms"))
+        ok = ok && set("message.timeout.ms", std::to_string(timeout_cap));
+    else {
+        size_t size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "message.timeout.ms", errstr, &size) == RD_KAFKA_CONF_OK &&
+            std::atoll(errstr) > timeout_cap) {
+            AddLog("message.timeout.ms lowered to " + std::to_string(timeout_cap) +
+                   " to stay within outbox.lease_timeout");
+            ok = ok && set("message.timeout.ms", std::to_string(timeout_cap));
+        } else if (size <= sizeof errstr) {
+            message_timeout_ms_ = std::atoll(errstr);
+        }
+    }
+    // The guarantees: idempotent, acknowledged by all in-sync replicas.
+    ok = ok && set("enable.idempotence", "true") && set("acks", "all") && set("log.queue", "true");
+    if (!ok) {
+        rd_kafka_conf_destroy(conf);
+        return false;
+    }
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, OnDelivery);
+    rd_kafka_conf_set_error_cb(conf, OnError);
+    rd_kafka_conf_set_log_cb(conf, OnLog);
+
+    if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+        *error = std::string("could not create a pipe: ") + strerror(errno);
+        rd_kafka_conf_destroy(conf);
+        return false;
+    }
+    {
+        SignalsBlocked blocked;
+        rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    }
+    if (rk_ == nullptr) {
+        *error = std::string("could not create the Kafka producer: ") + errstr;
+        rd_kafka_conf_destroy(conf);  // not taken over on failure
+        return false;
+    }
+    rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, served by Poll
+    main_queue_ = rd_kafka_queue_get_main(rk_);
+    rd_kafka_queue_io_event_enable(main_queue_, pipe_[1], "1", 1);
+    return true;
+}
+
+KafkaDriver::~KafkaDriver() {
+    if (rk_) {
+        // Nothing in flight can be reported to anyone any more: drop it and stop the threads.
+        rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |
+                                RD_KAFKA_PURGE_F_NON_BLOCKING);
+        rd_kafka_queue_io_event_enable(main_queue_, -1, nullptr, 0);
+        rd_kafka_queue_destroy(main_queue_);
+        rd_kafka_poll(rk_, 0);
+        rd_kafka_destroy(rk_);
+    }
+    for (int fd : pipe_)
+        if (fd >= 0)
+            close(fd);
+}
+
+void KafkaDriver::AddLog(std::string line) {
+    // Consecutive repeats (a broker that stays down) are logged once.
+    if (!log_.empty() && log_.back() == line)
+        return;
+    log_.push_back(std::move(line));
+}
+
+void KafkaDriver::OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque) {
+    auto *self = static_cast<KafkaDriver *>(opaque);
+    try {
+        self->reports_.push_back(Report{reinterpret_cast<uintptr_t>(msg->_private), msg->err,
+                                        rd_kafka_message_status(msg)});
+    } catch (...) {
+        self->record_failed_ = true;
+    }
+}
+
+void KafkaDriver::OnError(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    auto *self = static_cast<KafkaDriver *>(opaque);
+    try {
+        if (err == RD_KAFKA_RESP_ERR__FATAL) {
+            char fatal[512];
+            rd_kafka_resp_err_t code = rd_kafka_fatal_error(rk, fatal, sizeof fatal);
+            self->fatal_ = true;
+            self->AddLog(std::string("fatal producer error ") + rd_kafka_err2name(code) + ": " +
+                         fatal + "; the producer will be rebuilt");
+            return;
+        }
+        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) self->all_down_since_ms_ = MonotonicMs();
+        self->AddLog(std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " +
+                     reason);
+    } catch (...) {
+        self->record_failed_ = true;
+    }
+}
+
+void KafkaDriver::OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    auto *self = static_cast<KafkaDriver *>(rd_kafka_opaque(rk));
+    if (level > 4)
+        return;  // warnings and worse only (syslog levels)
+    try {
+        self->AddLog(std::string(fac) + ": " + buf);
+    } catch (...) {
+        self->record_failed_ = true;
+    }
+}
+
+void KafkaDriver::Submit(std::vector<Message> batch) {
+    for (Message &m : batch) {
+        auto refuse = [&](OutcomeKind kind, std::string error) {
+            immediate_.push_back(Outcome{m.id, m.lease_token, kind, std::move(error), -1});
+        };
+        if (m.topic.empty()) {
+            refuse(OutcomeKind::Dead, "message has no topic");
+            continue;
+        }
+        rd_kafka_headers_t *headers = rd_kafka_headers_new(m.headers.size() + 5);
+        for (const auto &[name, value] : m.headers)
+            rd_kafka_header_add(headers, name.data(), name.size(), value.data(), value.size());
+        std::string time = FormatRfc3339Ms(m.created_at_ms);
+        rd_kafka_header_add(headers, "ce_id", -1, m.event_id.data(), m.event_id.size());
+        rd_kafka_header_add(headers, "ce_type", -1, m.topic.data(), m.topic.size());
+        rd_kafka_header_add(headers, "ce_source", -1, source_.data(), source_.size());
+        rd_kafka_header_add(headers, "ce_time", -1, time.data(), time.size());
+        rd_kafka_header_add(headers, "ce_specversion", -1, "1.0", 3);
+
+        uint64_t seq = next_seq_++;
+        rd_kafka_resp_err_t err;
+        if (m.key)
+            err = rd_kafka_producev(
+                rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
+                RD_KAFKA_V_VALUE(m.payload.data(), m.payload.size()),
+                RD_KAFKA_V_TIMESTAMP(m.created_at_ms), RD_KAFKA_V_HEADERS(headers),
+                RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
+        else
+            err = rd_kafka_producev(
+                rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                RD_KAFKA_V_VALUE(m.payload.data(), m.payload.size()),
+                RD_KAFKA_V_TIMESTAMP(m.created_at_ms), RD_KAFKA_V_HEADERS(headers),
+                RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            rd_kafka_headers_destroy(headers);  // only taken over on success
+            refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED), ErrorText(err));
+            continue;
+        }
+        in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs()});
+    }
+}
+
+void KafkaDriver::Poll(std::vector<Outcome> &out) {
+    // Drain the pipe first: an event queued after this point writes to it again.
+    char buf[256];
+    while (read(pipe_[0], buf, sizeof buf) > 0) {
+    }
+    rd_kafka_poll(rk_, 0);
+    PurgeIfStalled();
+    rd_kafka_poll(rk_, 0);
+
+    for (Outcome &o : immediate_)
+        out.push_back(std::move(o));
+    immediate_.clear();
+    for (const Report &r : reports_) {
+        auto it = in_flight_.find(r.seq);
+        if (it == in_flight_.end())
+            continue;
+        Outcome o{
+            it->second.id, it->second.lease_token, ClassifyKafkaResult(r.err, r.status), {}, -1};
+        if (o.kind == OutcomeKind::Delivered) all_down_since_ms_ = 0;
+        // Only outbox purges (see PurgeIfStalled and Abandon): nothing answered in time.
+        if (r.err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || r.err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+            o.kind = OutcomeKind::Defer;
+        if (o.kind != OutcomeKind::Delivered)
+            o.error = r.err != RD_KAFKA_RESP_ERR_NO_ERROR
+                          ? ErrorText(r.err)
+                          : "delivery not confirmed (status POSSIBLY_PERSISTED)";
+        out.push_back(std::move(o));
+        in_flight_.erase(it);
+    }
+    reports_.clear();
+    if (record_failed_) {
+        // A report was lost: the affected rows are found again when their leases lapse.
+        AddLog("out of memory while recording delivery reports");
+        record_failed_ = false;
+    }
+}
+
+// librdkafka keeps retrying while no broker is reachable, and with the idempotent producer it
+// does not always time messages out then. The rows' leases must not lapse meanwhile (another
+// worker would deliver them too), so the driver gives up on its own: when all brokers have been
+// down for a second, or when a message has waited past message.timeout.ms, everything in flight
+// is purged and comes back as deferred (no attempt spent).
+void KafkaDriver::PurgeIfStalled() {
+    if (in_flight_.empty()) return;
+    int64_t now = MonotonicMs();
+    int64_t oldest = in_flight_.begin()->second.submitted_ms;
+    bool down = all_down_since_ms_ != 0 && now - all_down_since_ms_ >= 1000 && now - oldest >= 1000;
+    bool overdue = now - oldest > message_timeout_ms_ + 1000;
+    if (!down && !overdue) return;
+    AddLog(down ? "all brokers down: handing back the messages in flight"
+                : "no delivery report within message.timeout.ms: handing back the messages in "
+                  "flight");
+    rd_kafka_purge(
+        rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT | RD_KAFKA_PURGE_F_NON_BLOCKING);
+}
+
+void KafkaDriver::Abandon() {
+    // The purge reports arrive through Poll as Defer; at shutdown the dispatcher hands those
+    // rows back.
+    rd_kafka_purge(
+        rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT | RD_KAFKA_PURGE_F_NON_BLOCKING);
+}
+
+}  // namespace
+
+std::unique_ptr<Driver> MakeKafkaDriver(const KafkaDriverOptions &options, std::string *error) {
+    auto driver = std::make_unique<KafkaDriver>(options.source, options.max_in_flight);
+    if (!driver->Init(options, error))
+        return nullptr;
+    return driver;
+}
+
+}  // namespace outbox

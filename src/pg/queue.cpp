@@ -1,0 +1,410 @@
+// The claim / write-back SQL (see include/outbox/pg/queue.hpp).
+//
+// While a worker holds a row, the row's available_at is the end of its lease: a lapsed lease
+// makes the row due again, so one index (destination, available_at) serves new messages,
+// retries and lease recovery alike. Every write-back statement matches id AND lease_token, so a
+// worker whose lease lapsed cannot overwrite the outcome of the row's new owner.
+#include <string>
+#include <vector>
+
+#include "outbox/config.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+}
+
+#include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/guard.hpp"
+#include "outbox/pg/queue.hpp"
+
+namespace outbox::pg {
+
+namespace {
+
+const char *const kClaimSql =
+    "WITH due AS ("
+    "  SELECT c.id FROM outbox.messages AS c"
+    "   WHERE c.destination = $1 AND c.available_at <= now()"
+    "   ORDER BY c.available_at LIMIT $4"
+    "   FOR UPDATE SKIP LOCKED)"
+    " UPDATE outbox.messages AS m"
+    "    SET lease_token = $2, available_at = now() + $3 * interval '1 millisecond',"
+    "        attempts = m.attempts + 1"
+    "   FROM due WHERE m.id = due.id"
+    " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
+    "           m.created_at, m.expires_at, m.attempts";
+
+const char *const kDeleteSql =
+    "DELETE FROM outbox.messages AS m"
+    " USING unnest($1::bigint[], $2::bigint[]) AS r(id, token)"
+    " WHERE m.id = r.id AND m.lease_token = r.token";
+
+// kind: 0 retry (attempt spent), 1 deferred by an outage, 2 released at shutdown.
+const char *const kRescheduleSql =
+    "UPDATE outbox.messages AS m"
+    "   SET available_at = now() + r.delay * interval '1 millisecond', lease_token = NULL,"
+    "       attempts = m.attempts - CASE WHEN r.kind = 0 THEN 0 ELSE 1 END,"
+    "       last_error = coalesce(r.err, m.last_error),"
+    "       first_failed_at = CASE WHEN r.kind = 0 THEN coalesce(m.first_failed_at, now())"
+    "                              ELSE m.first_failed_at END"
+    "  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[])"
+    "       AS r(id, token, delay, kind, err)"
+    " WHERE m.id = r.id AND m.lease_token = r.token"
+    " RETURNING r.kind";
+
+const char *const kBurySql =
+    "WITH moved AS ("
+    "  DELETE FROM outbox.messages AS m"
+    "   USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS r(id, token, reason, "
+    "err)"
+    "   WHERE m.id = r.id AND m.lease_token = r.token"
+    "  RETURNING m.*, r.reason, r.err)"
+    " INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,"
+    "       payload_bytes, headers, expires_at, created_at, attempts, reason, last_error,"
+    "       first_failed_at)"
+    " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,"
+    "        created_at,"
+    "        CASE WHEN reason IN ('expired', 'poison') THEN attempts - 1 ELSE attempts END,"
+    "        reason, err,"
+    "        CASE WHEN reason = 'expired' THEN first_failed_at"
+    "             ELSE coalesce(first_failed_at, now()) END"
+    "   FROM moved"
+    " RETURNING reason = 'expired'";
+
+const char *const kLoadSql =
+    "SELECT name, kind, config::text, paused FROM outbox.destinations ORDER BY name";
+
+// Plans survive across transactions (SPI_keepplan); a plan whose tables were dropped and
+// created again is re-analysed by the plan cache on its next use.
+SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
+    if (*slot == nullptr) {
+        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+        if (plan == nullptr)
+            elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
+                 SPI_result_code_string(SPI_result), sql);
+        if (SPI_keepplan(plan) != 0)
+            elog(ERROR, "outbox: SPI_keepplan failed");
+        *slot = plan;
+    }
+    return *slot;
+}
+
+SPIPlanPtr claim_plan, delete_plan, reschedule_plan, bury_plan, load_plan;
+
+int64 TimestampToUnixMs(TimestampTz ts) {
+    return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+}
+
+// One claimed row, pointing into SPI memory (valid until SPI_finish).
+struct RawRow {
+    int64 id;
+    char event_id[37];
+    const char *topic;
+    int topic_len;
+    const char *key;  // nullptr when NULL
+    int key_len;
+    const char *payload;
+    int payload_len;
+    bool payload_is_json;
+    int nheaders;
+    const char **header_names;
+    int *header_name_lens;
+    const char **header_values;
+    int *header_value_lens;
+    int64 created_ms;
+    int64 expires_ms;
+    int attempts;
+};
+
+void FormatUuid(const pg_uuid_t *uuid, char out[37]) {
+    static const char hex[] = "0123456789abcdef";
+    int o = 0;
+    for (int i = 0; i < UUID_LEN; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[uuid->data[i] >> 4];
+        out[o++] = hex[uuid->data[i] & 0xF];
+    }
+    out[o] = '\0';
+}
+
+void ReadHeaders(Datum datum, RawRow *row) {
+    Jsonb *jb = DatumGetJsonbP(datum);
+    int n = JB_ROOT_COUNT(jb);
+    row->header_names = static_cast<const char **>(palloc(sizeof(char *) * (n + 1)));
+    row->header_name_lens = static_cast<int *>(palloc(sizeof(int) * (n + 1)));
+    row->header_values = static_cast<const char **>(palloc(sizeof(char *) * (n + 1)));
+    row->header_value_lens = static_cast<int *>(palloc(sizeof(int) * (n + 1)));
+    JsonbIterator *it = JsonbIteratorInit(&jb->root);
+    JsonbValue v;
+    JsonbIteratorToken token;
+    int i = 0;
+    while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE && i < n) {
+        // The producer check guarantees an object of strings.
+        if (token == WJB_KEY) {
+            row->header_names[i] = v.val.string.val;
+            row->header_name_lens[i] = v.val.string.len;
+        } else if (token == WJB_VALUE && v.type == jbvString) {
+            row->header_values[i] = v.val.string.val;
+            row->header_value_lens[i] = v.val.string.len;
+            i++;
+        }
+    }
+    row->nheaders = i;
+}
+
+// Runs the claim; C-style code only (may ereport).
+RawRow *ClaimRaw(const char *destination, int limit, int64 lease_ms, int64 token, uint64 *count) {
+    Oid types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
+    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 4, types);
+    Datum args[4] = {CStringGetTextDatum(destination), Int64GetDatum(token),
+                     Int64GetDatum(lease_ms), Int32GetDatum(limit)};
+    int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+    if (rc != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
+    uint64 n = SPI_processed;
+    *count = n;
+    auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    for (uint64 i = 0; i < n; i++) {
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        RawRow *row = &rows[i];
+        bool isnull;
+        row->id = DatumGetInt64(heap_getattr(tuple, 1, desc, &isnull));
+        FormatUuid(DatumGetUUIDP(heap_getattr(tuple, 2, desc, &isnull)), row->event_id);
+        Datum d = heap_getattr(tuple, 3, desc, &isnull);
+        if (!isnull) {
+            text *t = DatumGetTextPP(d);
+            row->topic = VARDATA_ANY(t);
+            row->topic_len = VARSIZE_ANY_EXHDR(t);
+        }
+        d = heap_getattr(tuple, 4, desc, &isnull);
+        if (!isnull) {
+            text *t = DatumGetTextPP(d);
+            row->key = VARDATA_ANY(t);
+            row->key_len = VARSIZE_ANY_EXHDR(t);
+        }
+        d = heap_getattr(tuple, 5, desc, &isnull);
+        if (!isnull) {
+            Jsonb *jb = DatumGetJsonbP(d);
+            StringInfoData buf;
+            initStringInfo(&buf);
+            JsonbToCString(&buf, &jb->root, VARSIZE(jb));
+            row->payload = buf.data;
+            row->payload_len = buf.len;
+            row->payload_is_json = true;
+        } else {
+            d = heap_getattr(tuple, 6, desc, &isnull);
+            if (!isnull) {
+                bytea *b = DatumGetByteaPP(d);
+                row->payload = VARDATA_ANY(b);
+                row->payload_len = VARSIZE_ANY_EXHDR(b);
+            }
+        }
+        d = heap_getattr(tuple, 7, desc, &isnull);
+        if (!isnull)
+            ReadHeaders(d, row);
+        row->created_ms =
+            TimestampToUnixMs(DatumGetTimestampTz(heap_getattr(tuple, 8, desc, &isnull)));
+        d = heap_getattr(tuple, 9, desc, &isnull);
+        row->expires_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d));
+        row->attempts = DatumGetInt32(heap_getattr(tuple, 10, desc, &isnull));
+    }
+    return rows;
+}
+
+Datum Int8Array(const std::vector<int64_t> &values) {
+    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
+    for (size_t i = 0; i < values.size(); i++)
+        datums[i] = Int64GetDatum(values[i]);
+    return PointerGetDatum(
+        construct_array(datums, int(values.size()), INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+Datum Int4Array(const std::vector<int> &values) {
+    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
+    for (size_t i = 0; i < values.size(); i++)
+        datums[i] = Int32GetDatum(values[i]);
+    return PointerGetDatum(
+        construct_array(datums, int(values.size()), INT4OID, 4, true, TYPALIGN_INT));
+}
+
+// A text[]; an empty string becomes NULL (no error to record).
+Datum TextArray(const std::vector<const char *> &values) {
+    size_t n = values.size();
+    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (n + 1)));
+    bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (n + 1)));
+    for (size_t i = 0; i < n; i++) {
+        nulls[i] = values[i][0] == '\0';
+        datums[i] = nulls[i] ? Datum(0) : CStringGetTextDatum(values[i]);
+    }
+    int dims[1] = {int(n)};
+    int lbs[1] = {1};
+    return PointerGetDatum(
+        construct_md_array(datums, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+}  // namespace
+
+bool ExtensionInstalled() {
+    return PgTry([] { return OidIsValid(get_extension_oid("outbox", true)); });
+}
+
+std::vector<DestinationSpec> LoadDestinations() {
+    struct Row {
+        const char *name, *kind, *config;
+        bool paused;
+    };
+    uint64 n = 0;
+    Row *rows = PgTry([&n] {
+        // Watch first: a change committed after this point bumps destinations_generation.
+        WatchDestinations();
+        SPIPlanPtr plan = Prepare(&load_plan, kLoadSql, 0, nullptr);
+        int rc = SPI_execute_plan(plan, nullptr, nullptr, true, 0);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: loading destinations failed");
+        n = SPI_processed;
+        Row *out = static_cast<Row *>(palloc0(sizeof(Row) * (n + 1)));
+        for (uint64 i = 0; i < n; i++) {
+            HeapTuple t = SPI_tuptable->vals[i];
+            TupleDesc desc = SPI_tuptable->tupdesc;
+            bool isnull;
+            out[i].name = SPI_getvalue(t, desc, 1);
+            out[i].kind = SPI_getvalue(t, desc, 2);
+            out[i].config = SPI_getvalue(t, desc, 3);
+            out[i].paused = DatumGetBool(heap_getattr(t, 4, desc, &isnull));
+        }
+        return out;
+    });
+    std::vector<DestinationSpec> specs;
+    for (uint64 i = 0; i < n; i++) {
+        DestinationSpec spec;
+        spec.name = rows[i].name;
+        spec.config_json = rows[i].config;
+        spec.paused = rows[i].paused;
+        auto kind = ParseDestinationKind(rows[i].kind);
+        if (!kind) {
+            spec.config_error = std::string("unknown kind \"") + rows[i].kind + "\"";
+        } else {
+            ConfigCheck check = CheckDestinationConfig(*kind, spec.config_json);
+            spec.config = std::move(check.config);
+            for (const std::string &p : check.problems)
+                spec.config_error += (spec.config_error.empty() ? "invalid config: " : "; ") + p;
+        }
+        specs.push_back(std::move(spec));
+    }
+    return specs;
+}
+
+std::vector<Message> ClaimRows(const std::string &destination, int limit, int64_t lease_ms,
+                               int64_t lease_token) {
+    uint64 n = 0;
+    const char *dest = destination.c_str();
+    RawRow *rows = PgTry([&] { return ClaimRaw(dest, limit, lease_ms, lease_token, &n); });
+    std::vector<Message> messages;
+    messages.reserve(n);
+    for (uint64 i = 0; i < n; i++) {
+        const RawRow &r = rows[i];
+        Message m;
+        m.id = r.id;
+        m.lease_token = lease_token;
+        m.event_id = r.event_id;
+        if (r.topic)
+            m.topic.assign(r.topic, r.topic_len);
+        if (r.key)
+            m.key.emplace(r.key, r.key_len);
+        if (r.payload)
+            m.payload.assign(r.payload, r.payload_len);
+        m.payload_is_json = r.payload_is_json;
+        for (int h = 0; h < r.nheaders; h++)
+            m.headers.emplace_back(std::string(r.header_names[h], r.header_name_lens[h]),
+                                   std::string(r.header_values[h], r.header_value_lens[h]));
+        m.created_at_ms = r.created_ms;
+        m.expires_at_ms = r.expires_ms;
+        m.attempts = r.attempts;
+        messages.push_back(std::move(m));
+    }
+    return messages;
+}
+
+WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
+    std::vector<int64_t> del_ids, del_tokens, re_ids, re_tokens, re_delays, dead_ids, dead_tokens;
+    std::vector<int> re_kinds;
+    std::vector<const char *> re_errors, dead_reasons, dead_errors;
+    for (const Resolution &r : resolutions) {
+        switch (r.action) {
+            case Resolution::Action::Delete:
+                del_ids.push_back(r.id);
+                del_tokens.push_back(r.lease_token);
+                break;
+            case Resolution::Action::Reschedule:
+                re_ids.push_back(r.id);
+                re_tokens.push_back(r.lease_token);
+                re_delays.push_back(r.delay_ms);
+                re_kinds.push_back(!r.refund_attempt ? 0 : r.error.empty() ? 2 : 1);
+                re_errors.push_back(r.error.c_str());
+                break;
+            case Resolution::Action::Bury:
+                dead_ids.push_back(r.id);
+                dead_tokens.push_back(r.lease_token);
+                dead_reasons.push_back(DeadReasonName(r.dead_reason));
+                dead_errors.push_back(r.error.empty() ? "unknown error" : r.error.c_str());
+                break;
+        }
+    }
+    WriteBackCounts counts;
+    PgTry([&] {
+        if (!del_ids.empty()) {
+            Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+            Datum args[2] = {Int8Array(del_ids), Int8Array(del_tokens)};
+            int rc = SPI_execute_plan(Prepare(&delete_plan, kDeleteSql, 2, types), args, nullptr,
+                                      false, 0);
+            if (rc != SPI_OK_DELETE)
+                elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
+            counts.delivered = int64(SPI_processed);
+        }
+        if (!re_ids.empty()) {
+            Oid types[5] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+            Datum args[5] = {Int8Array(re_ids), Int8Array(re_tokens), Int8Array(re_delays),
+                             Int4Array(re_kinds), TextArray(re_errors)};
+            int rc = SPI_execute_plan(Prepare(&reschedule_plan, kRescheduleSql, 5, types), args,
+                                      nullptr, false, 0);
+            if (rc != SPI_OK_UPDATE_RETURNING)
+                elog(ERROR, "outbox: reschedule failed: %s", SPI_result_code_string(rc));
+            for (uint64 i = 0; i < SPI_processed; i++) {
+                bool isnull;
+                int kind = DatumGetInt32(
+                    heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
+                (kind == 0 ? counts.retried : kind == 1 ? counts.deferred : counts.released)++;
+            }
+        }
+        if (!dead_ids.empty()) {
+            Oid types[4] = {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+            Datum args[4] = {Int8Array(dead_ids), Int8Array(dead_tokens), TextArray(dead_reasons),
+                             TextArray(dead_errors)};
+            int rc =
+                SPI_execute_plan(Prepare(&bury_plan, kBurySql, 4, types), args, nullptr, false, 0);
+            if (rc != SPI_OK_INSERT_RETURNING)
+                elog(ERROR, "outbox: moving to dead letters failed: %s",
+                     SPI_result_code_string(rc));
+            for (uint64 i = 0; i < SPI_processed; i++) {
+                bool isnull;
+                bool expired = DatumGetBool(
+                    heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
+                (expired ? counts.expired : counts.dead)++;
+            }
+        }
+    });
+    return counts;
+}
+
+}  // namespace outbox::pg

@@ -1,0 +1,459 @@
+// The delivery worker: one process per (database, worker index), started by the launcher.
+//
+// Each turn of the loop: serve the drivers (collect outcomes), then — when there is anything to
+// write back or to claim — one short transaction that writes back every outcome collected and
+// claims the next batches, then hand the claimed rows to the drivers after the commit. No
+// transaction is ever open while a driver waits for the network. The one wait point is a
+// WaitEventSet on the latch (commits wake us), postmaster death and the drivers' fds.
+#include <cerrno>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/drivers/kafka.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/guard.hpp"
+#include "outbox/pg/queue.hpp"
+#include "outbox/pg/settings.hpp"
+#include "outbox/pg/shmem.hpp"
+#include "outbox/pg/workers.hpp"
+
+extern "C" {
+PGDLLEXPORT void outbox_worker_main(Datum);
+}
+
+namespace outbox::pg {
+
+namespace {
+
+// On SIGTERM in-flight messages get this long to be acknowledged before they are handed back.
+constexpr int64 kShutdownGraceMs = 2000;
+constexpr int64 kErrorBackoffMaxMs = 30000;
+
+volatile sig_atomic_t shutdown_requested = false;
+
+void HandleSigterm(SIGNAL_ARGS) {
+    int save_errno = errno;
+    shutdown_requested = true;
+    SetLatch(MyLatch);
+    errno = save_errno;
+}
+
+// Wall-clock milliseconds: due times and expiry are compared with timestamps from the table.
+int64 NowMs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return int64(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+DispatchSettings CurrentSettings() {
+    DispatchSettings s;
+    s.batch_size = setting_batch_size;
+    s.lease_timeout_ms = setting_lease_timeout_ms;
+    s.max_attempts = setting_max_attempts;
+    s.retry_base_ms = setting_retry_base_ms;
+    s.retry_max_ms = setting_retry_max_ms;
+    return s;
+}
+
+class Worker {
+  public:
+    Worker(WorkerSlot *slot, std::string database);
+    void Run();
+    // Destroys the drivers (stops librdkafka's threads); safe to call twice.
+    void ReleaseDrivers() { dispatcher_.reset(); }
+
+  private:
+    bool Turn(bool woken);
+    void Shutdown();
+    void WriteBackAndClaim(bool claim, std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed);
+    template <typename F>
+    void InTransaction(const char *activity, F &&body);
+    void Publish(const Resolutions &written, const std::vector<WriteBackCounts> &counts);
+    void Wait(int64 timeout_ms, bool *latch_set);
+    void LogDriverLines();
+    void SetState(WorkerState state) { pg_atomic_write_u32(&slot_->state, state); }
+    void SetDestination(const char *name);
+
+    WorkerSlot *slot_;
+    std::string database_;
+    std::unique_ptr<Dispatcher> dispatcher_;
+    Resolutions pending_;             // outcomes not yet written back
+    uint64 seen_generation_ = 0;
+    bool destinations_loaded_ = false;
+    bool extension_missing_logged_ = false;
+    int consecutive_errors_ = 0;
+    uint64 lease_counter_ = 0;
+    MemoryContext turn_context_;
+    WaitEventSet *wait_set_ = nullptr;
+    std::vector<int> wait_fds_;
+};
+
+Worker *the_worker = nullptr;  // for the exit callback
+
+void OnWorkerExit(int, Datum arg) {
+    int slot_index = DatumGetInt32(arg);
+    if (the_worker) the_worker->ReleaseDrivers();
+    WorkerSlot *slot = &shared->slots[slot_index];
+    SpinLockAcquire(&slot->mutex);
+    slot->destination[0] = '\0';
+    SpinLockRelease(&slot->mutex);
+    pg_atomic_write_u32(&slot->state, kWorkerStopping);
+    slot->pid = 0;
+}
+
+Worker::Worker(WorkerSlot *slot, std::string database) : slot_(slot), database_(std::move(database)) {
+    dispatcher_ = std::make_unique<Dispatcher>(
+        [this](const DestinationSpec &spec, std::string *error) -> std::unique_ptr<Driver> {
+            if (spec.config.kind != DestinationKind::Kafka) {
+                *error = "webhook delivery is not available in this build";
+                return nullptr;
+            }
+            KafkaDriverOptions options;
+            options.config = spec.config.kafka;
+            options.client_id = "outbox-" + database_ + "-" + spec.name;
+            options.source = "/outbox/" + database_;
+            options.lease_timeout_ms = dispatcher_->Settings().lease_timeout_ms;
+            options.max_in_flight = size_t(dispatcher_->Settings().batch_size) * 2;
+            return MakeKafkaDriver(options, error);
+        },
+        uint64(MyProcPid) << 32 ^ uint64(NowMs()));
+    dispatcher_->SetSettings(CurrentSettings());
+    turn_context_ = AllocSetContextCreate(TopMemoryContext, "outbox worker turn",
+                                          ALLOCSET_DEFAULT_SIZES);
+}
+
+void Worker::SetDestination(const char *name) {
+    SpinLockAcquire(&slot_->mutex);
+    strlcpy(slot_->destination, name, sizeof slot_->destination);
+    SpinLockRelease(&slot_->mutex);
+}
+
+// Runs `body` in a transaction with SPI connected and a snapshot pushed; commits. On an
+// exception the transaction is left for the caller to abort.
+template <typename F>
+void Worker::InTransaction(const char *activity, F &&body) {
+    PgTry([activity] {
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+        PushActiveSnapshot(GetTransactionSnapshot());
+        pgstat_report_activity(STATE_RUNNING, activity);
+    });
+    body();
+    PgTry([] {
+        SPI_finish();
+        PopActiveSnapshot();
+        CommitTransactionCommand();
+        pgstat_report_stat(false);
+        pgstat_report_activity(STATE_IDLE, nullptr);
+    });
+    MemoryContextSwitchTo(turn_context_);
+}
+
+void Worker::WriteBackAndClaim(
+    bool claim, std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed) {
+    std::vector<WriteBackCounts> counts;
+    bool present = true;
+    InTransaction("outbox: write back and claim", [&] {
+        present = ExtensionInstalled();
+        if (!present) return;
+        if (!destinations_loaded_ || seen_generation_ != destinations_generation) {
+            seen_generation_ = destinations_generation;
+            dispatcher_->SetDestinations(LoadDestinations());
+            destinations_loaded_ = true;
+        }
+        if (!pending_.empty()) SetState(kWorkerWritingBack);
+        for (const auto &[destination, resolutions] : pending_) {
+            SetDestination(destination.c_str());
+            counts.push_back(WriteBack(resolutions));
+        }
+        if (!claim) return;
+        SetState(kWorkerClaiming);
+        int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
+        for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
+            SetDestination(request.destination.c_str());
+            // A fresh token per claim: only this claim's write-back can match it.
+            int64 token = int64((uint64(MyProcPid) << 40) ^ (uint64(NowMs()) << 12) ^ ++lease_counter_);
+            std::vector<Message> rows = ClaimRows(request.destination, request.limit, lease_ms, token);
+            claimed->emplace_back(std::move(request), std::move(rows));
+        }
+    });
+    if (!present) {
+        // Dropped while we ran (or never created): nothing to deliver, nothing to write back.
+        if (!extension_missing_logged_)
+            ereport(LOG, (errmsg("outbox: extension \"outbox\" is not installed in database "
+                                 "\"%s\"; the worker waits for CREATE EXTENSION outbox",
+                                 database_.c_str())));
+        extension_missing_logged_ = true;
+        SetState(kWorkerNoExtension);
+        pending_.clear();
+        dispatcher_->SetDestinations({});
+        destinations_loaded_ = false;
+        return;
+    }
+    extension_missing_logged_ = false;
+    Publish(pending_, counts);
+    pending_.clear();
+}
+
+// After a committed write-back: the counters of outbox.stats() and outbox.workers().
+void Worker::Publish(const Resolutions &written, const std::vector<WriteBackCounts> &counts) {
+    size_t i = 0;
+    for (const auto &[destination, resolutions] : written) {
+        const WriteBackCounts &c = counts[i++];
+        pg_atomic_fetch_add_u64(&slot_->delivered, c.delivered);
+        pg_atomic_fetch_add_u64(&slot_->retried, c.retried);
+        pg_atomic_fetch_add_u64(&slot_->deferred, c.deferred);
+        pg_atomic_fetch_add_u64(&slot_->dead, c.dead);
+        pg_atomic_fetch_add_u64(&slot_->expired, c.expired);
+        DestinationCounters *counters = GetDestinationCounters(MyDatabaseId, destination.c_str());
+        if (counters == nullptr) continue;
+        pg_atomic_fetch_add_u64(&counters->delivered, c.delivered);
+        pg_atomic_fetch_add_u64(&counters->failed, c.retried + c.dead);
+        pg_atomic_fetch_add_u64(&counters->dead, c.dead);
+        pg_atomic_fetch_add_u64(&counters->expired, c.expired);
+        pg_atomic_fetch_add_u64(&counters->deferred, c.deferred);
+        const std::string *last_error = nullptr;
+        for (const Resolution &r : resolutions)
+            if (!r.error.empty()) last_error = &r.error;
+        if (last_error) SetLastError(counters, last_error->c_str());
+        if (c.delivered > 0) {
+            SpinLockAcquire(&counters->mutex);
+            counters->last_success_at = GetCurrentTimestamp();
+            SpinLockRelease(&counters->mutex);
+        }
+    }
+}
+
+void Worker::LogDriverLines() {
+    std::vector<std::string> lines;
+    dispatcher_->TakeLog(lines);
+    for (const std::string &line : lines)
+        ereport(LOG, (errmsg("outbox: %s", line.c_str())));
+}
+
+// One turn: collect outcomes; write back and claim if there is anything to do. Returns true
+// when a claim came back full, i.e. more work is waiting now.
+bool Worker::Turn(bool woken) {
+    int64 now = NowMs();
+    dispatcher_->Poll(now, pending_);
+    LogDriverLines();
+    if (woken) dispatcher_->WakeAll();
+    bool claim = woken || !dispatcher_->PlanClaims(now).empty();
+    if (pending_.empty() && !claim) return false;
+
+    std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
+    WriteBackAndClaim(claim, &claimed);
+    pg_atomic_fetch_add_u64(&slot_->cycles, 1);
+    slot_->last_cycle_at = GetCurrentTimestamp();
+
+    bool full = false;
+    size_t total = 0;
+    now = NowMs();
+    for (auto &[request, rows] : claimed) {
+        full = full || int(rows.size()) >= request.limit;
+        total += rows.size();
+        dispatcher_->Submit(request.destination, request.limit, std::move(rows), now);
+    }
+    pg_atomic_fetch_add_u64(&slot_->claimed, total);
+    pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
+    return full;
+}
+
+void Worker::Wait(int64 timeout_ms, bool *latch_set) {
+    std::vector<int> fds = dispatcher_->WaitFds();
+    if (wait_set_ == nullptr || fds != wait_fds_) {
+        if (wait_set_) FreeWaitEventSet(wait_set_);
+        wait_set_ = CreateWaitEventSet(TopMemoryContext, int(fds.size()) + 2);
+        AddWaitEventToSet(wait_set_, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+        AddWaitEventToSet(wait_set_, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+        for (int fd : fds) AddWaitEventToSet(wait_set_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
+        wait_fds_ = fds;
+    }
+    WaitEvent events[8];
+    int n = WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events),
+                             PG_WAIT_EXTENSION);
+    *latch_set = false;
+    for (int i = 0; i < n; i++)
+        if (events[i].events & WL_LATCH_SET) *latch_set = true;
+    if (*latch_set) ResetLatch(MyLatch);
+}
+
+void Worker::Run() {
+    int64 next_poll = 0;  // poll at once on start: leases of a previous run may be due
+    bool latch_set = false;
+    while (!shutdown_requested) {
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+            dispatcher_->SetSettings(CurrentSettings());
+            latch_set = true;
+        }
+        if (DatabaseIsHeld(MyDatabaseId)) break;
+        CHECK_FOR_INTERRUPTS();
+
+        int64 now = NowMs();
+        bool poll_due = now >= next_poll;
+        if (poll_due) next_poll = now + setting_poll_interval_ms;
+        bool more = false;
+        CaughtError error;
+        bool failed = false;
+        try {
+            more = Turn(latch_set || poll_due);
+            consecutive_errors_ = 0;
+        } catch (...) {
+            CaptureCurrentException(&error);
+            failed = true;
+        }
+        MemoryContextSwitchTo(turn_context_);
+        MemoryContextReset(turn_context_);
+
+        int64 timeout;
+        if (failed) {
+            // Abort the half-done transaction; outcomes stay pending and are written next time.
+            PgTry([] { AbortCurrentTransaction(); });
+            MemoryContextSwitchTo(turn_context_);
+            consecutive_errors_++;
+            pg_atomic_fetch_add_u64(&slot_->errors, 1);
+            ereport(LOG, (errcode(error.sqlerrcode),
+                          errmsg("outbox worker: %s", error.message),
+                          error.detail[0] ? errdetail_internal("%s", error.detail) : 0));
+            SetState(kWorkerBackingOff);
+            timeout = std::min<int64>(kErrorBackoffMaxMs, int64(250) << std::min(consecutive_errors_, 7));
+        } else if (more) {
+            timeout = 0;
+        } else {
+            now = NowMs();
+            timeout = std::max<int64>(0, next_poll - now);
+            int64 driver = dispatcher_->NextTimeoutMs(now);
+            if (driver >= 0) timeout = std::min(timeout, driver);
+            uint32 state = pg_atomic_read_u32(&slot_->state);
+            if (state != kWorkerNoExtension)
+                SetState(dispatcher_->InFlight() > 0 ? kWorkerPublishing : kWorkerIdle);
+            if (dispatcher_->InFlight() == 0) SetDestination("");
+        }
+        Wait(timeout, &latch_set);
+    }
+    Shutdown();
+}
+
+// SIGTERM: stop claiming, give in-flight messages a moment to be acknowledged, hand back the
+// rest at once, write it all back, exit.
+void Worker::Shutdown() {
+    SetState(kWorkerStopping);
+    int64 deadline = NowMs() + kShutdownGraceMs;
+    bool abandoned = false;
+    for (;;) {
+        int64 now = NowMs();
+        if (!abandoned && now >= deadline) {
+            dispatcher_->StopAll();
+            abandoned = true;
+            deadline = now + 500;  // time for the purge reports
+        } else if (abandoned && now >= deadline) {
+            break;
+        }
+        dispatcher_->Poll(now, pending_);
+        if (dispatcher_->InFlight() == 0) break;
+        bool latch_set;
+        int64 timeout = dispatcher_->NextTimeoutMs(now);
+        Wait(timeout < 0 ? 50 : std::min<int64>(timeout, 50), &latch_set);
+    }
+    dispatcher_->ReleaseAll(pending_);
+    LogDriverLines();
+    if (pending_.empty()) return;
+    try {
+        WriteBackAndClaim(false, nullptr);
+    } catch (...) {
+        CaughtError error;
+        CaptureCurrentException(&error);
+        ereport(LOG, (errmsg("outbox worker: could not hand back leases at shutdown: %s",
+                             error.message),
+                      errdetail("They become due again after outbox.lease_timeout.")));
+    }
+}
+
+}  // namespace
+
+}  // namespace outbox::pg
+
+using namespace outbox::pg;
+
+void outbox_worker_main(Datum arg) {
+    int slot_index = DatumGetInt32(arg);
+    WorkerArgs args;
+    memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
+
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, HandleSigterm);
+    BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+
+    WorkerSlot *slot = &shared->slots[slot_index];
+    SpinLockAcquire(&slot->mutex);
+    slot->destination[0] = '\0';
+    SpinLockRelease(&slot->mutex);
+    slot->pgprocno = MyProc->pgprocno;
+    slot->started_at = GetCurrentTimestamp();
+    slot->last_cycle_at = 0;
+    pg_atomic_write_u32(&slot->state, kWorkerStarting);
+    slot->pid = MyProcPid;  // last: WakeWorkers reads pid before pgprocno
+    on_shmem_exit(OnWorkerExit, Int32GetDatum(slot_index));
+
+    pgstat_report_appname("outbox worker");
+    // Everything this superuser session runs names its objects with their schema, and nothing
+    // a user creates can be found on its search path.
+    SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+    // Losing the worker's last commits in a crash only means redelivering those messages
+    // (at-least-once allows it, event_id identifies them), so its commits need not wait for
+    // the WAL flush. The producers' commits are untouched.
+    SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // Never wait on a lock for long: a SIGTERM is noticed between transactions.
+    SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
+
+    char *dbname = nullptr;
+    StartTransactionCommand();
+    dbname = get_database_name(MyDatabaseId);
+    char *dbname_copy = MemoryContextStrdup(TopMemoryContext, dbname ? dbname : "?");
+    CommitTransactionCommand();
+
+    CaughtError error;
+    bool failed = false;
+    try {
+        the_worker = new Worker(slot, dbname_copy);
+        the_worker->Run();
+        the_worker->ReleaseDrivers();
+    } catch (...) {
+        CaptureCurrentException(&error);
+        failed = true;
+    }
+    if (failed) {
+        if (the_worker) the_worker->ReleaseDrivers();
+        ereport(LOG, (errmsg("outbox worker stopped: %s", error.message)));
+        proc_exit(1);
+    }
+    proc_exit(0);
+}

@@ -1,0 +1,228 @@
+# Shared pieces of the outbox TAP suites: a PostgreSQL node with the extension preloaded, the
+# Kafka test broker (librdkafka mock cluster, real wire protocol on 127.0.0.1) checked with
+# kcat as an independent consumer, the webhook sink, and waiting helpers. Everything runs on
+# loopback.
+package OutboxTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
+                 worker_pids stats_row);
+
+my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
+
+# A started node with shared_preload_libraries = outbox and CREATE EXTENSION done in
+# database postgres (the default outbox.databases). Options: conf => extra postgresql.conf
+# text, extension => 0 to skip CREATE EXTENSION, start => 0 to leave it stopped.
+sub outbox_node {
+    my ($name, %opts) = @_;
+    my $node = PostgreSQL::Test::Cluster->new($name);
+    $node->init(%{ $opts{init} // {} });
+    $node->append_conf('postgresql.conf', join("\n",
+        "shared_preload_libraries = 'outbox'",
+        "outbox.poll_interval = '200ms'",
+        "log_min_messages = info",
+        $opts{conf} // '') . "\n");
+    return $node if defined $opts{start} && !$opts{start};
+    $node->start;
+    $node->safe_psql('postgres', 'CREATE EXTENSION outbox')
+      unless defined $opts{extension} && !$opts{extension};
+    return $node;
+}
+
+# Polls `check` (a sub returning true when done) every 100 ms for up to `timeout` seconds.
+sub wait_until {
+    my ($check, $timeout, $what) = @_;
+    my $deadline = time + ($timeout // 60);
+    while (time < $deadline) {
+        return 1 if $check->();
+        sleep 0.1;
+    }
+    diag("timed out after ${timeout}s waiting for: " . ($what // 'condition'));
+    return 0;
+}
+
+# PIDs of the running outbox workers of a node.
+sub worker_pids {
+    my ($node) = @_;
+    my $out = $node->safe_psql('postgres', 'SELECT pid FROM outbox.workers() ORDER BY pid');
+    return grep { length } split /\n/, $out;
+}
+
+# outbox.stats() row of one destination as a hash.
+sub stats_row {
+    my ($node, $destination, $db) = @_;
+    my $out = $node->safe_psql($db // 'postgres', qq{
+        SELECT row_to_json(s) FROM outbox.stats() s WHERE destination = '$destination'});
+    return $out ? decode_json($out) : undef;
+}
+
+# The server log must show no crash other than those the test caused itself.
+sub check_server_log {
+    my ($node, %opts) = @_;
+    my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
+    my @signals = $log =~ /(.*terminated by signal.*)/g;
+    my $allowed = $opts{killed} // 0;
+    my @unexpected = grep { !/signal 9: Killed/ } @signals;
+    is(scalar(@unexpected), 0, $node->name . ': no process terminated by an unexpected signal')
+      or diag(join("\n", @unexpected));
+    cmp_ok(scalar(@signals) - scalar(@unexpected), '<=', $allowed,
+        $node->name . ": at most $allowed processes killed (by the test)");
+    unlike($log, qr/PANIC/, $node->name . ': no PANIC in the server log');
+}
+
+sub kafka_broker { return OutboxTest::Broker->start(@_) }
+sub webhook_sink { return OutboxTest::Sink->start(@_) }
+
+#-------------------------------------------------------------------------------------------
+# The Kafka test broker (test/tools/kafka_broker) and kcat as the independent consumer.
+#-------------------------------------------------------------------------------------------
+package OutboxTest::Broker;
+
+use File::Temp;
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+sub start {
+    my ($class, %opts) = @_;
+    my $dir = PostgreSQL::Test::Utils::tempdir();
+    my @cmd = ("$root/test/tools/kafka_broker", '--bootstrap-file', "$dir/bootstrap",
+        '--control-file', "$dir/control", @{ $opts{args} // [] });
+    my ($out, $err) = ('', '');
+    my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', "$dir/broker.log");
+    OutboxTest::wait_until(sub { -s "$dir/bootstrap" && -s "$dir/control" }, 30, 'kafka broker')
+      or die "kafka broker did not start";
+    my $self = bless { handle => $h, dir => $dir }, $class;
+    $self->{bootstrap} = PostgreSQL::Test::Utils::slurp_file("$dir/bootstrap");
+    $self->{control} = PostgreSQL::Test::Utils::slurp_file("$dir/control");
+    chomp($self->{bootstrap}, $self->{control});
+    return $self;
+}
+
+sub bootstrap { $_[0]{bootstrap} }
+
+# Sends one control command (see test/tools/README.md); dies unless the reply is "ok".
+sub ctl {
+    my ($self, $cmd) = @_;
+    my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{control},
+        Proto => 'tcp', Timeout => 10) or die "cannot reach broker control port: $!";
+    print $sock "$cmd\n";
+    my $reply = <$sock> // '';
+    close $sock;
+    chomp $reply;
+    die "broker: '$cmd' -> '$reply'" unless $reply =~ /^ok/;
+    return $reply;
+}
+
+sub down { $_[0]->ctl('down all') }
+sub up { $_[0]->ctl('up all') }
+
+# Every message of a topic from offset 0, read by kcat: a list of hashes with key, payload,
+# headers (hash of name => value), partition, offset and ts.
+sub consume {
+    my ($self, $topic, %opts) = @_;
+    my ($out, $err) = ('', '');
+    IPC::Run::run(['kcat', '-C', '-b', $self->{bootstrap}, '-t', $topic, '-o', 'beginning',
+            '-e', '-q', '-J', '-X', 'fetch.wait.max.ms=50'],
+        '>', \$out, '2>', \$err, IPC::Run::timeout($opts{timeout} // 120))
+      or die "kcat failed: $err";
+    my @messages;
+    for my $line (split /\n/, $out) {
+        next unless $line =~ /^\{/;
+        my $m = decode_json($line);
+        my %headers;
+        my @h = @{ $m->{headers} // [] };
+        while (@h) { my $k = shift @h; $headers{$k} = shift @h; }
+        $m->{headers} = \%headers;
+        push @messages, $m;
+    }
+    return \@messages;
+}
+
+# Sum of the partitions' end offsets of a topic (kcat -Q), for runs larger than the mock keeps.
+sub end_offset_sum {
+    my ($self, $topic, $partitions) = @_;
+    my $sum = 0;
+    for my $p (0 .. ($partitions // 4) - 1) {
+        my ($out, $err) = ('', '');
+        IPC::Run::run(['kcat', '-Q', '-b', $self->{bootstrap}, '-t', "$topic:$p:-1"],
+            '>', \$out, '2>', \$err, IPC::Run::timeout(60)) or die "kcat -Q failed: $err";
+        $sum += $1 if $out =~ /\[\d+\]\s+offset\s+(-?\d+)/;
+    }
+    return $sum;
+}
+
+sub stop {
+    my ($self) = @_;
+    return unless $self->{handle};
+    eval { $self->ctl('quit') };
+    $self->{handle}->finish;
+    delete $self->{handle};
+}
+
+sub DESTROY { my $self = shift; $self->{handle}->kill_kill if $self->{handle}; }
+
+#-------------------------------------------------------------------------------------------
+# The webhook sink (test/tools/webhook_sink.py).
+#-------------------------------------------------------------------------------------------
+package OutboxTest::Sink;
+
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+
+sub start {
+    my ($class, %opts) = @_;
+    my $dir = PostgreSQL::Test::Utils::tempdir();
+    my @cmd = ('python3', "$root/test/tools/webhook_sink.py", '--port-file', "$dir/port",
+        '--log', "$dir/requests.jsonl", (defined $opts{port} ? ('--port', $opts{port}) : ()));
+    my $h = IPC::Run::start(\@cmd, '>', "$dir/sink.out", '2>', "$dir/sink.err");
+    OutboxTest::wait_until(sub { -s "$dir/port" }, 30, 'webhook sink') or die "sink did not start";
+    my $port = PostgreSQL::Test::Utils::slurp_file("$dir/port");
+    chomp $port;
+    return bless { handle => $h, dir => $dir, port => $port }, $class;
+}
+
+sub port { $_[0]{port} }
+sub url { my ($self, $path) = @_; return "http://127.0.0.1:$self->{port}$path"; }
+
+# Every request the sink recorded, in arrival order (hashes as in test/tools/README.md).
+sub requests {
+    my ($self) = @_;
+    my $file = "$self->{dir}/requests.jsonl";
+    return [] unless -e $file;
+    open my $fh, '<', $file or die $!;
+    my @r;
+    while (my $line = <$fh>) {
+        next unless $line =~ /\}\s*$/;  # skip a line being written
+        push @r, decode_json($line);
+    }
+    close $fh;
+    return \@r;
+}
+
+sub stop {
+    my ($self) = @_;
+    return unless $self->{handle};
+    $self->{handle}->signal('TERM');
+    $self->{handle}->finish;
+    delete $self->{handle};
+}
+
+sub DESTROY { my $self = shift; $self->{handle}->kill_kill if $self->{handle}; }
+
+1;
