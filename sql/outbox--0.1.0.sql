@@ -59,11 +59,15 @@ CREATE TABLE outbox.messages (
     attempts        integer NOT NULL DEFAULT 0,
     lease_token     bigint,
     last_error      text,
-    first_failed_at timestamptz
+    first_failed_at timestamptz,
+    -- ordering = key: held back until the earlier messages of its key are done
+    waiting         boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE outbox.messages IS
     'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
-CREATE INDEX messages_due ON outbox.messages (destination, available_at);
+CREATE INDEX messages_due ON outbox.messages (destination, available_at) WHERE NOT waiting;
+-- Per-key ordering: the messages of a key in id order (is there an earlier one? which is next?).
+CREATE INDEX messages_key_order ON outbox.messages (destination, key, id) WHERE key IS NOT NULL;
 
 -- The destination must exist (checked against a per-backend cache, not a foreign key), the
 -- payload must be deliverable, and the workers are woken when the transaction commits.
@@ -93,11 +97,15 @@ CREATE TABLE outbox.dead_letters (
         CHECK (reason IN ('rejected', 'max_attempts', 'expired', 'poison', 'dropped')),
     last_error      text NOT NULL,
     first_failed_at timestamptz,
-    failed_at       timestamptz NOT NULL DEFAULT now()
+    failed_at       timestamptz NOT NULL DEFAULT now(),
+    -- set by outbox.skip(): with ordering = key and on_dead = block, this dead letter no longer
+    -- holds back the later messages of its key
+    skipped_at      timestamptz
 );
 COMMENT ON TABLE outbox.dead_letters IS
     'messages that will not be delivered without help; bring them back with outbox.requeue';
 CREATE INDEX dead_letters_destination ON outbox.dead_letters (destination, failed_at);
+CREATE INDEX dead_letters_key_order ON outbox.dead_letters (destination, key, id) WHERE key IS NOT NULL;
 
 -- pg_dump keeps the contents of extension tables only when told to.
 SELECT pg_catalog.pg_extension_config_dump('outbox.destinations', '');
@@ -164,6 +172,8 @@ COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
 
 CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    new_config jsonb;
 BEGIN
     IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
         RAISE EXCEPTION 'outbox.alter_destination needs a JSON object of settings to change'
@@ -172,10 +182,20 @@ BEGIN
     END IF;
     UPDATE outbox.destinations AS d
        SET config = jsonb_strip_nulls(d.config || alter_destination.config), updated_at = now()
-     WHERE d.name = alter_destination.name;
+     WHERE d.name = alter_destination.name
+    RETURNING d.config INTO new_config;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" does not exist', alter_destination.name
             USING ERRCODE = 'undefined_object';
+    END IF;
+    -- Without per-key ordering (or with on_dead = skip) nothing is held back any more.
+    IF new_config->>'ordering' IS DISTINCT FROM 'key' THEN
+        UPDATE outbox.messages AS m SET waiting = false
+         WHERE m.destination = alter_destination.name AND m.waiting;
+    ELSIF new_config->>'on_dead' = 'skip' THEN
+        PERFORM outbox._release_key(alter_destination.name, k.key)
+           FROM (SELECT DISTINCT m.key FROM outbox.messages AS m
+                  WHERE m.destination = alter_destination.name AND m.waiting) AS k;
     END IF;
 END
 $$;
@@ -257,6 +277,7 @@ BEGIN
         RAISE EXCEPTION 'outbox.requeue needs an array of dead letter ids'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM outbox._requeueing();
     WITH moved AS (
         DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
     )
@@ -288,6 +309,7 @@ BEGIN
             USING ERRCODE = 'undefined_object',
                   HINT = 'Dead letters of a dropped destination can be requeued after creating it again.';
     END IF;
+    PERFORM outbox._requeueing();
     WITH moved AS (
         DELETE FROM outbox.dead_letters AS dl
          WHERE dl.destination = requeue.destination AND dl.failed_at < failed_before
@@ -307,6 +329,81 @@ COMMENT ON FUNCTION outbox.requeue(text, timestamptz) IS
     'move the dead letters of a destination that failed before a time back to the queue';
 
 --------------------------------------------------------------------------------------------------
+-- Per-key ordering: what is held back, and letting a key go on without its dead letter.
+--------------------------------------------------------------------------------------------------
+-- Lets the next message of a key go (the worker does this as each message of a key is done;
+-- outbox.skip and alter_destination call it when they release a key).
+CREATE FUNCTION outbox._release_key(destination text, key text) RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_release_key' LANGUAGE C STRICT;
+-- Marks this transaction's inserts as requeued dead letters: they keep their id.
+CREATE FUNCTION outbox._requeueing() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_requeueing' LANGUAGE C;
+
+CREATE FUNCTION outbox.skip(id bigint)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    skipped outbox.dead_letters;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'outbox.skip needs the id of a dead letter' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE outbox.dead_letters AS dl SET skipped_at = now()
+     WHERE dl.id = skip.id AND dl.skipped_at IS NULL
+    RETURNING dl.* INTO skipped;
+    IF FOUND THEN
+        IF skipped.key IS NOT NULL THEN
+            PERFORM outbox._release_key(skipped.destination, skipped.key);
+        END IF;
+    ELSE
+        PERFORM FROM outbox.dead_letters AS dl WHERE dl.id = skip.id;
+        IF FOUND THEN
+            RAISE NOTICE 'dead letter % was already skipped', skip.id;
+        ELSE
+            RAISE EXCEPTION 'dead letter % does not exist', skip.id
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'outbox.dead_letters lists them; a requeued message is no longer a dead letter.';
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.skip(bigint) IS
+    'let the later messages of a dead letter''s key go on without it (ordering = key, on_dead = block); the dead letter stays';
+
+-- The keys whose head message is failing: retrying, or dead-lettered while the destination's
+-- on_dead is block. `waiting` counts the messages held back behind it.
+CREATE FUNCTION outbox.blocked_keys(destination text)
+RETURNS TABLE (key text, blocked_by bigint, reason text, since timestamptz, last_error text,
+               waiting bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH dest AS (
+        SELECT d.name, coalesce(d.config->>'on_dead', 'block') = 'block' AS block
+          FROM outbox.destinations AS d
+         WHERE d.name = blocked_keys.destination AND d.config->>'ordering' = 'key'
+    ), heads AS (
+        SELECT m.key, m.id, 'retrying'::text AS reason, m.first_failed_at AS since, m.last_error
+          FROM outbox.messages AS m, dest
+         WHERE m.destination = dest.name AND m.key IS NOT NULL AND m.attempts > 0
+           AND m.lease_token IS NULL AND m.available_at > now() AND NOT m.waiting
+        UNION ALL
+        (SELECT DISTINCT ON (dl.key) dl.key, dl.id, 'dead:' || dl.reason, dl.failed_at, dl.last_error
+           FROM outbox.dead_letters AS dl, dest
+          WHERE dest.block AND dl.destination = dest.name AND dl.key IS NOT NULL
+            AND dl.skipped_at IS NULL AND dl.reason IN ('rejected', 'max_attempts', 'poison')
+          ORDER BY dl.key, dl.id)
+    )
+    SELECT h.key, h.id, h.reason, h.since, h.last_error,
+           (SELECT count(*) FROM outbox.messages AS w
+             WHERE w.destination = blocked_keys.destination AND w.key = h.key AND w.id > h.id)
+      FROM heads AS h
+     WHERE h.reason = 'retrying' OR EXISTS (
+           SELECT FROM outbox.messages AS w
+            WHERE w.destination = blocked_keys.destination AND w.key = h.key AND w.id > h.id)
+     ORDER BY h.since, h.key
+$$;
+COMMENT ON FUNCTION outbox.blocked_keys(text) IS
+    'keys of an ordering = key destination held back by a failing head message, and how many messages wait behind it';
+
+--------------------------------------------------------------------------------------------------
 -- Visibility
 --------------------------------------------------------------------------------------------------
 CREATE FUNCTION outbox._destination_counters(
@@ -320,16 +417,18 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
                failed_total bigint, last_error text, last_success_at timestamptz,
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
-               deferred_total bigint, stats_reset timestamptz)
+               deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
+               waiting bigint)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     WITH queued AS (
         SELECT m.destination,
-               count(*) FILTER (WHERE m.available_at <= now()) AS pending,
+               count(*) FILTER (WHERE m.available_at <= now() AND NOT m.waiting) AS pending,
                count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NOT NULL) AS in_flight,
                count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NULL
                                   AND m.attempts > 0) AS retrying,
                count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NULL
-                                  AND m.attempts = 0) AS scheduled,
+                                  AND m.attempts = 0 AND NOT m.waiting) AS scheduled,
+               count(*) FILTER (WHERE m.waiting) AS waiting,
                min(m.created_at) AS oldest
           FROM outbox.messages AS m
          GROUP BY m.destination
@@ -341,7 +440,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
            coalesce(dead.dead, 0), now() - q.oldest,
            coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
            coalesce(q.scheduled, 0), coalesce(c.dead, 0), coalesce(c.expired, 0),
-           coalesce(c.deferred, 0), c.stats_reset
+           coalesce(c.deferred, 0), c.stats_reset,
+           CASE WHEN d.config->>'ordering' = 'key'
+                THEN (SELECT count(*) FROM outbox.blocked_keys(d.name)) END,
+           coalesce(q.waiting, 0)
       FROM outbox.destinations AS d
       LEFT JOIN queued AS q ON q.destination = d.name
       LEFT JOIN dead ON dead.destination = d.name

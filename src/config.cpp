@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -551,6 +552,26 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
         }
         return true;
     }
+    if (key == "ordering") {
+        if (value == "none") {
+            config->ordering = Ordering::None;
+        } else if (value == "key") {
+            config->ordering = Ordering::Key;
+        } else {
+            problems->push_back("\"ordering\" must be \"none\" or \"key\"");
+        }
+        return true;
+    }
+    if (key == "on_dead") {
+        if (value == "block") {
+            config->on_dead = OnDead::Block;
+        } else if (value == "skip") {
+            config->on_dead = OnDead::Skip;
+        } else {
+            problems->push_back("\"on_dead\" must be \"block\" or \"skip\"");
+        }
+        return true;
+    }
     if (key == "topic") {
         if (kind == DestinationKind::Kafka) {
             if (!value.is_string() || !IsValidKafkaTopic(value.get_ref<const std::string &>())) {
@@ -599,6 +620,30 @@ void CheckKafkaConfig(const Json &object, DestinationConfig *config,
     }
     if (!has_bootstrap && !bootstrap_given) {
         problems->push_back("\"bootstrap.servers\" is required for a kafka destination");
+    }
+    // librdkafka checks these only when the producer is created; the idempotent producer
+    // needs them so, and a destination that would fail at 3am should fail now.
+    auto number = [&](const char *name) -> int64_t {
+        char buf[64];
+        size_t size = sizeof buf;
+        if (rd_kafka_conf_get(conf.get(), name, buf, &size) != RD_KAFKA_CONF_OK)
+            return -1;
+        return std::strtoll(buf, nullptr, 10);
+    };
+    if (number("message.send.max.retries") < 1) {
+        problems->push_back(
+            "\"message.send.max.retries\" (\"retries\") must be at least 1 for the idempotent "
+            "producer");
+    }
+    // librdkafka lowers its own default to 5 for idempotence; only an explicit value can break it.
+    bool in_flight_given = false;
+    for (const auto &[key, value] : config->kafka.properties)
+        in_flight_given = in_flight_given || key == "max.in.flight" ||
+                          key == "max.in.flight.requests.per.connection";
+    if (in_flight_given && number("max.in.flight.requests.per.connection") > 5) {
+        problems->push_back(
+            "\"max.in.flight.requests.per.connection\" (\"max.in.flight\") must be at most 5 for "
+            "the idempotent producer");
     }
 }
 
@@ -748,6 +793,20 @@ ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_t
             CheckKafkaConfig(object, &check.config, &check.problems);
         } else {
             CheckWebhookConfig(object, &check.config, &check.problems);
+        }
+        if (check.config.ordering == Ordering::Key) {
+            for (const auto &[key, value] : check.config.kafka.properties) {
+                if (key == "partitioner" && (value == "random")) {
+                    check.problems.push_back(
+                        "\"partitioner\" must map a key to one partition with \"ordering\": "
+                        "\"key\" (\"random\" spreads a key's messages over partitions)");
+                }
+            }
+        }
+        if (object.contains("on_dead") && check.config.ordering != Ordering::Key) {
+            check.problems.push_back(
+                "\"on_dead\" applies only with \"ordering\": \"key\" (without ordering a dead "
+                "letter never holds back other messages)");
         }
         const RetryPolicy &retry = check.config.retry;
         if (retry.retry_base_ms > 0 && retry.retry_max_ms > 0 &&

@@ -40,9 +40,10 @@ struct Dispatcher::Destination {
     struct InFlight {
         int64_t lease_token;
         int attempts;
+        std::optional<std::string> key;  // ordering = key only
     };
     std::unordered_map<int64_t, InFlight> in_flight;  // by id
-    bool want_more = true;                      // the last claim was full, or we were woken since
+    bool want_more = true;    // the last claim was full, or we were woken since
     int outage_failures = 0;  // consecutive probes that found the destination unreachable
     int64_t next_probe_ms = 0;
 };
@@ -77,21 +78,25 @@ void Dispatcher::SetDestinations(std::vector<DestinationSpec> specs) {
         next.emplace(d->spec.name, std::move(d));
     }
     // Dropped or reconfigured: finish what is in flight on the old driver, then let it go.
-    for (auto &[name, d] : destinations_) Retire(d);
+    for (auto &[name, d] : destinations_)
+        Retire(d);
     destinations_ = std::move(next);
 }
 
 void Dispatcher::Retire(std::unique_ptr<Destination> &d) {
-    if (d->driver && d->driver->InFlight() > 0) retired_.push_back(std::move(d));
+    if (d->driver && d->driver->InFlight() > 0)
+        retired_.push_back(std::move(d));
 }
 
 void Dispatcher::SetSettings(const DispatchSettings &settings) {
     bool rebuild = settings.batch_size != settings_.batch_size ||
                    settings.lease_timeout_ms != settings_.lease_timeout_ms;
     settings_ = settings;
-    if (!rebuild) return;
+    if (!rebuild)
+        return;
     for (auto &[name, d] : destinations_) {
-        if (!d->driver) continue;
+        if (!d->driver)
+            continue;
         // The old driver finishes its messages under a retired copy of the destination.
         auto old = std::make_unique<Destination>();
         old->spec = d->spec;
@@ -129,6 +134,15 @@ void Dispatcher::EnsureDriver(Destination &d, int64_t now_ms) {
 }
 
 std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
+    // A claim of up to `limit` rows for `d`, in the destination's ordering mode.
+    auto Request = [](const Destination &d, int limit) {
+        ClaimRequest r;
+        r.destination = d.spec.name;
+        r.limit = limit;
+        r.ordered = d.spec.config.ordering == Ordering::Key;
+        r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;
+        return r;
+    };
     std::vector<ClaimRequest> plan;
     if (stopping_)
         return plan;
@@ -144,7 +158,7 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         if (d->outage_failures > 0) {
             // Unreachable: one row at a time, when the probe is due.
             if (now_ms >= d->next_probe_ms && in_flight == 0)
-                plan.push_back({name, 1});
+                plan.push_back(Request(*d, 1));
             continue;
         }
         if (!d->want_more)
@@ -154,7 +168,7 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         // Claim when idle, or when a whole batch fits: no trickle of tiny claims while busy.
         if (capacity == 0 || (in_flight > 0 && capacity < batch))
             continue;
-        plan.push_back({name, static_cast<int>(std::min(capacity, batch))});
+        plan.push_back(Request(*d, static_cast<int>(std::min(capacity, batch))));
     }
     return plan;
 }
@@ -176,6 +190,8 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         r.id = m.id;
         r.lease_token = m.lease_token;
         r.action = Resolution::Action::Bury;
+        if (d.spec.config.ordering == Ordering::Key)
+            r.key = m.key;
         if (m.expires_at_ms != 0 && m.expires_at_ms <= now_ms) {
             r.dead_reason = DeadReason::Expired;
             r.error = "expired before it could be delivered";
@@ -188,7 +204,9 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
                       " times without an outcome (the worker stopped or crashed each time)";
             resolved.push_back(std::move(r));
         } else {
-            d.in_flight[m.id] = {m.lease_token, m.attempts};
+            bool ordered = d.spec.config.ordering == Ordering::Key;
+            d.in_flight[m.id] = {m.lease_token, m.attempts,
+                                 ordered ? m.key : std::optional<std::string>()};
             send.push_back(std::move(m));
         }
     }
@@ -282,12 +300,18 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
         if (outcomes.empty())
             return;
         std::vector<Resolution> &resolved = resolved_[d.spec.name];
+        // With per-key ordering an outcome can make the next message of its key eligible.
+        if (d.spec.config.ordering == Ordering::Key)
+            d.want_more = true;
         for (const Outcome &o : outcomes) {
             auto a = d.in_flight.find(o.id);
-            if (a == d.in_flight.end()) continue;  // already handed back
+            if (a == d.in_flight.end())
+                continue;  // already handed back
             int attempts = a->second.attempts;
+            Resolution r = Resolve(d, o, attempts, now_ms);
+            r.key = std::move(a->second.key);
             d.in_flight.erase(a);
-            resolved.push_back(Resolve(d, o, attempts, now_ms));
+            resolved.push_back(std::move(r));
         }
     };
     for (auto &[name, d] : destinations_)
@@ -366,8 +390,10 @@ void Dispatcher::ReleaseAll(Resolutions &out) {
         d.in_flight.clear();
         d.driver.reset();
     };
-    for (auto &[name, d] : destinations_) release(*d);
-    for (auto &d : retired_) release(*d);
+    for (auto &[name, d] : destinations_)
+        release(*d);
+    for (auto &d : retired_)
+        release(*d);
     retired_.clear();
 }
 
@@ -387,11 +413,19 @@ void Dispatcher::TakeLog(std::vector<std::string> &lines) {
     log_.clear();
 }
 
-const std::string *Dispatcher::BuildError(const std::string &destination) const {
+std::optional<OnDead> Dispatcher::KeyOrdering(const std::string &destination) const {
     auto it = destinations_.find(destination);
-    if (it == destinations_.end() || it->second->build_error.empty())
-        return nullptr;
-    return &it->second->build_error;
+    if (it == destinations_.end() || it->second->spec.config.ordering != Ordering::Key)
+        return std::nullopt;
+    return it->second->spec.config.on_dead;
+}
+
+std::vector<std::pair<std::string, std::string>> Dispatcher::BuildErrors() const {
+    std::vector<std::pair<std::string, std::string>> errors;
+    for (const auto &[name, d] : destinations_)
+        if (!d->build_error.empty())
+            errors.emplace_back(name, d->build_error);
+    return errors;
 }
 
 }  // namespace outbox

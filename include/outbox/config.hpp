@@ -44,9 +44,23 @@ struct WebhookConfig {
     std::string default_topic;  // CloudEvents type when a message has no topic
 };
 
+// Per-key ordering (see README "Per-key ordering").
+enum class Ordering {
+    None,  // fastest: any message may be delivered at any time
+    Key,   // a key's messages are delivered one at a time, in id order
+};
+
+// What a dead-lettered message does to the rest of its key, with Ordering::Key.
+enum class OnDead {
+    Block,  // hold the key until the dead letter is requeued or skipped (outbox.skip)
+    Skip,   // carry on with the key's next message
+};
+
 struct DestinationConfig {
     DestinationKind kind = DestinationKind::Kafka;
     RetryPolicy retry;
+    Ordering ordering = Ordering::None;
+    OnDead on_dead = OnDead::Block;
     KafkaConfig kafka;
     WebhookConfig webhook;
 };
@@ -59,7 +73,8 @@ struct ConfigCheck {
 
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
-// Keys of every kind: "max_attempts" (integer 1..1000), "retry_base" and "retry_max" (duration:
+// Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
+// "ordering": "key"), "max_attempts" (integer 1..1000), "retry_base" and "retry_max" (duration:
 // number of ms or string such as "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >=
 // retry_base when both are given, at most 7d), "topic" (kafka: a valid Kafka topic name, i.e.
 // 1..249 chars of [A-Za-z0-9._-], not "." or ".."; webhook: any non-empty string up to 249).

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +57,9 @@ struct Resolution {
     bool refund_attempt = false;
     DeadReason dead_reason = DeadReason::Rejected;
     std::string error;
+    // ordering = key: the message's key, so that the key's next message can be let go once
+    // this one is deleted or buried.
+    std::optional<std::string> key;
 };
 
 // Resolutions grouped by destination (the write-back runs one statement per destination and
@@ -65,6 +69,8 @@ using Resolutions = std::map<std::string, std::vector<Resolution>>;
 struct ClaimRequest {
     std::string destination;
     int limit = 0;
+    bool ordered = false;        // ordering = key: claim only the head message of each key
+    bool block_on_dead = false;  // ordering = key, on_dead = block
 };
 
 // Builds the driver for a destination; nullptr with *error when it cannot.
@@ -118,8 +124,11 @@ class Dispatcher {
     // Lines for the server log, prefixed with the destination name.
     void TakeLog(std::vector<std::string> &lines);
 
-    // Per-destination status for outbox.workers() / stats: the last driver build error.
-    const std::string *BuildError(const std::string &destination) const;
+    // The per-key ordering of a destination: nullopt when it has none (or is unknown).
+    std::optional<OnDead> KeyOrdering(const std::string &destination) const;
+
+    // Destinations whose driver cannot be built now, with the reason (for outbox.stats()).
+    std::vector<std::pair<std::string, std::string>> BuildErrors() const;
 
   private:
     struct Destination;

@@ -82,6 +82,7 @@ class KafkaDriver final : public Driver {
         uint64_t seq;
         rd_kafka_resp_err_t err;
         rd_kafka_msg_status_t status;
+        int64_t offset;
     };
 
     static void OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque);
@@ -98,7 +99,7 @@ class KafkaDriver final : public Driver {
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
     int64_t message_timeout_ms_ = 0;
-    int64_t all_down_since_ms_ = 0;  // when librdkafka said all brokers are down; 0 = not since
+    int64_t all_down_since_ms_ = 0;   // when librdkafka said all brokers are down; 0 = not since
     std::vector<Report> reports_;     // delivery reports recorded by OnDelivery
     std::vector<Outcome> immediate_;  // messages librdkafka refused in Submit
     std::vector<std::string> log_;
@@ -114,7 +115,8 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
             RD_KAFKA_CONF_OK)
             return true;
         *error = "librdkafka refused \"" + key + "\"";
-        if (!IsSecretSetting(key)) *error += std::string(": ") + errstr;
+        if (!IsSecretSetting(key))
+            *error += std::string(": ") + errstr;
         return false;
     };
     auto user_sets = [&](const char *key) {
@@ -201,7 +203,7 @@ void KafkaDriver::OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *
     auto *self = static_cast<KafkaDriver *>(opaque);
     try {
         self->reports_.push_back(Report{reinterpret_cast<uintptr_t>(msg->_private), msg->err,
-                                        rd_kafka_message_status(msg)});
+                                        rd_kafka_message_status(msg), msg->offset});
     } catch (...) {
         self->record_failed_ = true;
     }
@@ -218,7 +220,8 @@ void KafkaDriver::OnError(rd_kafka_t *rk, int err, const char *reason, void *opa
                          fatal + "; the producer will be rebuilt");
             return;
         }
-        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) self->all_down_since_ms_ = MonotonicMs();
+        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+            self->all_down_since_ms_ = MonotonicMs();
         self->AddLog(std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " +
                      reason);
     } catch (...) {
@@ -298,7 +301,17 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
             continue;
         Outcome o{
             it->second.id, it->second.lease_token, ClassifyKafkaResult(r.err, r.status), {}, -1};
-        if (o.kind == OutcomeKind::Delivered) all_down_since_ms_ = 0;
+        if (o.kind == OutcomeKind::Delivered && r.offset < 0) {
+            // Acknowledged as a duplicate of an earlier produce (DUPLICATE_SEQUENCE_NUMBER):
+            // librdkafka reports success but no offset says where the message is. A broker
+            // whose idempotence state went wrong (seen with librdkafka's mock cluster after an
+            // epoch bump) acks messages it never stored, so this is not taken as proof of
+            // delivery: the message is sent again (a duplicate at worst).
+            o.kind = OutcomeKind::Retry;
+            o.error = "acknowledged as a duplicate without an offset; delivering again";
+        }
+        if (o.kind == OutcomeKind::Delivered)
+            all_down_since_ms_ = 0;
         // Only outbox purges (see PurgeIfStalled and Abandon): nothing answered in time.
         if (r.err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || r.err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
             o.kind = OutcomeKind::Defer;
@@ -323,12 +336,14 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
 // down for a second, or when a message has waited past message.timeout.ms, everything in flight
 // is purged and comes back as deferred (no attempt spent).
 void KafkaDriver::PurgeIfStalled() {
-    if (in_flight_.empty()) return;
+    if (in_flight_.empty())
+        return;
     int64_t now = MonotonicMs();
     int64_t oldest = in_flight_.begin()->second.submitted_ms;
     bool down = all_down_since_ms_ != 0 && now - all_down_since_ms_ >= 1000 && now - oldest >= 1000;
     bool overdue = now - oldest > message_timeout_ms_ + 1000;
-    if (!down && !overdue) return;
+    if (!down && !overdue)
+        return;
     AddLog(down ? "all brokers down: handing back the messages in flight"
                 : "no delivery report within message.timeout.ms: handing back the messages in "
                   "flight");

@@ -1,7 +1,11 @@
 // SQL functions that read shared memory: per-destination counters (behind outbox.stats()) and
 // the live state of every worker (outbox.workers()).
+#include <string>
+#include <vector>
+
 extern "C" {
 #include "postgres.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -15,13 +19,18 @@ extern "C" {
 #include "utils/tuplestore.h"
 }
 
+#include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/guard.hpp"
+#include "outbox/pg/queue.hpp"
 #include "outbox/pg/shmem.hpp"
 
 extern "C" {
 PGDLLEXPORT Datum outbox_destination_counters(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_workers(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_release_key(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_destination_counters);
 PG_FUNCTION_INFO_V1(outbox_workers);
+PG_FUNCTION_INFO_V1(outbox_release_key);
 }
 
 using namespace outbox::pg;
@@ -68,11 +77,13 @@ Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
 Datum outbox_workers(PG_FUNCTION_ARGS) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
-    if (shared == nullptr) return (Datum)0;
+    if (shared == nullptr)
+        return (Datum)0;
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
-        if (!slot->in_use || pid == 0) continue;
+        if (!slot->in_use || pid == 0)
+            continue;
         char destination[NAMEDATALEN];
         SpinLockAcquire(&slot->mutex);
         memcpy(destination, slot->destination, sizeof destination);
@@ -95,11 +106,32 @@ Datum outbox_workers(PG_FUNCTION_ARGS) {
         values[6] = TimestampTzGetDatum(started_at);
         values[7] = TimestampTzGetDatum(last_cycle_at);
         nulls[7] = last_cycle_at == 0;
-        pg_atomic_uint64 *counters[] = {&slot->cycles, &slot->claimed, &slot->delivered,
+        pg_atomic_uint64 *counters[] = {&slot->cycles,  &slot->claimed,  &slot->delivered,
                                         &slot->retried, &slot->deferred, &slot->dead,
                                         &slot->expired};
-        for (int c = 0; c < 7; c++) values[8 + c] = Int64GetDatum(pg_atomic_read_u64(counters[c]));
+        for (int c = 0; c < 7; c++)
+            values[8 + c] = Int64GetDatum(pg_atomic_read_u64(counters[c]));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     return (Datum)0;
+}
+
+// outbox._release_key(destination, key): lets the next message of a key of an ordering = key
+// destination go (after outbox.skip, or when on_dead becomes skip). Waits for a producer that
+// holds the key.
+Datum outbox_release_key(PG_FUNCTION_ARGS) {
+    char *destination = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    char *key = text_to_cstring(PG_GETARG_TEXT_PP(1));
+    const CachedDestination *found = LookupDestination(destination, int(strlen(destination)));
+    if (found == nullptr || !found->ordered)
+        PG_RETURN_VOID();
+    bool block = found->block_on_dead;
+    if (SPI_connect() != SPI_OK_CONNECT)
+        elog(ERROR, "outbox: SPI_connect failed");
+    CxxTry([&] {
+        std::vector<std::string> keys{key};
+        ReleaseKeys(destination, block, &keys, true);
+    });
+    SPI_finish();
+    PG_RETURN_VOID();
 }

@@ -22,7 +22,7 @@ namespace outbox::pg {
 
 uint64 destinations_generation = 0;
 
-static HTAB *cache = nullptr;          // name -> CachedDestination; nullptr when not loaded
+static HTAB *cache = nullptr;  // name -> CachedDestination; nullptr when not loaded
 // outbox.destinations, whose invalidations this backend watches; InvalidOid until the table is
 // looked up (and again after an invalidation, until it is looked up again).
 static Oid watched_relid = InvalidOid;
@@ -55,7 +55,9 @@ static Oid DestinationsRelid() {
     return relid;
 }
 
-void WatchDestinations() { watched_relid = DestinationsRelid(); }
+void WatchDestinations() {
+    watched_relid = DestinationsRelid();
+}
 
 // Reads every row of outbox.destinations with the latest snapshot: a message may name a
 // destination committed after the producer's transaction began, as with a foreign key check.
@@ -91,9 +93,20 @@ static void LoadCache() {
         Datum kind = heap_getattr(tuple, att_kind, desc, &isnull);
         entry->is_kafka = !isnull && strcmp(TextDatumGetCString(kind), "kafka") == 0;
         entry->has_topic = false;
+        entry->ordered = false;
+        entry->block_on_dead = false;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
+            JsonbValue *ordering = getKeyJsonValueFromContainer(&jb->root, "ordering", 8, nullptr);
+            entry->ordered = ordering && ordering->type == jbvString &&
+                             ordering->val.string.len == 3 &&
+                             memcmp(ordering->val.string.val, "key", 3) == 0;
+            JsonbValue *on_dead = getKeyJsonValueFromContainer(&jb->root, "on_dead", 7, nullptr);
+            entry->block_on_dead =
+                entry->ordered &&
+                !(on_dead && on_dead->type == jbvString && on_dead->val.string.len == 4 &&
+                  memcmp(on_dead->val.string.val, "skip", 4) == 0);
             JsonbValue *topic = getKeyJsonValueFromContainer(&jb->root, "topic", 5, nullptr);
             if (topic && topic->type == jbvString &&
                 topic->val.string.len < static_cast<int>(sizeof entry->topic)) {

@@ -86,7 +86,8 @@ std::vector<Oid> ResolveDatabases(std::vector<std::string> *missing_logged) {
     std::vector<Oid> oids;
     char *copy = pstrdup(setting_databases ? setting_databases : "");
     List *names = NIL;
-    if (!SplitIdentifierString(copy, ',', &names)) return oids;  // the check hook forbids it
+    if (!SplitIdentifierString(copy, ',', &names))
+        return oids;  // the check hook forbids it
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     ListCell *lc;
@@ -94,22 +95,23 @@ std::vector<Oid> ResolveDatabases(std::vector<std::string> *missing_logged) {
         const char *name = static_cast<const char *>(lfirst(lc));
         Oid oid = DatabaseOid(name);
         bool logged = false;
-        for (const std::string &m : *missing_logged) logged = logged || m == name;
+        for (const std::string &m : *missing_logged)
+            logged = logged || m == name;
         if (!OidIsValid(oid)) {
             if (!logged) {
-                ereport(LOG, (errmsg("outbox: database \"%s\" in outbox.databases does not exist",
-                                     name),
-                              errhint("Create it, or remove it from outbox.databases. It is "
-                                      "checked again every %d seconds.",
-                                      kRecheckMs / 1000)));
+                ereport(LOG,
+                        (errmsg("outbox: database \"%s\" in outbox.databases does not exist", name),
+                         errhint("Create it, or remove it from outbox.databases. It is "
+                                 "checked again every %d seconds.",
+                                 kRecheckMs / 1000)));
                 missing_logged->push_back(name);
             }
             continue;
         }
         if (logged)
-            missing_logged->erase(std::remove(missing_logged->begin(), missing_logged->end(),
-                                              std::string(name)),
-                                  missing_logged->end());
+            missing_logged->erase(
+                std::remove(missing_logged->begin(), missing_logged->end(), std::string(name)),
+                missing_logged->end());
         oids.push_back(oid);
     }
     CommitTransactionCommand();
@@ -146,7 +148,8 @@ bool StartWorker(int i, Oid database, int worker_index) {
     memcpy(worker.bgw_extra, &args, sizeof args);
 
     BackgroundWorkerHandle *handle = nullptr;
-    if (!RegisterDynamicBackgroundWorker(&worker, &handle)) return false;
+    if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+        return false;
     slot_states[i].handle = handle;
     slot_states[i].started_at = GetCurrentTimestamp();
     return true;
@@ -158,19 +161,22 @@ long Reconcile(const std::vector<Oid> &databases) {
     std::vector<Target> targets;
     for (Oid db : databases)
         if (!DatabaseIsHeld(db))
-            for (int w = 0; w < setting_workers; w++) targets.push_back({db, w});
+            for (int w = 0; w < setting_workers; w++)
+                targets.push_back({db, w});
 
     TimestampTz now = GetCurrentTimestamp();
     long next = -1;
     auto soon = [&next](long ms) {
-        if (ms >= 0 && (next < 0 || ms < next)) next = ms;
+        if (ms >= 0 && (next < 0 || ms < next))
+            next = ms;
     };
 
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     std::vector<bool> covered(targets.size(), false);
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
-        if (!slot->in_use) continue;
+        if (!slot->in_use)
+            continue;
         int t = -1;
         for (size_t k = 0; k < targets.size(); k++)
             if (targets[k].database == slot->database &&
@@ -180,7 +186,8 @@ long Reconcile(const std::vector<Oid> &databases) {
         SlotState &st = slot_states[i];
         if (t < 0) {
             // No longer wanted (database removed from the list, or being dropped).
-            if (alive && slot->pid != 0) kill(slot->pid, SIGTERM);
+            if (alive && slot->pid != 0)
+                kill(slot->pid, SIGTERM);
             if (!alive) {
                 slot->in_use = false;
                 st = SlotState();
@@ -188,14 +195,16 @@ long Reconcile(const std::vector<Oid> &databases) {
             continue;
         }
         covered[t] = true;
-        if (alive) continue;
+        if (alive)
+            continue;
         // The worker exited: restart it, later if it keeps exiting soon after starting.
         if (st.restart_at == 0) {
             bool quick = st.started_at == 0 ||
                          !TimestampDifferenceExceeds(st.started_at, now, kHealthyRunMs);
             st.quick_exits = quick ? st.quick_exits + 1 : 0;
             long delay = kRestartBaseMs;
-            for (int q = 1; q < st.quick_exits && delay < kRestartMaxMs; q++) delay *= 2;
+            for (int q = 1; q < st.quick_exits && delay < kRestartMaxMs; q++)
+                delay *= 2;
             delay = std::min<long>(delay, kRestartMaxMs);
             if (st.quick_exits > 3)
                 ereport(LOG, (errmsg("outbox: worker %d for database %u keeps exiting; restarting "
@@ -219,11 +228,14 @@ long Reconcile(const std::vector<Oid> &databases) {
     }
     // Targets with no slot yet.
     for (size_t k = 0; k < targets.size(); k++) {
-        if (covered[k]) continue;
+        if (covered[k])
+            continue;
         int free_slot = -1;
         for (int i = 0; i < shared->num_slots && free_slot < 0; i++)
-            if (!shared->slots[i].in_use) free_slot = i;
-        if (free_slot < 0) break;
+            if (!shared->slots[i].in_use)
+                free_slot = i;
+        if (free_slot < 0)
+            break;
         WorkerSlot *slot = &shared->slots[free_slot];
         slot->in_use = true;
         slot->database = targets[k].database;
@@ -245,7 +257,8 @@ long Reconcile(const std::vector<Oid> &databases) {
 }
 
 void OnLauncherExit(int, Datum) {
-    if (shared && shared->launcher_pid == MyProcPid) shared->launcher_pid = 0;
+    if (shared && shared->launcher_pid == MyProcPid)
+        shared->launcher_pid = 0;
 }
 
 }  // namespace
@@ -277,14 +290,16 @@ void outbox_launcher_main(Datum) {
 
     slot_states = static_cast<SlotState *>(
         MemoryContextAllocZero(TopMemoryContext, sizeof(SlotState) * shared->num_slots));
-    for (int i = 0; i < shared->num_slots; i++) new (&slot_states[i]) SlotState();
+    for (int i = 0; i < shared->num_slots; i++)
+        new (&slot_states[i]) SlotState();
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     shared->launcher_pid = MyProcPid;
     shared->launcher_pgprocno = MyProc->pgprocno;
     // Slots left by a previous launcher: keep live workers, free the rest.
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
-        if (slot->in_use && !(slot->pid != 0 && kill(slot->pid, 0) == 0)) slot->in_use = false;
+        if (slot->in_use && !(slot->pid != 0 && kill(slot->pid, 0) == 0))
+            slot->in_use = false;
     }
     LWLockRelease(shared->lock);
     on_shmem_exit(OnLauncherExit, 0);
@@ -303,7 +318,8 @@ void outbox_launcher_main(Datum) {
         long next = Reconcile(databases);
         MemoryContextSwitchTo(TopMemoryContext);
         MemoryContextReset(loop_context);
-        if (next < 0 || next > kRecheckMs) next = kRecheckMs;
+        if (next < 0 || next > kRecheckMs)
+            next = kRecheckMs;
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next,
                         PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);

@@ -12,6 +12,15 @@ extern "C" {
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
+#include "commands/sequence.h"
+#include "access/genam.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "commands/trigger.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
@@ -26,6 +35,7 @@ extern "C" {
 }
 
 #include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/key_lock.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
@@ -34,9 +44,11 @@ extern "C" {
 PGDLLEXPORT Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_messages_check(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_wake(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_requeueing(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_uuid_generate_v7);
 PG_FUNCTION_INFO_V1(outbox_messages_check);
 PG_FUNCTION_INFO_V1(outbox_wake);
+PG_FUNCTION_INFO_V1(outbox_requeueing);
 }
 
 namespace outbox::pg {
@@ -46,6 +58,9 @@ constexpr int64 kMaxScheduleAheadUs = 366LL * USECS_PER_DAY;
 
 // Set by the producer check, consumed at the end of the transaction.
 static bool wake_at_commit = false;
+// Set by outbox.requeue (through outbox._requeueing()) for the rest of its transaction: the
+// rows it inserts are dead letters going back with their own id.
+static bool requeueing = false;
 
 static void OnTransactionEvent(XactEvent event, void *) {
     switch (event) {
@@ -55,11 +70,13 @@ static void OnTransactionEvent(XactEvent event, void *) {
             if (wake_at_commit)
                 WakeWorkers(MyDatabaseId);
             wake_at_commit = false;
+            requeueing = false;
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PREPARE:  // COMMIT PREPARED elsewhere is found by the poll
         case XACT_EVENT_PARALLEL_ABORT:
             wake_at_commit = false;
+            requeueing = false;
             break;
         default:
             break;
@@ -90,10 +107,17 @@ void GenerateEventId(pg_uuid_t *out) {
 }
 
 // Attribute numbers of outbox.messages, looked up once per table incarnation.
+struct DeadLetterColumns {
+    Oid relid, key_index;
+    AttrNumber id, destination, key, reason, skipped_at;
+};
 struct MessageColumns {
     Oid relid;
-    int destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
-        attempts, lease_token, last_error, first_failed_at;
+    Oid id_sequence;
+    Oid key_index;  // messages_key_order
+    int id, destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
+        attempts, lease_token, last_error, first_failed_at, waiting;
+    DeadLetterColumns dead_letters;
 };
 
 static const MessageColumns &ColumnsOf(Relation rel) {
@@ -110,6 +134,8 @@ static const MessageColumns &ColumnsOf(Relation rel) {
         return n;
     };
     MessageColumns c = {};
+    c.id = att("id");
+    c.id_sequence = getIdentitySequence(RelationGetRelid(rel), AttrNumber(c.id), false);
     c.destination = att("destination");
     c.topic = att("topic");
     c.key = att("key");
@@ -122,6 +148,24 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     c.lease_token = att("lease_token");
     c.last_error = att("last_error");
     c.first_failed_at = att("first_failed_at");
+    c.waiting = att("waiting");
+    Oid nsp = RelationGetNamespace(rel);
+    auto relation = [nsp](const char *name) {
+        Oid oid = get_relname_relid(name, nsp);
+        if (!OidIsValid(oid))
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                            errmsg("outbox relation \"%s\" does not exist", name),
+                            errhint("Update the extension: ALTER EXTENSION outbox UPDATE;")));
+        return oid;
+    };
+    c.key_index = relation("messages_key_order");
+    c.dead_letters.relid = relation("dead_letters");
+    c.dead_letters.key_index = relation("dead_letters_key_order");
+    c.dead_letters.id = get_attnum(c.dead_letters.relid, "id");
+    c.dead_letters.destination = get_attnum(c.dead_letters.relid, "destination");
+    c.dead_letters.key = get_attnum(c.dead_letters.relid, "key");
+    c.dead_letters.reason = get_attnum(c.dead_letters.relid, "reason");
+    c.dead_letters.skipped_at = get_attnum(c.dead_letters.relid, "skipped_at");
     c.relid = RelationGetRelid(rel);
     cols = c;
     return cols;
@@ -141,6 +185,68 @@ static int64 DeliveredJsonSize(Datum payload, int64 limit) {
     int64 size = buf.len;
     pfree(buf.data);
     return size;
+}
+
+// Whether a row of (destination, key) exists in `relid` (through its (destination, key, id)
+// index `index`) that passes `accept`. SnapshotSelf: the latest committed state plus this
+// transaction's own rows, the current statement's included (a multi-row INSERT may repeat a key).
+template <typename Accept>
+static bool KeyRowExists(Oid relid, Oid index, AttrNumber dest_att, AttrNumber key_att,
+                         Datum destination, Datum key, Accept accept) {
+    Relation rel = table_open(relid, AccessShareLock);
+    Relation irel = index_open(index, AccessShareLock);
+    ScanKeyData keys[2];
+    ScanKeyEntryInitialize(&keys[0], 0, dest_att, BTEqualStrategyNumber, InvalidOid,
+                           irel->rd_indcollation[0], F_TEXTEQ, destination);
+    ScanKeyEntryInitialize(&keys[1], 0, key_att, BTEqualStrategyNumber, InvalidOid,
+                           irel->rd_indcollation[1], F_TEXTEQ, key);
+    index_close(irel, AccessShareLock);
+    SysScanDesc scan = systable_beginscan(rel, index, true, SnapshotSelf, 2, keys);
+    bool found = false;
+    HeapTuple tuple;
+    while (!found && (tuple = systable_getnext(scan)) != nullptr)
+        found = accept(tuple, RelationGetDescr(rel));
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return found;
+}
+
+// Per-key ordering: producers of one key take turns (key_lock.hpp) and a message is numbered
+// only once its producer holds the key, so ids follow commit order within a key. It waits when
+// an earlier message of its key is still queued, or a dead letter holds the key (on_dead =
+// block). A requeued dead letter keeps its id and goes ahead of the messages that wait.
+static void PlaceOrdered(const MessageColumns &c, const CachedDestination &dest, Datum destination,
+                         HeapTuple tuple, TupleDesc desc, bool requeued, int64 *id, bool *waiting) {
+    bool isnull;
+    text *key = DatumGetTextPP(heap_getattr(tuple, c.key, desc, &isnull));
+    LockKey(dest.name, int(strlen(dest.name)), VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+    *id = requeued ? DatumGetInt64(heap_getattr(tuple, c.id, desc, &isnull))
+                   : nextval_internal(c.id_sequence, false);
+    Datum key_datum = PointerGetDatum(key);
+    int waiting_att = c.waiting;
+    *waiting =
+        KeyRowExists(c.relid, c.key_index, c.destination, c.key, destination, key_datum,
+                     [requeued, waiting_att](HeapTuple t, TupleDesc d) {
+                         bool null;
+                         // A requeued message only waits for a key's current head.
+                         return !requeued || !DatumGetBool(heap_getattr(t, waiting_att, d, &null));
+                     });
+    if (*waiting || !dest.block_on_dead)
+        return;
+    int64 below = requeued ? *id : PG_INT64_MAX;
+    const DeadLetterColumns &dl = c.dead_letters;
+    *waiting =
+        KeyRowExists(dl.relid, dl.key_index, dl.destination, dl.key, destination, key_datum,
+                     [&dl, below](HeapTuple t, TupleDesc d) {
+                         bool null;
+                         if (DatumGetInt64(heap_getattr(t, dl.id, d, &null)) >= below)
+                             return false;
+                         heap_getattr(t, dl.skipped_at, d, &null);
+                         if (!null)
+                             return false;
+                         char *reason = TextDatumGetCString(heap_getattr(t, dl.reason, d, &null));
+                         return strcmp(reason, "expired") != 0 && strcmp(reason, "dropped") != 0;
+                     });
 }
 
 // Headers must be a JSON object whose values are strings that can travel as HTTP or Kafka
@@ -202,6 +308,9 @@ static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const Mess
     const char *column = nullptr;
     if (!isnull && DatumGetInt32(attempts) != 0)
         column = "attempts";
+    Datum waiting = heap_getattr(tuple, c.waiting, desc, &isnull);
+    if (!isnull && DatumGetBool(waiting))
+        column = "waiting";
     for (auto [att, name] : {std::pair{c.lease_token, "lease_token"},
                              {c.last_error, "last_error"},
                              {c.first_failed_at, "first_failed_at"}}) {
@@ -227,6 +336,12 @@ Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS) {
     auto *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     GenerateEventId(uuid);
     PG_RETURN_UUID_P(uuid);
+}
+
+// outbox._requeueing(): the rest of this transaction's inserts are requeued dead letters.
+Datum outbox_requeueing(PG_FUNCTION_ARGS) {
+    requeueing = true;
+    PG_RETURN_VOID();
 }
 
 // outbox.wake(): nudge the workers of this database.
@@ -301,15 +416,17 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         CheckHeaders(headers);
 
     Datum key = heap_getattr(tuple, c.key, desc, &isnull);
-    if (!isnull && toast_raw_datum_size(key) - VARHDRSZ > kMaxKeyBytes)
+    bool has_key = !isnull;
+    if (has_key && toast_raw_datum_size(key) - VARHDRSZ > kMaxKeyBytes)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                         errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
                         errhint("Use a shorter identifier, such as a hash of the key.")));
 
-    // Values to replace: the destination's default topic, a NULL available_at.
-    int replace_cols[2];
-    Datum replace_values[2];
-    bool replace_nulls[2] = {false, false};
+    // Values to replace: the destination's default topic, a NULL available_at, the id and the
+    // waiting flag of an ordered message.
+    int replace_cols[4];
+    Datum replace_values[4];
+    bool replace_nulls[4] = {false, false, false, false};
     int nreplace = 0;
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
@@ -359,6 +476,17 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox message expires_at is not after available_at"),
                         errdetail("The message would expire before it could be delivered."),
                         errhint("Leave expires_at NULL for messages that never expire.")));
+
+    // Last, after every check: a refused row takes no lock and no number.
+    if (dest.ordered && has_key) {
+        int64 id;
+        bool waiting;
+        PlaceOrdered(c, dest, destination, tuple, desc, requeueing, &id, &waiting);
+        replace_cols[nreplace] = c.id;
+        replace_values[nreplace++] = Int64GetDatum(id);
+        replace_cols[nreplace] = c.waiting;
+        replace_values[nreplace++] = BoolGetDatum(waiting);
+    }
 
     WakeAtCommit();
 

@@ -24,6 +24,7 @@ extern "C" {
 
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/key_lock.hpp"
 #include "outbox/pg/queue.hpp"
 
 namespace outbox::pg {
@@ -33,7 +34,7 @@ namespace {
 const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id FROM outbox.messages AS c"
-    "   WHERE c.destination = $1 AND c.available_at <= now()"
+    "   WHERE c.destination = $1 AND c.available_at <= now() AND NOT c.waiting"
     "   ORDER BY c.available_at LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -42,6 +43,20 @@ const char *const kClaimSql =
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
     "           m.created_at, m.expires_at, m.attempts";
+
+// ordering = key: after a key's message is delivered or buried, its next message (the lowest
+// id of the key) stops waiting, unless a dead letter holds the key ($3: on_dead = block).
+// Run only for keys whose lock the caller holds (key_lock.hpp).
+const char *const kReleaseKeysSql =
+    "UPDATE outbox.messages AS m SET waiting = false"
+    "  FROM unnest($2::text[]) AS k(key),"
+    "       LATERAL (SELECT x.id FROM outbox.messages AS x"
+    "                 WHERE x.destination = $1 AND x.key = k.key ORDER BY x.id LIMIT 1) AS h"
+    " WHERE m.id = h.id AND m.waiting"
+    "   AND NOT ($3 AND EXISTS (SELECT FROM outbox.dead_letters AS d"
+    "                            WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
+    "                              AND d.skipped_at IS NULL"
+    "                              AND d.reason IN ('rejected', 'max_attempts', 'poison')))";
 
 const char *const kDeleteSql =
     "DELETE FROM outbox.messages AS m"
@@ -98,7 +113,7 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr claim_plan, delete_plan, reschedule_plan, bury_plan, load_plan;
+SPIPlanPtr claim_plan, release_plan, delete_plan, reschedule_plan, bury_plan, load_plan;
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -163,11 +178,11 @@ void ReadHeaders(Datum datum, RawRow *row) {
 }
 
 // Runs the claim; C-style code only (may ereport).
-RawRow *ClaimRaw(const char *destination, int limit, int64 lease_ms, int64 token, uint64 *count) {
+RawRow *ClaimRaw(const ClaimRequest *request, int64 lease_ms, int64 token, uint64 *count) {
     Oid types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
     SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 4, types);
-    Datum args[4] = {CStringGetTextDatum(destination), Int64GetDatum(token),
-                     Int64GetDatum(lease_ms), Int32GetDatum(limit)};
+    Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
+                     Int64GetDatum(lease_ms), Int32GetDatum(request->limit)};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
@@ -238,13 +253,13 @@ Datum Int4Array(const std::vector<int> &values) {
         construct_array(datums, int(values.size()), INT4OID, 4, true, TYPALIGN_INT));
 }
 
-// A text[]; an empty string becomes NULL (no error to record).
-Datum TextArray(const std::vector<const char *> &values) {
+// A text[]; with empty_is_null an empty string becomes NULL (no error to record).
+Datum TextArray(const std::vector<const char *> &values, bool empty_is_null = true) {
     size_t n = values.size();
     Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (n + 1)));
     bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (n + 1)));
     for (size_t i = 0; i < n; i++) {
-        nulls[i] = values[i][0] == '\0';
+        nulls[i] = empty_is_null && values[i][0] == '\0';
         datums[i] = nulls[i] ? Datum(0) : CStringGetTextDatum(values[i]);
     }
     int dims[1] = {int(n)};
@@ -305,11 +320,9 @@ std::vector<DestinationSpec> LoadDestinations() {
     return specs;
 }
 
-std::vector<Message> ClaimRows(const std::string &destination, int limit, int64_t lease_ms,
-                               int64_t lease_token) {
+std::vector<Message> ClaimRows(const ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
     uint64 n = 0;
-    const char *dest = destination.c_str();
-    RawRow *rows = PgTry([&] { return ClaimRaw(dest, limit, lease_ms, lease_token, &n); });
+    RawRow *rows = PgTry([&] { return ClaimRaw(&request, lease_ms, lease_token, &n); });
     std::vector<Message> messages;
     messages.reserve(n);
     for (uint64 i = 0; i < n; i++) {
@@ -405,6 +418,40 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
         }
     });
     return counts;
+}
+
+int64_t ReleaseKeys(const std::string &destination, bool block_on_dead,
+                    std::vector<std::string> *keys, bool wait) {
+    std::vector<const char *> locked;
+    std::vector<std::string> busy;
+    for (const std::string &key : *keys) {
+        bool got = PgTry([&] {
+            if (!wait)
+                return TryLockKey(destination.data(), int(destination.size()), key.data(),
+                                  int(key.size()));
+            LockKey(destination.data(), int(destination.size()), key.data(), int(key.size()));
+            return true;
+        });
+        if (got)
+            locked.push_back(key.c_str());
+        else
+            busy.push_back(key);
+    }
+    int64_t released = 0;
+    if (!locked.empty()) {
+        released = PgTry([&] {
+            Oid types[3] = {TEXTOID, TEXTARRAYOID, BOOLOID};
+            Datum args[3] = {CStringGetTextDatum(destination.c_str()), TextArray(locked, false),
+                             BoolGetDatum(block_on_dead)};
+            int rc = SPI_execute_plan(Prepare(&release_plan, kReleaseKeysSql, 3, types), args,
+                                      nullptr, false, 0);
+            if (rc != SPI_OK_UPDATE)
+                elog(ERROR, "outbox: releasing keys failed: %s", SPI_result_code_string(rc));
+            return int64(SPI_processed);
+        });
+    }
+    *keys = std::move(busy);
+    return released;
 }
 
 }  // namespace outbox::pg

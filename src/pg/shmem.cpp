@@ -57,7 +57,8 @@ static std::array<pg_atomic_uint64 *, 8> SlotCounters(WorkerSlot *slot) {
 }
 
 void ResetSlotCounters(WorkerSlot *slot) {
-    for (pg_atomic_uint64 *c : SlotCounters(slot)) pg_atomic_write_u64(c, 0);
+    for (pg_atomic_uint64 *c : SlotCounters(slot))
+        pg_atomic_write_u64(c, 0);
     pg_atomic_write_u32(&slot->batch_in_flight, 0);
 }
 
@@ -96,7 +97,8 @@ static void StartupSharedMemory() {
             SpinLockInit(&slot->mutex);
             pg_atomic_init_u32(&slot->state, kWorkerStarting);
             pg_atomic_init_u32(&slot->batch_in_flight, 0);
-            for (pg_atomic_uint64 *c : SlotCounters(slot)) pg_atomic_init_u64(c, 0);
+            for (pg_atomic_uint64 *c : SlotCounters(slot))
+                pg_atomic_init_u64(c, 0);
         }
     }
     HASHCTL info;
@@ -189,7 +191,8 @@ bool HoldDatabase(Oid database, int wait_ms) {
             entry = &h;
             break;
         }
-        if (entry == nullptr && (h.database == InvalidOid || h.until <= now)) entry = &h;
+        if (entry == nullptr && (h.database == InvalidOid || h.until <= now))
+            entry = &h;
     }
     if (entry) {
         entry->database = database;
@@ -206,12 +209,15 @@ bool HoldDatabase(Oid database, int wait_ms) {
             WorkerSlot *slot = &shared->slots[i];
             if (slot->in_use && slot->database == database && slot->pid != 0) {
                 running = true;
-                if (waited % 1000 == 0) kill(slot->pid, SIGTERM);
+                if (waited % 1000 == 0)
+                    kill(slot->pid, SIGTERM);
             }
         }
         LWLockRelease(shared->lock);
-        if (!running) return true;
-        if (waited >= wait_ms) return false;
+        if (!running)
+            return true;
+        if (waited >= wait_ms)
+            return false;
         CHECK_FOR_INTERRUPTS();
         pg_usleep(10 * 1000L);
     }
@@ -220,11 +226,13 @@ bool HoldDatabase(Oid database, int wait_ms) {
 void ReleaseDatabase(Oid database) {
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     for (HeldDatabase &h : shared->held)
-        if (h.database == database) h.database = InvalidOid;
+        if (h.database == database)
+            h.database = InvalidOid;
     pid_t launcher = shared->launcher_pid;
     int procno = shared->launcher_pgprocno;
     LWLockRelease(shared->lock);
-    if (launcher != 0) SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+    if (launcher != 0)
+        SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
 }  // namespace outbox::pg

@@ -36,7 +36,8 @@ const char *DatabaseNeededAlone(Node *stmt) {
             ListCell *lc;
             foreach (lc, alter->options) {
                 auto *opt = static_cast<DefElem *>(lfirst(lc));
-                if (strcmp(opt->defname, "tablespace") == 0) return alter->dbname;
+                if (strcmp(opt->defname, "tablespace") == 0)
+                    return alter->dbname;
             }
             return nullptr;
         }
@@ -45,7 +46,8 @@ const char *DatabaseNeededAlone(Node *stmt) {
             ListCell *lc;
             foreach (lc, create->options) {
                 auto *opt = static_cast<DefElem *>(lfirst(lc));
-                if (strcmp(opt->defname, "template") == 0) return defGetString(opt);
+                if (strcmp(opt->defname, "template") == 0)
+                    return defGetString(opt);
             }
             return nullptr;
         }
@@ -59,19 +61,21 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
                  DestReceiver *dest, QueryCompletion *qc) {
     const char *dbname = DatabaseNeededAlone(pstmt->utilityStmt);
     Oid database = dbname ? get_database_oid(dbname, true) : InvalidOid;
-    if (OidIsValid(database)) HoldDatabase(database, kWaitForWorkersMs);
+    if (OidIsValid(database))
+        HoldDatabase(database, kWaitForWorkersMs);
     PG_TRY();
     {
         if (prev_utility_hook)
-            prev_utility_hook(pstmt, query_string, read_only_tree, context, params, query_env,
-                              dest, qc);
+            prev_utility_hook(pstmt, query_string, read_only_tree, context, params, query_env, dest,
+                              qc);
         else
-            standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params,
-                                    query_env, dest, qc);
+            standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env,
+                                    dest, qc);
     }
     PG_FINALLY();
     {
-        if (OidIsValid(database)) ReleaseDatabase(database);
+        if (OidIsValid(database))
+            ReleaseDatabase(database);
     }
     PG_END_TRY();
 }

@@ -7,7 +7,10 @@
 // WaitEventSet on the latch (commits wake us), postmaster death and the drivers' fds.
 #include <cerrno>
 #include <ctime>
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,19 +92,23 @@ class Worker {
   private:
     bool Turn(bool woken);
     void Shutdown();
-    void WriteBackAndClaim(bool claim, std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed);
+    void WriteBackAndClaim(bool claim,
+                           std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed);
     template <typename F>
     void InTransaction(const char *activity, F &&body);
     void Publish(const Resolutions &written, const std::vector<WriteBackCounts> &counts);
     void Wait(int64 timeout_ms, bool *latch_set);
     void LogDriverLines();
+    void ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::string>> *releases);
     void SetState(WorkerState state) { pg_atomic_write_u32(&slot_->state, state); }
     void SetDestination(const char *name);
 
     WorkerSlot *slot_;
     std::string database_;
     std::unique_ptr<Dispatcher> dispatcher_;
-    Resolutions pending_;             // outcomes not yet written back
+    Resolutions pending_;  // outcomes not yet written back
+    // ordering = key: keys whose next message is to be let go (a producer held the key's lock)
+    std::map<std::string, std::vector<std::string>> keys_to_release_;
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
     bool extension_missing_logged_ = false;
@@ -116,7 +123,8 @@ Worker *the_worker = nullptr;  // for the exit callback
 
 void OnWorkerExit(int, Datum arg) {
     int slot_index = DatumGetInt32(arg);
-    if (the_worker) the_worker->ReleaseDrivers();
+    if (the_worker)
+        the_worker->ReleaseDrivers();
     WorkerSlot *slot = &shared->slots[slot_index];
     SpinLockAcquire(&slot->mutex);
     slot->destination[0] = '\0';
@@ -125,7 +133,8 @@ void OnWorkerExit(int, Datum arg) {
     slot->pid = 0;
 }
 
-Worker::Worker(WorkerSlot *slot, std::string database) : slot_(slot), database_(std::move(database)) {
+Worker::Worker(WorkerSlot *slot, std::string database)
+    : slot_(slot), database_(std::move(database)) {
     dispatcher_ = std::make_unique<Dispatcher>(
         [this](const DestinationSpec &spec, std::string *error) -> std::unique_ptr<Driver> {
             if (spec.config.kind != DestinationKind::Kafka) {
@@ -142,8 +151,8 @@ Worker::Worker(WorkerSlot *slot, std::string database) : slot_(slot), database_(
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
     dispatcher_->SetSettings(CurrentSettings());
-    turn_context_ = AllocSetContextCreate(TopMemoryContext, "outbox worker turn",
-                                          ALLOCSET_DEFAULT_SIZES);
+    turn_context_ =
+        AllocSetContextCreate(TopMemoryContext, "outbox worker turn", ALLOCSET_DEFAULT_SIZES);
 }
 
 void Worker::SetDestination(const char *name) {
@@ -159,7 +168,8 @@ void Worker::InTransaction(const char *activity, F &&body) {
     PgTry([activity] {
         SetCurrentStatementStartTimestamp();
         StartTransactionCommand();
-        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+        if (SPI_connect() != SPI_OK_CONNECT)
+            elog(ERROR, "outbox: SPI_connect failed");
         PushActiveSnapshot(GetTransactionSnapshot());
         pgstat_report_activity(STATE_RUNNING, activity);
     });
@@ -178,27 +188,37 @@ void Worker::WriteBackAndClaim(
     bool claim, std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed) {
     std::vector<WriteBackCounts> counts;
     bool present = true;
+    // Changed only if the transaction commits.
+    std::map<std::string, std::vector<std::string>> releases = keys_to_release_;
     InTransaction("outbox: write back and claim", [&] {
         present = ExtensionInstalled();
-        if (!present) return;
+        if (!present)
+            return;
         if (!destinations_loaded_ || seen_generation_ != destinations_generation) {
             seen_generation_ = destinations_generation;
             dispatcher_->SetDestinations(LoadDestinations());
             destinations_loaded_ = true;
         }
-        if (!pending_.empty()) SetState(kWorkerWritingBack);
+        if (!pending_.empty())
+            SetState(kWorkerWritingBack);
         for (const auto &[destination, resolutions] : pending_) {
             SetDestination(destination.c_str());
             counts.push_back(WriteBack(resolutions));
+            for (const Resolution &r : resolutions)
+                if (r.key && r.action != Resolution::Action::Reschedule)
+                    releases[destination].push_back(*r.key);
         }
-        if (!claim) return;
+        ReleaseKeysOfDoneMessages(&releases);
+        if (!claim)
+            return;
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
             SetDestination(request.destination.c_str());
             // A fresh token per claim: only this claim's write-back can match it.
-            int64 token = int64((uint64(MyProcPid) << 40) ^ (uint64(NowMs()) << 12) ^ ++lease_counter_);
-            std::vector<Message> rows = ClaimRows(request.destination, request.limit, lease_ms, token);
+            int64 token =
+                int64((uint64(MyProcPid) << 40) ^ (uint64(NowMs()) << 12) ^ ++lease_counter_);
+            std::vector<Message> rows = ClaimRows(request, lease_ms, token);
             claimed->emplace_back(std::move(request), std::move(rows));
         }
     });
@@ -216,8 +236,33 @@ void Worker::WriteBackAndClaim(
         return;
     }
     extension_missing_logged_ = false;
+    keys_to_release_ = std::move(releases);
     Publish(pending_, counts);
     pending_.clear();
+}
+
+// ordering = key: once a key's message is deleted or buried, its next message may go. A key
+// whose lock a producer holds right now is tried again on a later turn; at most kMaxKeyLocks
+// keys are locked per transaction, so the shared lock table is never crowded.
+void Worker::ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::string>> *releases) {
+    constexpr size_t kMaxKeyLocks = 256;
+    size_t budget = kMaxKeyLocks;
+    for (auto it = releases->begin(); it != releases->end() && budget > 0;) {
+        std::optional<OnDead> ordering = dispatcher_->KeyOrdering(it->first);
+        std::vector<std::string> &keys = it->second;
+        if (!ordering) {  // no longer ordered (alter_destination releases everything then)
+            it = releases->erase(it);
+            continue;
+        }
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        std::vector<std::string> batch(keys.begin(), keys.begin() + std::min(keys.size(), budget));
+        keys.erase(keys.begin(), keys.begin() + batch.size());
+        budget -= batch.size();
+        ReleaseKeys(it->first, *ordering == OnDead::Block, &batch, false);
+        keys.insert(keys.end(), batch.begin(), batch.end());  // the busy ones, for later
+        it = keys.empty() ? releases->erase(it) : std::next(it);
+    }
 }
 
 // After a committed write-back: the counters of outbox.stats() and outbox.workers().
@@ -231,7 +276,8 @@ void Worker::Publish(const Resolutions &written, const std::vector<WriteBackCoun
         pg_atomic_fetch_add_u64(&slot_->dead, c.dead);
         pg_atomic_fetch_add_u64(&slot_->expired, c.expired);
         DestinationCounters *counters = GetDestinationCounters(MyDatabaseId, destination.c_str());
-        if (counters == nullptr) continue;
+        if (counters == nullptr)
+            continue;
         pg_atomic_fetch_add_u64(&counters->delivered, c.delivered);
         pg_atomic_fetch_add_u64(&counters->failed, c.retried + c.dead);
         pg_atomic_fetch_add_u64(&counters->dead, c.dead);
@@ -239,8 +285,10 @@ void Worker::Publish(const Resolutions &written, const std::vector<WriteBackCoun
         pg_atomic_fetch_add_u64(&counters->deferred, c.deferred);
         const std::string *last_error = nullptr;
         for (const Resolution &r : resolutions)
-            if (!r.error.empty()) last_error = &r.error;
-        if (last_error) SetLastError(counters, last_error->c_str());
+            if (!r.error.empty())
+                last_error = &r.error;
+        if (last_error)
+            SetLastError(counters, last_error->c_str());
         if (c.delivered > 0) {
             SpinLockAcquire(&counters->mutex);
             counters->last_success_at = GetCurrentTimestamp();
@@ -254,6 +302,12 @@ void Worker::LogDriverLines() {
     dispatcher_->TakeLog(lines);
     for (const std::string &line : lines)
         ereport(LOG, (errmsg("outbox: %s", line.c_str())));
+    // A destination that cannot get a driver says why in outbox.stats().last_error.
+    for (const auto &[name, error] : dispatcher_->BuildErrors()) {
+        DestinationCounters *counters = GetDestinationCounters(MyDatabaseId, name.c_str());
+        if (counters)
+            SetLastError(counters, error.c_str());
+    }
 }
 
 // One turn: collect outcomes; write back and claim if there is anything to do. Returns true
@@ -262,9 +316,11 @@ bool Worker::Turn(bool woken) {
     int64 now = NowMs();
     dispatcher_->Poll(now, pending_);
     LogDriverLines();
-    if (woken) dispatcher_->WakeAll();
+    if (woken)
+        dispatcher_->WakeAll();
     bool claim = woken || !dispatcher_->PlanClaims(now).empty();
-    if (pending_.empty() && !claim) return false;
+    if (pending_.empty() && !claim && keys_to_release_.empty())
+        return false;
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
     WriteBackAndClaim(claim, &claimed);
@@ -287,20 +343,24 @@ bool Worker::Turn(bool woken) {
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     std::vector<int> fds = dispatcher_->WaitFds();
     if (wait_set_ == nullptr || fds != wait_fds_) {
-        if (wait_set_) FreeWaitEventSet(wait_set_);
+        if (wait_set_)
+            FreeWaitEventSet(wait_set_);
         wait_set_ = CreateWaitEventSet(TopMemoryContext, int(fds.size()) + 2);
         AddWaitEventToSet(wait_set_, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
         AddWaitEventToSet(wait_set_, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
-        for (int fd : fds) AddWaitEventToSet(wait_set_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
+        for (int fd : fds)
+            AddWaitEventToSet(wait_set_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
         wait_fds_ = fds;
     }
     WaitEvent events[8];
-    int n = WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events),
-                             PG_WAIT_EXTENSION);
+    int n =
+        WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events), PG_WAIT_EXTENSION);
     *latch_set = false;
     for (int i = 0; i < n; i++)
-        if (events[i].events & WL_LATCH_SET) *latch_set = true;
-    if (*latch_set) ResetLatch(MyLatch);
+        if (events[i].events & WL_LATCH_SET)
+            *latch_set = true;
+    if (*latch_set)
+        ResetLatch(MyLatch);
 }
 
 void Worker::Run() {
@@ -313,12 +373,14 @@ void Worker::Run() {
             dispatcher_->SetSettings(CurrentSettings());
             latch_set = true;
         }
-        if (DatabaseIsHeld(MyDatabaseId)) break;
+        if (DatabaseIsHeld(MyDatabaseId))
+            break;
         CHECK_FOR_INTERRUPTS();
 
         int64 now = NowMs();
         bool poll_due = now >= next_poll;
-        if (poll_due) next_poll = now + setting_poll_interval_ms;
+        if (poll_due)
+            next_poll = now + setting_poll_interval_ms;
         bool more = false;
         CaughtError error;
         bool failed = false;
@@ -339,22 +401,24 @@ void Worker::Run() {
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;
             pg_atomic_fetch_add_u64(&slot_->errors, 1);
-            ereport(LOG, (errcode(error.sqlerrcode),
-                          errmsg("outbox worker: %s", error.message),
+            ereport(LOG, (errcode(error.sqlerrcode), errmsg("outbox worker: %s", error.message),
                           error.detail[0] ? errdetail_internal("%s", error.detail) : 0));
             SetState(kWorkerBackingOff);
-            timeout = std::min<int64>(kErrorBackoffMaxMs, int64(250) << std::min(consecutive_errors_, 7));
+            timeout =
+                std::min<int64>(kErrorBackoffMaxMs, int64(250) << std::min(consecutive_errors_, 7));
         } else if (more) {
             timeout = 0;
         } else {
             now = NowMs();
             timeout = std::max<int64>(0, next_poll - now);
             int64 driver = dispatcher_->NextTimeoutMs(now);
-            if (driver >= 0) timeout = std::min(timeout, driver);
+            if (driver >= 0)
+                timeout = std::min(timeout, driver);
             uint32 state = pg_atomic_read_u32(&slot_->state);
             if (state != kWorkerNoExtension)
                 SetState(dispatcher_->InFlight() > 0 ? kWorkerPublishing : kWorkerIdle);
-            if (dispatcher_->InFlight() == 0) SetDestination("");
+            if (dispatcher_->InFlight() == 0)
+                SetDestination("");
         }
         Wait(timeout, &latch_set);
     }
@@ -377,22 +441,24 @@ void Worker::Shutdown() {
             break;
         }
         dispatcher_->Poll(now, pending_);
-        if (dispatcher_->InFlight() == 0) break;
+        if (dispatcher_->InFlight() == 0)
+            break;
         bool latch_set;
         int64 timeout = dispatcher_->NextTimeoutMs(now);
         Wait(timeout < 0 ? 50 : std::min<int64>(timeout, 50), &latch_set);
     }
     dispatcher_->ReleaseAll(pending_);
     LogDriverLines();
-    if (pending_.empty()) return;
+    if (pending_.empty())
+        return;
     try {
         WriteBackAndClaim(false, nullptr);
     } catch (...) {
         CaughtError error;
         CaptureCurrentException(&error);
-        ereport(LOG, (errmsg("outbox worker: could not hand back leases at shutdown: %s",
-                             error.message),
-                      errdetail("They become due again after outbox.lease_timeout.")));
+        ereport(LOG,
+                (errmsg("outbox worker: could not hand back leases at shutdown: %s", error.message),
+                 errdetail("They become due again after outbox.lease_timeout.")));
     }
 }
 
@@ -451,7 +517,8 @@ void outbox_worker_main(Datum arg) {
         failed = true;
     }
     if (failed) {
-        if (the_worker) the_worker->ReleaseDrivers();
+        if (the_worker)
+            the_worker->ReleaseDrivers();
         ereport(LOG, (errmsg("outbox worker stopped: %s", error.message)));
         proc_exit(1);
     }

@@ -518,6 +518,56 @@ TEST(ConfigTest, WebhookCaFileMustBeReadable) {
     }
 }
 
+TEST(ConfigTest, OrderingSettings) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.ordering, Ordering::None);
+
+    ConfigCheck key = CheckDestinationConfig(DestinationKind::Webhook,
+                                             R"({"url": "http://h/", "ordering": "key"})");
+    ASSERT_TRUE(key.ok()) << JoinProblems(key);
+    EXPECT_EQ(key.config.ordering, Ordering::Key);
+    EXPECT_EQ(key.config.on_dead, OnDead::Block);  // the default holds a key on a dead letter
+
+    ConfigCheck skip = CheckDestinationConfig(
+        DestinationKind::Webhook, R"({"url": "http://h/", "ordering": "key", "on_dead": "skip"})");
+    ASSERT_TRUE(skip.ok()) << JoinProblems(skip);
+    EXPECT_EQ(skip.config.on_dead, OnDead::Skip);
+
+    ConfigCheck bad = CheckDestinationConfig(
+        DestinationKind::Kafka,
+        R"({"bootstrap.servers": "b:9092", "ordering": "partition", "on_dead": "drop"})");
+    EXPECT_TRUE(HasProblem(bad, "\"ordering\" must be \"none\" or \"key\"")) << JoinProblems(bad);
+    EXPECT_TRUE(HasProblem(bad, "\"on_dead\" must be \"block\" or \"skip\"")) << JoinProblems(bad);
+
+    ConfigCheck stray = CheckDestinationConfig(DestinationKind::Webhook,
+                                               R"({"url": "http://h/", "on_dead": "skip"})");
+    EXPECT_TRUE(HasProblemContaining(stray, "\"on_dead\" applies only with"))
+        << JoinProblems(stray);
+
+    ConfigCheck random = CheckDestinationConfig(
+        DestinationKind::Kafka,
+        R"({"bootstrap.servers": "b:9092", "ordering": "key", "partitioner": "random"})");
+    EXPECT_TRUE(HasProblemContaining(random, "\"partitioner\" must map a key to one partition"))
+        << JoinProblems(random);
+}
+
+TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
+    ConfigCheck retries = CheckDestinationConfig(
+        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");
+    EXPECT_TRUE(HasProblemContaining(retries, "must be at least 1 for the idempotent producer"))
+        << JoinProblems(retries);
+    ConfigCheck in_flight = CheckDestinationConfig(
+        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max.in.flight": 6})");
+    EXPECT_TRUE(HasProblemContaining(in_flight, "must be at most 5 for the idempotent producer"))
+        << JoinProblems(in_flight);
+    // librdkafka's own default (1000000) is lowered by idempotence itself: not a problem.
+    ConfigCheck fine = CheckDestinationConfig(
+        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max.in.flight": 5})");
+    EXPECT_TRUE(fine.ok()) << JoinProblems(fine);
+}
+
 TEST(ConfigTest, IsSecretSetting) {
     for (const char *key : {"secret", "sasl.password", "SASL.PASSWORD", "ssl.key.password",
                             "ssl.key.pem", "ssl.key.location", "ssl.keystore.password",

@@ -18,10 +18,10 @@ bool ExtensionInstalled();
 // Every destination, with its config parsed by the same check as create_destination.
 std::vector<DestinationSpec> LoadDestinations();
 
-// Leases up to `limit` due rows of `destination` for `lease_ms` under `lease_token`, counting
-// an attempt on each; returns them ready for a driver.
-std::vector<Message> ClaimRows(const std::string &destination, int limit, int64_t lease_ms,
-                               int64_t lease_token);
+// Leases up to request.limit due rows of request.destination for `lease_ms` under
+// `lease_token`, counting an attempt on each; returns them ready for a driver. With per-key
+// ordering only the head message of each key is eligible.
+std::vector<Message> ClaimRows(const ClaimRequest &request, int64_t lease_ms, int64_t lease_token);
 
 // What one destination's write-back changed (rows whose lease no longer matched are skipped
 // and not counted).
@@ -36,5 +36,11 @@ struct WriteBackCounts {
 
 // Applies the resolutions of one destination: one statement per kind of action.
 WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions);
+
+// Per-key ordering: lets the next message of each key in *keys go, for the keys whose lock it
+// gets (all of them when `wait`; otherwise only those no producer holds right now). The keys
+// it could not lock are left in *keys, to try again later. Returns how many messages it let go.
+int64_t ReleaseKeys(const std::string &destination, bool block_on_dead,
+                    std::vector<std::string> *keys, bool wait);
 
 }  // namespace outbox::pg
