@@ -114,4 +114,10 @@ INSERT INTO outbox.messages (destination, payload) VALUES ('rotating', '{"n": 3}
 SELECT outbox.drop_destination('hooks');
 SELECT name FROM outbox.destinations ORDER BY name;
 
+-- Switching TLS verification off is explicit and visible.
+SELECT outbox.create_destination('insecure', 'webhook', '{"url": "https://127.0.0.1:8443/", "tls_verify": false}');
+SELECT outbox.create_destination('insecure-kafka', 'kafka',
+    '{"bootstrap.servers": "127.0.0.1:9093", "security.protocol": "ssl", "enable.ssl.certificate.verification": false}');
+SELECT destination, kind, tls_verify FROM outbox.stats() ORDER BY destination;
+
 DROP EXTENSION outbox;

@@ -418,7 +418,7 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                failed_total bigint, last_error text, last_success_at timestamptz,
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
-               waiting bigint)
+               waiting bigint, tls_verify boolean)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     WITH queued AS (
         SELECT m.destination,
@@ -443,7 +443,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
            coalesce(c.deferred, 0), c.stats_reset,
            CASE WHEN d.config->>'ordering' = 'key'
                 THEN (SELECT count(*) FROM outbox.blocked_keys(d.name)) END,
-           coalesce(q.waiting, 0)
+           coalesce(q.waiting, 0),
+           -- false only where TLS certificate verification was switched off explicitly
+           CASE d.kind WHEN 'webhook' THEN coalesce((d.config->>'tls_verify')::boolean, true)
+                ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END
       FROM outbox.destinations AS d
       LEFT JOIN queued AS q ON q.destination = d.name
       LEFT JOIN dead ON dead.destination = d.name

@@ -16,6 +16,7 @@
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/drivers/kafka.hpp"
+#include "outbox/drivers/webhook.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -137,9 +138,12 @@ Worker::Worker(WorkerSlot *slot, std::string database)
     : slot_(slot), database_(std::move(database)) {
     dispatcher_ = std::make_unique<Dispatcher>(
         [this](const DestinationSpec &spec, std::string *error) -> std::unique_ptr<Driver> {
-            if (spec.config.kind != DestinationKind::Kafka) {
-                *error = "webhook delivery is not available in this build";
-                return nullptr;
+            if (spec.config.kind == DestinationKind::Webhook) {
+                WebhookDriverOptions options;
+                options.config = spec.config.webhook;
+                options.destination = spec.name;
+                options.source = "/outbox/" + database_;
+                return MakeWebhookDriver(options, error);
             }
             KafkaDriverOptions options;
             options.config = spec.config.kafka;

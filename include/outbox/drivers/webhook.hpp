@@ -1,0 +1,28 @@
+// Webhook driver: one libcurl multi handle per destination, POSTing each message to the
+// destination's URL with Standard Webhooks signing and CloudEvents binary-mode headers.
+// A message counts as delivered only on a 2xx answer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "outbox/config.hpp"
+#include "outbox/drivers/driver.hpp"
+
+namespace outbox {
+
+struct WebhookDriverOptions {
+    WebhookConfig config;
+    std::string destination;  // the destination's name: for log lines and the ce-type fallback
+    std::string source;       // CloudEvents ce-source
+};
+
+// A ready driver, or nullptr with *error set (libcurl could not be set up). Calls
+// EnsureCurlGlobalInit, so it must run on the process's main thread.
+std::unique_ptr<Driver> MakeWebhookDriver(const WebhookDriverOptions &options, std::string *error);
+
+// curl_global_init once per process. Not thread-safe: call it from the main thread only, before
+// any other thread could use libcurl. A failed initialisation is tried again on the next call.
+void EnsureCurlGlobalInit();
+
+}  // namespace outbox

@@ -1,0 +1,867 @@
+// Webhook driver: one libcurl multi handle per destination, driven with the multi socket API.
+//
+// Threads: libcurl runs no threads of its own except the threaded resolver, which only resolves
+// names. Every curl_multi_* call that may start a resolver thread runs with all signals
+// blocked, so those threads never run PostgreSQL's handlers. libcurl's callbacks (sockets,
+// timer, headers, body) run on the worker's thread inside those calls and only record into
+// plain members (the socket callback catches what its bookkeeping could throw).
+//
+// Waiting: the sockets libcurl asks to watch are kept in an epoll fd owned by the driver, which
+// is the driver's WaitFd (an epoll fd is readable when any fd in it is ready). libcurl's timer
+// is reported by PollTimeoutMs. Poll serves the ready sockets and the expired timer with
+// curl_multi_socket_action, then collects finished transfers. Over HTTPS it also serves every
+// socket every 50 ms while transfers run, against a lost HTTP/2 wake-up in libcurl (Sweep).
+#include "outbox/drivers/webhook.hpp"
+
+#include <strings.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <curl/curl.h>
+
+#include "outbox/classify.hpp"
+#include "outbox/drivers/cloudevents.hpp"
+#include "outbox/drivers/signals.hpp"
+#include "outbox/headers.hpp"
+#include "outbox/retry_after.hpp"
+#include "outbox/signing.hpp"
+
+namespace outbox {
+
+namespace {
+
+constexpr const char *kUserAgent = "outbox/0.1";
+constexpr int64_t kMaxConnectTimeoutMs = 10000;
+constexpr size_t kBodySnippetBytes = 200;
+// Response bytes kept: enough for the snippet; the rest of a response is read and discarded.
+constexpr size_t kBodyKeepBytes = 256;
+constexpr size_t kRetryAfterKeepBytes = 128;
+constexpr int kMaxEpollEvents = 64;
+// How often every socket of an HTTPS destination is served even without an event (see Sweep).
+constexpr int64_t kSweepIntervalNs = 50 * 1000000;
+// Parts of the URL shorter than this are not searched for in error texts: too likely to match
+// harmless words, and too short to be a credential.
+constexpr size_t kMinRedactBytes = 6;
+
+// Monotonic nanoseconds, for libcurl's timer.
+int64_t MonotonicNs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Wall-clock milliseconds, for Retry-After dates.
+int64_t UnixMs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is invalid or cut off.
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+    auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    unsigned char c = byte(i);
+    if (c < 0x80)
+        return 1;
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (i + len > s.size())
+        return 0;
+    for (size_t k = 1; k < len; ++k) {
+        if ((byte(i + k) & 0xC0) != 0x80)
+            return 0;
+        cp = cp << 6 | (byte(i + k) & 0x3F);
+    }
+    // No overlong forms, no surrogates, nothing above U+10FFFF.
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+// The first `max_bytes` of `text` as one trimmed line of valid UTF-8: error texts end up in a
+// text column and in the server log, where a stray byte or a line break would do harm.
+// Control characters become spaces, other invalid bytes '?'.
+std::string OneLine(std::string_view text, size_t max_bytes) {
+    bool cut = text.size() > max_bytes;
+    text = text.substr(0, max_bytes);
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size();) {
+        size_t len = Utf8SequenceLength(text, i);
+        if (len == 0) {
+            // A character cut in half by the limit is dropped rather than shown as garbage.
+            if (cut && static_cast<unsigned char>(text[i]) >= 0xC2 && text.size() - i < 4)
+                break;
+            out.push_back('?');
+            ++i;
+            continue;
+        }
+        unsigned char c = static_cast<unsigned char>(text[i]);
+        if (len == 1 && (c < 0x20 || c == 0x7F))
+            out.push_back(' ');
+        else
+            out.append(text.substr(i, len));
+        i += len;
+    }
+    size_t begin = out.find_first_not_of(' ');
+    if (begin == std::string::npos)
+        return std::string();
+    size_t end = out.find_last_not_of(' ');
+    return out.substr(begin, end - begin + 1);
+}
+
+// One request: its easy handle (reused from transfer to transfer) and what the callbacks record.
+struct Transfer {
+    CURL *easy = nullptr;
+    curl_slist *headers = nullptr;
+    bool active = false;  // added to the multi handle
+    int64_t id = 0;
+    int64_t lease_token = 0;
+    std::string body;  // the payload; libcurl reads it in place (CURLOPT_POSTFIELDS)
+    char error[CURL_ERROR_SIZE] = {0};
+    char response[kBodyKeepBytes] = {0};
+    size_t response_len = 0;
+    char retry_after[kRetryAfterKeepBytes] = {0};
+    size_t retry_after_len = 0;
+    bool has_retry_after = false;
+
+    Transfer() = default;
+    Transfer(const Transfer &) = delete;
+    Transfer &operator=(const Transfer &) = delete;
+    ~Transfer() {
+        if (easy)
+            curl_easy_cleanup(easy);
+        curl_slist_free_all(headers);
+    }
+};
+
+class WebhookDriver final : public Driver {
+  public:
+    explicit WebhookDriver(const WebhookDriverOptions &options);
+    ~WebhookDriver() override;
+
+    bool Init(std::string *error);
+
+    void Submit(std::vector<Message> batch) override;
+    void Poll(std::vector<Outcome> &out) override;
+    size_t InFlight() const override { return active_ + waiting_.size() + ready_.size(); }
+    size_t Capacity() const override {
+        return broken_ || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
+    }
+    int WaitFd() const override { return epoll_fd_; }
+    int64_t PollTimeoutMs() const override;
+    void Abandon() override;
+    bool Broken() const override { return broken_; }
+    void TakeLog(std::vector<std::string> &lines) override {
+        for (std::string &l : log_)
+            lines.push_back(std::move(l));
+        log_.clear();
+    }
+
+  private:
+    static int OnSocket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
+    static int OnTimer(CURLM *multi, long timeout_ms, void *userp);
+    static size_t OnHeader(char *data, size_t size, size_t count, void *userp);
+    static size_t OnBody(char *data, size_t size, size_t count, void *userp);
+
+    Transfer *NewTransfer(std::string *error);
+    void StartWaiting();
+    bool Start(Message &m, Transfer *t, std::string *why, OutcomeKind *kind);
+    curl_slist *BuildHeaders(const Message &m, int64_t timestamp, const std::string &signature);
+    void SocketAction(curl_socket_t s, int mask);
+    void Sweep();
+    void CollectFinished();
+    Outcome Finish(Transfer *t, CURLcode result);
+    void Release(Transfer *t);
+    bool RequestSent(Transfer *t) const;
+    std::string Redact(std::string text) const;
+    void AddLog(std::string line);
+
+    WebhookConfig config_;
+    std::string destination_;
+    std::string source_;
+    std::string ce_type_fallback_;  // default_topic, else the destination's name
+    size_t max_in_flight_;
+    bool is_https_ = false;                  // HTTP/2 is possible (only negotiated over TLS)
+    std::string ca_file_;                    // the CA bundle trusted; empty: libcurl's defaults
+    std::vector<std::string> secret_parts_;  // URL parts never to be shown in an error
+
+    CURLM *multi_ = nullptr;
+    int epoll_fd_ = -1;
+    int64_t timer_deadline_ns_ = -1;      // when libcurl wants socket_action(TIMEOUT); -1: never
+    std::vector<curl_socket_t> sockets_;  // every socket in the epoll set
+    int64_t next_sweep_ns_ = -1;          // HTTPS only; -1 while nothing is in flight
+
+    std::vector<std::unique_ptr<Transfer>> pool_;  // every transfer ever made (<= max_in_flight)
+    std::vector<Transfer *> free_;                 // idle ones, ready for reuse
+    size_t active_ = 0;
+    std::deque<Message> waiting_;  // submitted beyond max_in_flight, not started yet
+    std::vector<Outcome> ready_;   // known outcomes not yet returned by Poll
+    std::vector<std::string> log_;
+    bool broken_ = false;
+    int socket_errno_ = 0;  // set by OnSocket when epoll_ctl failed; reported by the next Poll
+};
+
+WebhookDriver::WebhookDriver(const WebhookDriverOptions &options)
+    : config_(options.config),
+      destination_(options.destination),
+      source_(options.source),
+      max_in_flight_(static_cast<size_t>(std::max(1, options.config.max_in_flight))) {
+    if (!config_.default_topic.empty())
+        ce_type_fallback_ = config_.default_topic;
+    else
+        ce_type_fallback_ = destination_;
+}
+
+bool WebhookDriver::Init(std::string *error) {
+    // The URL's credentials, path and query may be secret (many services put a token in the
+    // path): remember them so that no error text can quote them.
+    secret_parts_.push_back(config_.url);
+    if (CURLU *u = curl_url()) {
+        if (curl_url_set(u, CURLUPART_URL, config_.url.c_str(), 0) == CURLUE_OK) {
+            for (CURLUPart part :
+                 {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_PATH, CURLUPART_QUERY}) {
+                char *value = nullptr;
+                if (curl_url_get(u, part, &value, 0) == CURLUE_OK && value != nullptr &&
+                    strlen(value) >= kMinRedactBytes)
+                    secret_parts_.emplace_back(value);
+                curl_free(value);
+            }
+            char *scheme = nullptr;
+            if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && scheme != nullptr)
+                is_https_ = strcasecmp(scheme, "https") == 0;
+            curl_free(scheme);
+        }
+        curl_url_cleanup(u);
+    }
+
+    ca_file_ = config_.ca_file;
+#if LIBCURL_VERSION_NUM >= 0x075400
+    // libcurl's built-in bundle, when it exists; otherwise its defaults (file and/or directory)
+    // stay as they are.
+    if (ca_file_.empty()) {
+        if (CURL *probe = curl_easy_init()) {
+            char *path = nullptr;
+            if (curl_easy_getinfo(probe, CURLINFO_CAINFO, &path) == CURLE_OK && path != nullptr &&
+                access(path, R_OK) == 0)
+                ca_file_ = path;
+            curl_easy_cleanup(probe);
+        }
+    }
+#endif
+
+    sockets_.reserve(max_in_flight_ + 8);
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) {
+        *error = std::string("could not create an epoll fd: ") + strerror(errno);
+        return false;
+    }
+    multi_ = curl_multi_init();
+    if (multi_ == nullptr) {
+        *error = "could not create a libcurl multi handle";
+        return false;
+    }
+    long max = static_cast<long>(max_in_flight_);
+    if (curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, OnSocket) != CURLM_OK ||
+        curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this) != CURLM_OK ||
+        curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, OnTimer) != CURLM_OK ||
+        curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this) != CURLM_OK ||
+        curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, max) != CURLM_OK ||
+        curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, max) != CURLM_OK) {
+        *error = "libcurl refused the multi handle options";
+        return false;
+    }
+    // HTTP/2 multiplexing where the server offers it; without nghttp2 libcurl says no and
+    // HTTP/1.1 keep-alive does the job.
+    curl_multi_setopt(multi_, CURLMOPT_PIPELINING, long(CURLPIPE_MULTIPLEX));
+
+    // One transfer now, so that a libcurl that refuses an option fails here, not per message.
+    Transfer *t = NewTransfer(error);
+    if (t == nullptr)
+        return false;
+    free_.push_back(t);
+
+    if (!config_.tls_verify)
+        AddLog("TLS verification is OFF for destination " + destination_);
+    return true;
+}
+
+WebhookDriver::~WebhookDriver() {
+    SignalsBlocked blocked;
+    for (auto &t : pool_) {
+        if (t->active && multi_)
+            curl_multi_remove_handle(multi_, t->easy);
+        t->active = false;
+    }
+    pool_.clear();  // easy handles go before the multi handle
+    if (multi_)
+        curl_multi_cleanup(multi_);  // closes the cached connections (OnSocket still works)
+    if (epoll_fd_ >= 0)
+        close(epoll_fd_);
+}
+
+void WebhookDriver::AddLog(std::string line) {
+    // Consecutive repeats are logged once.
+    if (!log_.empty() && log_.back() == line)
+        return;
+    log_.push_back(std::move(line));
+}
+
+// A new easy handle with every option that is the same for all requests of this destination.
+Transfer *WebhookDriver::NewTransfer(std::string *error) {
+    auto t = std::make_unique<Transfer>();
+    t->easy = curl_easy_init();
+    if (t->easy == nullptr) {
+        *error = "could not create a libcurl easy handle";
+        return nullptr;
+    }
+    CURL *e = t->easy;
+    int64_t connect_ms = std::min<int64_t>(config_.timeout_ms, kMaxConnectTimeoutMs);
+    bool ok =
+        curl_easy_setopt(e, CURLOPT_URL, config_.url.c_str()) == CURLE_OK &&
+#if LIBCURL_VERSION_NUM >= 0x075500
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
+#else
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS)) ==
+            CURLE_OK &&
+#endif
+        curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(config_.timeout_ms)) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, long(connect_ms)) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_USERAGENT, kUserAgent) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, config_.tls_verify ? 1L : 0L) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, config_.tls_verify ? 2L : 0L) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get()) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get()) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_PRIVATE, t.get()) == CURLE_OK;
+    // Trust exactly one CA file and no CA directory: a configured ca_file is then the only
+    // trust anchor (not added to the system's), and libcurl caches the parsed store in the multi
+    // handle, which it never does while a CA directory is set (Debian's default). Parsing the
+    // system bundle costs ~50 ms of CPU per new TLS connection otherwise.
+    if (ok && !ca_file_.empty())
+        ok = curl_easy_setopt(e, CURLOPT_CAINFO, ca_file_.c_str()) == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_CAPATH, static_cast<char *>(nullptr)) == CURLE_OK;
+    if (!ok) {
+        *error = "libcurl refused an option for destination " + destination_;
+        return nullptr;
+    }
+    // Optional: HTTP/2 over TLS when offered (fails without nghttp2), waiting for a connection
+    // that may multiplex rather than opening one per request.
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, long(CURL_HTTP_VERSION_2TLS));
+    if (is_https_)
+        curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075700
+    // Removing a handle while its name is being resolved would otherwise join the resolver
+    // thread, i.e. block for as long as the DNS lookup takes.
+    curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
+#endif
+    pool_.push_back(std::move(t));
+    return pool_.back().get();
+}
+
+// libcurl wants socket `s` watched for `what` (or no longer watched): mirror it in the epoll set.
+int WebhookDriver::OnSocket(CURL *, curl_socket_t s, int what, void *userp, void *socketp) {
+    auto *self = static_cast<WebhookDriver *>(userp);
+    std::vector<curl_socket_t> &known = self->sockets_;
+    auto it = std::find(known.begin(), known.end(), s);
+    if (what == CURL_POLL_REMOVE) {
+        // Fails harmlessly when libcurl already closed the socket (closing drops it from epoll).
+        epoll_ctl(self->epoll_fd_, EPOLL_CTL_DEL, s, nullptr);
+        if (it != known.end()) {
+            *it = known.back();
+            known.pop_back();
+        }
+        return 0;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = ((what & CURL_POLL_IN) ? uint32_t(EPOLLIN) : 0u) |
+                ((what & CURL_POLL_OUT) ? uint32_t(EPOLLOUT) : 0u);
+    ev.data.fd = s;
+    // socketp is non-null once the socket was added; a closed and reused fd number may still
+    // disagree with the kernel, hence the fallback to the other operation.
+    int op = socketp != nullptr ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(self->epoll_fd_, op, s, &ev) != 0) {
+        int other = op == EPOLL_CTL_MOD && errno == ENOENT   ? EPOLL_CTL_ADD
+                    : op == EPOLL_CTL_ADD && errno == EEXIST ? EPOLL_CTL_MOD
+                                                             : -1;
+        if (other < 0 || epoll_ctl(self->epoll_fd_, other, s, &ev) != 0) {
+            // Out of memory or epoll watches: this transfer ends by its timeout; rebuild.
+            self->socket_errno_ = errno;
+            return 0;
+        }
+    }
+    if (socketp == nullptr)
+        curl_multi_assign(self->multi_, s, self);
+    if (it == known.end()) {
+        // Reserved for max_in_flight + a few sockets in Init; growing beyond may still fail.
+        try {
+            known.push_back(s);
+        } catch (...) {
+            self->socket_errno_ = ENOMEM;
+        }
+    }
+    return 0;
+}
+
+// libcurl wants socket_action(CURL_SOCKET_TIMEOUT) after `timeout_ms` (-1: cancel).
+int WebhookDriver::OnTimer(CURLM *, long timeout_ms, void *userp) {
+    auto *self = static_cast<WebhookDriver *>(userp);
+    self->timer_deadline_ns_ =
+        timeout_ms < 0 ? -1 : MonotonicNs() + static_cast<int64_t>(timeout_ms) * 1000000;
+    return 0;
+}
+
+// Records Retry-After of the final response (a new status line forgets earlier headers).
+size_t WebhookDriver::OnHeader(char *data, size_t size, size_t count, void *userp) {
+    auto *t = static_cast<Transfer *>(userp);
+    size_t len = size * count;
+    std::string_view line(data, len);
+    if (line.substr(0, 5) == "HTTP/") {
+        t->has_retry_after = false;
+        t->retry_after_len = 0;
+        return len;
+    }
+    constexpr std::string_view kName = "retry-after:";
+    if (len > kName.size() && EqualsIgnoringCase(line.substr(0, kName.size()), kName)) {
+        std::string_view value = line.substr(kName.size());
+        while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+            value.remove_prefix(1);
+        while (!value.empty() && (value.back() == '\r' || value.back() == '\n' ||
+                                  value.back() == ' ' || value.back() == '\t'))
+            value.remove_suffix(1);
+        t->retry_after_len = std::min(value.size(), kRetryAfterKeepBytes);
+        memcpy(t->retry_after, value.data(), t->retry_after_len);
+        t->has_retry_after = true;
+    }
+    return len;
+}
+
+// Keeps the start of the response body for error texts; the rest is read and dropped.
+size_t WebhookDriver::OnBody(char *data, size_t size, size_t count, void *userp) {
+    auto *t = static_cast<Transfer *>(userp);
+    size_t len = size * count;
+    size_t keep = std::min(len, kBodyKeepBytes - t->response_len);
+    memcpy(t->response + t->response_len, data, keep);
+    t->response_len += keep;
+    return len;
+}
+
+// The request headers, in the documented order. Returns nullptr when out of memory.
+curl_slist *WebhookDriver::BuildHeaders(const Message &m, int64_t timestamp,
+                                        const std::string &signature) {
+    curl_slist *list = nullptr;
+    bool ok = true;
+    std::string line;
+    auto add = [&](std::string_view name, std::string_view value) {
+        if (!ok)
+            return;
+        line.assign(name.data(), name.size());
+        // "Name:" would make libcurl drop the header; "Name;" sends it with an empty value.
+        if (value.empty()) {
+            line.push_back(';');
+        } else {
+            line.append(": ");
+            line.append(value.data(), value.size());
+        }
+        curl_slist *next = curl_slist_append(list, line.c_str());
+        if (next == nullptr)
+            ok = false;
+        else
+            list = next;
+    };
+    auto is_content_type = [](const std::string &name) {
+        return EqualsIgnoringCase(name, "content-type");
+    };
+    // Headers the relay sets itself cannot be replaced; a bad one (it passed no check) is
+    // dropped rather than sent, so it can never split the request.
+    auto sendable = [](const std::pair<std::string, std::string> &h) {
+        return IsValidHeaderName(h.first) && IsValidHeaderValue(h.second) &&
+               !IsReservedHeaderName(h.first);
+    };
+
+    // content-type: the producer's, else the destination's, else by payload column.
+    std::string_view content_type =
+        m.payload_is_json ? "application/json" : "application/octet-stream";
+    bool content_type_set = false;
+    const Headers *sources[] = {&m.headers, &config_.headers};
+    for (const Headers *source : sources) {
+        for (const auto &h : *source) {
+            if (!content_type_set && is_content_type(h.first) && sendable(h)) {
+                content_type = h.second;
+                content_type_set = true;
+            }
+        }
+    }
+    add("content-type", content_type);
+    std::string ts = std::to_string(timestamp);
+    add("webhook-id", m.event_id);
+    add("webhook-timestamp", ts);
+    if (!signature.empty())
+        add("webhook-signature", signature);
+    add("ce-id", m.event_id);
+    add("ce-type", !m.topic.empty() ? m.topic : ce_type_fallback_);
+    add("ce-source", source_);
+    add("ce-time", FormatRfc3339Ms(m.created_at_ms));
+    add("ce-specversion", "1.0");
+    for (const auto &h : config_.headers) {
+        if (is_content_type(h.first) || !sendable(h))
+            continue;
+        bool replaced = std::any_of(m.headers.begin(), m.headers.end(), [&](const auto &p) {
+            return EqualsIgnoringCase(p.first, h.first) && sendable(p);
+        });
+        if (!replaced)
+            add(h.first, h.second);
+    }
+    for (const auto &h : m.headers) {
+        if (!is_content_type(h.first) && sendable(h))
+            add(h.first, h.second);
+    }
+    // A bare "Expect:" stops libcurl from sending "Expect: 100-continue" for larger bodies,
+    // which costs a round trip (or a one-second stall with servers that ignore it).
+    if (ok) {
+        curl_slist *next = curl_slist_append(list, "Expect:");
+        if (next == nullptr)
+            ok = false;
+        else
+            list = next;
+    }
+    if (!ok) {
+        curl_slist_free_all(list);
+        return nullptr;
+    }
+    return list;
+}
+
+// Hands one message to libcurl on transfer `t`. On failure sets *why and *kind and leaves `t`
+// unused.
+bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind *kind) {
+    int64_t timestamp = static_cast<int64_t>(time(nullptr));
+    std::string signature;
+    if (!config_.secret_keys.empty()) {
+        signature = SignatureHeader(config_.secret_keys, m.event_id, timestamp, m.payload);
+        if (signature.empty()) {
+            *kind = OutcomeKind::Retry;
+            *why = "could not sign";
+            return false;
+        }
+    }
+    curl_slist *headers = BuildHeaders(m, timestamp, signature);
+    if (headers == nullptr) {
+        *kind = OutcomeKind::Retry;
+        *why = "out of memory while building the request headers";
+        return false;
+    }
+    curl_slist_free_all(t->headers);
+    t->headers = headers;
+    t->id = m.id;
+    t->lease_token = m.lease_token;
+    t->body = std::move(m.payload);
+    t->error[0] = '\0';
+    t->response_len = 0;
+    t->retry_after_len = 0;
+    t->has_retry_after = false;
+    curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
+    curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(t->body.size()));
+    curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, t->body.data());
+    CURLMcode rc = curl_multi_add_handle(multi_, t->easy);
+    if (rc != CURLM_OK) {
+        *kind = OutcomeKind::Retry;
+        *why = std::string("could not start the request: ") + curl_multi_strerror(rc);
+        std::string().swap(t->body);
+        return false;
+    }
+    t->active = true;
+    ++active_;
+    return true;
+}
+
+// Starts waiting messages while there is room. Needs signals blocked (see the caller).
+void WebhookDriver::StartWaiting() {
+    while (!waiting_.empty() && active_ < max_in_flight_) {
+        Message &m = waiting_.front();
+        std::string why;
+        OutcomeKind kind = OutcomeKind::Retry;
+        Transfer *t = nullptr;
+        if (!free_.empty()) {
+            t = free_.back();
+            free_.pop_back();
+        } else {
+            t = NewTransfer(&why);
+        }
+        if (t == nullptr || !Start(m, t, &why, &kind)) {
+            if (t != nullptr)
+                free_.push_back(t);
+            ready_.push_back(Outcome{m.id, m.lease_token, kind, Redact(std::move(why)), -1});
+        }
+        waiting_.pop_front();
+    }
+}
+
+void WebhookDriver::Submit(std::vector<Message> batch) {
+    for (Message &m : batch)
+        waiting_.push_back(std::move(m));
+    SignalsBlocked blocked;
+    StartWaiting();
+    // Kick the new transfers off now (connect, or send on a kept-alive connection) rather than
+    // one wait later; whatever finishes at once is collected so PollTimeoutMs reports it.
+    SocketAction(CURL_SOCKET_TIMEOUT, 0);
+    CollectFinished();
+}
+
+// One curl_multi_socket_action call; a failure of the multi handle itself makes the driver
+// broken (it is rebuilt once everything in flight has come back).
+void WebhookDriver::SocketAction(curl_socket_t s, int mask) {
+    int running = 0;
+    CURLMcode rc = curl_multi_socket_action(multi_, s, mask, &running);
+    if (rc != CURLM_OK && rc != CURLM_BAD_SOCKET) {
+        broken_ = true;
+        AddLog(std::string("libcurl multi handle failed: ") + curl_multi_strerror(rc) +
+               "; the driver will be rebuilt");
+    }
+}
+
+void WebhookDriver::Poll(std::vector<Outcome> &out) {
+    SignalsBlocked blocked;
+    struct epoll_event events[kMaxEpollEvents];
+    int n = epoll_wait(epoll_fd_, events, kMaxEpollEvents, 0);
+    for (int i = 0; i < n; ++i) {
+        int mask = 0;
+        if (events[i].events & EPOLLIN)
+            mask |= CURL_CSELECT_IN;
+        if (events[i].events & EPOLLOUT)
+            mask |= CURL_CSELECT_OUT;
+        if (events[i].events & (EPOLLERR | EPOLLHUP))
+            mask |= CURL_CSELECT_ERR;
+        SocketAction(events[i].data.fd, mask);
+    }
+    if (timer_deadline_ns_ >= 0 && MonotonicNs() >= timer_deadline_ns_) {
+        timer_deadline_ns_ = -1;  // libcurl sets the next one from inside the call
+        SocketAction(CURL_SOCKET_TIMEOUT, 0);
+    }
+    Sweep();
+    CollectFinished();
+    if (!waiting_.empty() && active_ < max_in_flight_) {
+        StartWaiting();
+        SocketAction(CURL_SOCKET_TIMEOUT, 0);
+        CollectFinished();
+    }
+    if (socket_errno_ != 0 && !broken_) {
+        broken_ = true;
+        AddLog("could not add a socket to the epoll set: " + std::string(strerror(socket_errno_)) +
+               "; the driver will be rebuilt");
+    }
+    for (Outcome &o : ready_)
+        out.push_back(std::move(o));
+    ready_.clear();
+}
+
+int64_t WebhookDriver::PollTimeoutMs() const {
+    if (!ready_.empty() || (!waiting_.empty() && active_ < max_in_flight_))
+        return 0;
+    int64_t deadline = timer_deadline_ns_;
+    if (active_ > 0 && next_sweep_ns_ >= 0 && (deadline < 0 || next_sweep_ns_ < deadline))
+        deadline = next_sweep_ns_;
+    if (deadline >= 0) {
+        int64_t left = deadline - MonotonicNs();
+        // Rounded up: waking a little early would only find the timer not yet expired.
+        return left <= 0 ? 0 : (left + 999999) / 1000000;
+    }
+    // libcurl always has a timer while transfers run (their timeouts); this is a safety net.
+    return active_ > 0 ? 1000 : -1;
+}
+
+// libcurl 7.88 can leave an HTTP/2 stream whose response was already read from the shared
+// connection unprocessed until that transfer's own timeout (fixed upstream in 8.0, curl PR
+// #10530), because no socket event or timer is left to wake it. Over HTTPS, every
+// kSweepIntervalNs while transfers run, each socket is served as if readable: a stalled stream
+// then finishes within that interval instead of after timeout_ms. For an HTTP/1.1 connection
+// this costs one recv that says EAGAIN.
+void WebhookDriver::Sweep() {
+    if (!is_https_ || active_ == 0) {
+        next_sweep_ns_ = -1;
+        return;
+    }
+    int64_t now = MonotonicNs();
+    if (next_sweep_ns_ < 0) {
+        next_sweep_ns_ = now + kSweepIntervalNs;
+        return;
+    }
+    if (now < next_sweep_ns_)
+        return;
+    next_sweep_ns_ = now + kSweepIntervalNs;
+    // A copy: serving one socket may close another and change the list.
+    std::vector<curl_socket_t> sockets = sockets_;
+    for (curl_socket_t s : sockets)
+        SocketAction(s, CURL_CSELECT_IN);
+}
+
+// Turns every transfer libcurl reports as done into an outcome.
+void WebhookDriver::CollectFinished() {
+    int queued = 0;
+    while (CURLMsg *msg = curl_multi_info_read(multi_, &queued)) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        CURLcode result = msg->data.result;
+        char *priv = nullptr;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+        auto *t = reinterpret_cast<Transfer *>(priv);
+        if (t == nullptr || !t->active)
+            continue;
+        ready_.push_back(Finish(t, result));
+        Release(t);
+    }
+}
+
+// Whether any byte of the request reached the socket. CURLINFO_REQUEST_SIZE counts request
+// bytes actually written (it is reset when a transfer starts and stays 0 when the connection
+// was refused, could not be resolved or timed out while connecting).
+bool WebhookDriver::RequestSent(Transfer *t) const {
+    long request_size = 0;
+    if (curl_easy_getinfo(t->easy, CURLINFO_REQUEST_SIZE, &request_size) != CURLE_OK)
+        return true;  // unknown: assume the worst (an attempt is spent, nothing is lost)
+    return request_size > 0;
+}
+
+// The outcome of a finished transfer.
+Outcome WebhookDriver::Finish(Transfer *t, CURLcode result) {
+    Outcome o{t->id, t->lease_token, OutcomeKind::Retry, {}, -1};
+    long status = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200) {
+        // The status decides even if reading the rest of the response failed: the endpoint
+        // has made its decision by the time it sends the status line.
+        o.kind = ClassifyHttpStatus(status);
+        if (o.kind == OutcomeKind::Delivered)
+            return o;
+        std::string text = "HTTP " + std::to_string(status);
+        if (status >= 300 && status <= 399) {
+            text += ": redirects are not followed";
+        } else {
+            std::string snippet =
+                OneLine(std::string_view(t->response, t->response_len), kBodySnippetBytes);
+            if (!snippet.empty())
+                text += ": " + snippet;
+        }
+        o.error = Redact(std::move(text));
+        if (o.kind == OutcomeKind::Retry && t->has_retry_after) {
+            std::optional<int64_t> ms =
+                ParseRetryAfterMs(std::string_view(t->retry_after, t->retry_after_len), UnixMs());
+            if (ms)
+                o.retry_after_ms = *ms;
+        }
+        return o;
+    }
+    // No final status: the transport failed before or while the request was exchanged.
+    CURLcode code = result == CURLE_OK ? CURLE_GOT_NOTHING : result;
+    o.kind = ClassifyCurlResult(code, RequestSent(t));
+    std::string text = curl_easy_strerror(code);
+    t->error[sizeof t->error - 1] = '\0';
+    std::string detail = OneLine(t->error, sizeof t->error);
+    if (!detail.empty() && detail != text)
+        text += ": " + detail;
+    o.error = Redact(std::move(text));
+    return o;
+}
+
+// Takes `t` off the multi handle and puts it back on the free list.
+void WebhookDriver::Release(Transfer *t) {
+    curl_multi_remove_handle(multi_, t->easy);
+    t->active = false;
+    --active_;
+    curl_slist_free_all(t->headers);
+    t->headers = nullptr;
+    // Points at nothing stale; libcurl reads neither until the next Start sets them again.
+    curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, static_cast<curl_slist *>(nullptr));
+    curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, static_cast<char *>(nullptr));
+    std::string().swap(t->body);  // a large payload is not kept around
+    free_.push_back(t);
+}
+
+// `text` with every secret part of the URL replaced.
+std::string WebhookDriver::Redact(std::string text) const {
+    for (const std::string &secret : secret_parts_) {
+        if (secret.empty())
+            continue;
+        constexpr std::string_view kMark = "[redacted]";
+        for (size_t at = text.find(secret); at != std::string::npos;
+             at = text.find(secret, at + kMark.size()))
+            text.replace(at, secret.size(), kMark);
+    }
+    return text;
+}
+
+void WebhookDriver::Abandon() {
+    SignalsBlocked blocked;
+    // Transfers that already finished keep their real outcome.
+    CollectFinished();
+    for (auto &owned : pool_) {
+        Transfer *t = owned.get();
+        if (!t->active)
+            continue;
+        bool sent = RequestSent(t);
+        ready_.push_back(Outcome{t->id, t->lease_token,
+                                 sent ? OutcomeKind::Retry : OutcomeKind::Defer,
+                                 sent ? "abandoned after the request was sent, before a response"
+                                      : "abandoned before the request was sent",
+                                 -1});
+        Release(t);
+    }
+    for (Message &m : waiting_)
+        ready_.push_back(Outcome{m.id, m.lease_token, OutcomeKind::Defer,
+                                 "abandoned before the request was sent", -1});
+    waiting_.clear();
+}
+
+}  // namespace
+
+void EnsureCurlGlobalInit() {
+    // A plain static: trivially destructible, and only the main thread calls this.
+    static bool initialised = false;
+    if (!initialised)
+        initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+}
+
+std::unique_ptr<Driver> MakeWebhookDriver(const WebhookDriverOptions &options, std::string *error) {
+    EnsureCurlGlobalInit();
+    auto driver = std::make_unique<WebhookDriver>(options);
+    if (!driver->Init(error))
+        return nullptr;
+    return driver;
+}
+
+}  // namespace outbox

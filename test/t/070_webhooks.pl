@@ -1,0 +1,161 @@
+# Webhook delivery against a real local HTTP server, checked against the sink's own record:
+# retries until success with every signature verified independently, permanent failures and
+# requeue, an endpoint that refuses connections for 20 s, Retry-After, isolation of a hanging
+# endpoint, and fan-out to Kafka and two webhooks across a worker kill.
+use strict;
+use warnings;
+use Digest::SHA qw(hmac_sha256_base64);
+use IO::Socket::INET;
+use MIME::Base64 qw(decode_base64);
+use OutboxTest;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+my $key = decode_base64(substr($secret, 6));
+my $sink = webhook_sink();
+my $node = outbox_node('webhooks', conf => join("\n", 'restart_after_crash = on',
+    "outbox.retry_base = '50ms'", "outbox.retry_max = '500ms'", "outbox.lease_timeout = '10s'"));
+
+sub hook {
+    my ($name, $path, %extra) = @_;
+    my $config = JSON::PP->new->canonical->encode({ url => $sink->url($path), secret => $secret,
+        headers => { 'x-static' => 'yes' }, %extra });
+    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$config')");
+}
+sub requests_for { my ($path) = @_; return [ grep { $_->{path} eq $path } @{ $sink->requests } ]; }
+sub queued { return $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages'); }
+
+# 1. 1,000 messages to an endpoint that fails the first two attempts of every id.
+my $flaky = '/flaky;fail_first=2;fail_status=503';
+hook('flaky', $flaky, max_attempts => 5);
+$node->safe_psql('postgres', q{
+    INSERT INTO outbox.messages (destination, topic, key, payload, headers)
+    SELECT 'flaky', 'order.created', 'k' || g, jsonb_build_object('n', g), '{"x-trace": "t1"}'
+      FROM generate_series(1, 1000) g});
+ok(wait_until(sub { queued() eq '0' }, 120), 'all 1,000 delivered in the end');
+my $reqs = requests_for($flaky);
+my (%attempts, %ids, @bad_sig, @bad_hdr);
+for my $r (@$reqs) {
+    my $h = $r->{headers};
+    my $id = $h->{'webhook-id'};
+    push @{ $attempts{$id} }, $r->{status};
+    my $signed = "$id.$h->{'webhook-timestamp'}." . decode_base64($r->{body_b64});
+    my $mac = hmac_sha256_base64($signed, $key);
+    $mac .= '=' while length($mac) % 4;   # Digest::SHA leaves out the padding
+    my $expected = "v1,$mac";
+    push @bad_sig, $id unless ($h->{'webhook-signature'} // '') eq $expected;
+    push @bad_hdr, "$id: ce-id" unless ($h->{'ce-id'} // '') eq $id;
+    push @bad_hdr, "$id: ce-type" unless ($h->{'ce-type'} // '') eq 'order.created';
+    push @bad_hdr, "$id: content-type" unless ($h->{'content-type'} // '') eq 'application/json';
+    push @bad_hdr, "$id: static" unless ($h->{'x-static'} // '') eq 'yes';
+    push @bad_hdr, "$id: producer header" unless ($h->{'x-trace'} // '') eq 't1';
+    push @bad_hdr, "$id: ce-specversion" unless ($h->{'ce-specversion'} // '') eq '1.0';
+}
+is(scalar(keys %attempts), 1000, 'the sink saw 1,000 distinct webhook-ids');
+is(scalar(grep { join(',', @{ $attempts{$_} }) ne '503,503,204' } keys %attempts), 0,
+    'each was delivered on its third attempt, after two 503s');
+is(scalar(@bad_sig), 0, 'every signature verifies with an independent HMAC-SHA256 (3,000 requests)');
+is(scalar(@bad_hdr), 0, 'webhook-id equals ce-id, stable across attempts, with the right headers')
+  or diag(join("\n", @bad_hdr[0 .. 9]));
+is(stats_row($node, 'flaky')->{failed_total}, 2000, 'stats() counts the 2,000 failed attempts');
+
+# 2. Permanent failures: 410 and 400 are dead-lettered with the status; after alter_destination
+# to a good URL, requeue delivers them.
+hook('gone', '/gone;status=410;body=gone%20for%20good');
+hook('badreq', '/badreq;status=400');
+$node->safe_psql('postgres', q{
+    INSERT INTO outbox.messages (destination, payload) SELECT 'gone', jsonb_build_object('n', g) FROM generate_series(1, 5) g;
+    INSERT INTO outbox.messages (destination, payload) SELECT 'badreq', jsonb_build_object('n', g) FROM generate_series(1, 5) g});
+ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') eq '10' }, 30),
+    '10 messages dead-lettered');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'gone' AND reason = 'rejected' AND attempts = 1 AND last_error LIKE 'HTTP 410%'}),
+    '5', 'the 410s at once, with the status in last_error');
+like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.dead_letters WHERE destination = 'gone' LIMIT 1}),
+    qr/gone for good/, 'and the first bytes of the response body');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq' AND last_error LIKE 'HTTP 400%'}),
+    '5', 'the 400s likewise');
+my $good = $sink->url('/good');
+$node->safe_psql('postgres', qq{
+    SELECT outbox.alter_destination('gone', '{"url": "$good"}');
+    SELECT outbox.requeue('gone');
+    SELECT outbox.requeue('badreq')});
+ok(wait_until(sub { scalar(@{ requests_for('/good') }) == 5 }, 30), 'after alter_destination, the requeued 410s are delivered');
+ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq'}) eq '5' }, 30),
+    'the requeued 400s fail again, back in the dead letters');
+
+# 3. Connection refused for 20 s, max_attempts 2: nothing dead-lettered, all delivered after.
+my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1) or die $!;
+my $late_port = $probe->sockport;
+close $probe;
+my $late_url = "http://127.0.0.1:$late_port/late";
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('late', 'webhook', '{"url": "$late_url", "max_attempts": 2}');
+    INSERT INTO outbox.messages (destination, payload) SELECT 'late', jsonb_build_object('n', g) FROM generate_series(1, 50) g});
+sleep 20;
+my $s = stats_row($node, 'late');
+is($s->{dead}, 0, 'after 20 s of refused connections nothing is dead-lettered');
+is($s->{failed_total}, 0, 'and no attempt was spent');
+like($s->{last_error} // '', qr/unreachable/, 'last_error says the endpoint is unreachable');
+my $late_sink = webhook_sink(port => $late_port);
+ok(wait_until(sub { scalar(grep { $_->{path} eq '/late' } @{ $late_sink->requests }) >= 50 }, 60),
+    'once the endpoint listens, all 50 are delivered');
+is(stats_row($node, 'late')->{dead}, 0, 'none dead-lettered');
+$late_sink->stop;
+
+# 4. Retry-After: 2 is honoured.
+my $ra = '/ra;fail_first=1;fail_status=429;retry_after=2';
+hook('ra', $ra, retry_max => '10s');   # Retry-After is capped by retry_max
+$node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'ra', jsonb_build_object('n', g) FROM generate_series(1, 5) g});
+ok(wait_until(sub { scalar(grep { $_->{status} == 204 } @{ requests_for($ra) }) == 5 }, 30), 'Retry-After: all 5 delivered');
+my %by_id;
+push @{ $by_id{ $_->{headers}{'webhook-id'} } }, $_->{t} for @{ requests_for($ra) };
+my @gaps = map { $by_id{$_}[1] - $by_id{$_}[0] } keys %by_id;
+is(scalar(grep { $_ < 1.95 } @gaps), 0, 'no retry came sooner than Retry-After: 2')
+  or diag("gaps: @gaps");
+
+# 5. A destination whose endpoint takes 10 s per request does not delay another's delivery.
+hook('slow', '/slow;delay_ms=10000', timeout_ms => 15000, max_in_flight => 4);
+hook('fast', '/fast');
+$node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'slow', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
+sleep 1;  # the slow requests are in flight
+my $t0 = time;
+$node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'fast', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
+ok(wait_until(sub { scalar(@{ requests_for('/fast') }) == 20 }, 10), 'the fast destination is served while the slow one hangs');
+# Measured with the sink's own clock: when the last of them arrived.
+my ($last) = sort { $b <=> $a } map { $_->{t} } @{ requests_for('/fast') };
+my $took = $last - $t0;
+cmp_ok($took, '<', 1.0, sprintf('within one cycle: %.3f s', $took));
+
+# 6. Fan-out to Kafka and two webhooks, one failing for good, with a worker kill mid-way.
+my $broker = kafka_broker();
+my $bootstrap = $broker->bootstrap;
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('fan_kafka', 'kafka', '{"bootstrap.servers": "$bootstrap", "topic": "fan"}');
+    SELECT outbox.pause('fan_kafka')});
+hook('fan_hook', '/fan_hook');
+hook('fan_bad', '/fan_bad;status=410');
+$node->safe_psql('postgres', q{SELECT outbox.pause('fan_hook'); SELECT outbox.pause('fan_bad')});
+my @events = split /\n/, $node->safe_psql('postgres', q{
+    SELECT outbox.publish(ARRAY['fan_kafka', 'fan_hook', 'fan_bad'], 'fan.out', jsonb_build_object('n', g))
+      FROM generate_series(1, 300) g});
+is(scalar(@events), 300, '300 events published to 3 destinations each');
+$node->safe_psql('postgres', q{SELECT outbox.resume('fan_kafka'); SELECT outbox.resume('fan_hook'); SELECT outbox.resume('fan_bad')});
+ok(wait_until(sub { scalar(@{ requests_for('/fan_hook') }) > 30 }, 30), 'fan-out under way');
+my ($pid) = worker_pids($node);
+ok(kill('KILL', $pid), "worker $pid killed mid-way");
+ok(wait_until(sub { my $q = eval { queued() }; defined $q && $q eq '0' }, 120), 'all three destinations done after the restart');
+my %kafka = map { $_->{headers}{ce_id} => 1 } @{ $broker->consume('fan.out') };  # the message's topic
+my %hook = map { $_->{headers}{'webhook-id'} => 1 } grep { $_->{status} == 204 } @{ requests_for('/fan_hook') };
+is(scalar(grep { !$kafka{$_} } @events), 0, 'Kafka received every event');
+is(scalar(grep { !$hook{$_} } @events), 0, 'the good webhook received every event');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'fan_bad'}), '300',
+    'the failing webhook alone has them in the dead letters');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination <> 'fan_bad' AND destination <> 'badreq'}), '0',
+    'no other dead letters');
+
+$node->stop;
+check_server_log($node, killed => 1);
+$broker->stop;
+$sink->stop;
+done_testing();
