@@ -65,7 +65,7 @@ CREATE TABLE outbox.messages (
 );
 COMMENT ON TABLE outbox.messages IS
     'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
-CREATE INDEX messages_due ON outbox.messages (destination, available_at) WHERE NOT waiting;
+CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE NOT waiting;
 -- Per-key ordering: the messages of a key in id order (is there an earlier one? which is next?).
 CREATE INDEX messages_key_order ON outbox.messages (destination, key, id) WHERE key IS NOT NULL;
 

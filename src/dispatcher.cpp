@@ -13,6 +13,8 @@ namespace {
 // Outage probing: the first probe after 1 s, doubling to at most 30 s between probes.
 constexpr int64_t kProbeBaseMs = 1000;
 constexpr int64_t kProbeMaxMs = 30000;
+// The fast path is used while the destination acknowledges within this time on average.
+constexpr double kFastPathMaxAckMs = 50;
 // A destination whose driver could not be built is retried this often.
 constexpr int64_t kRebuildIntervalMs = 5000;
 
@@ -38,12 +40,15 @@ struct Dispatcher::Destination {
     std::string build_error;
     int64_t next_build_ms = 0;
     struct InFlight {
-        int64_t lease_token;
+        int64_t lease_token;  // 0: locked by the worker's open transaction (fast path)
         int attempts;
         std::optional<std::string> key;  // ordering = key only
+        int64_t submitted_ms;
     };
     std::unordered_map<int64_t, InFlight> in_flight;  // by id
     bool want_more = true;    // the last claim was full, or we were woken since
+    bool lease_seen = false;  // an outcome of a leased claim was recorded since start
+    double ack_ms = 0;        // moving average of submit-to-outcome time
     int outage_failures = 0;  // consecutive probes that found the destination unreachable
     int64_t next_probe_ms = 0;
 };
@@ -134,13 +139,19 @@ void Dispatcher::EnsureDriver(Destination &d, int64_t now_ms) {
 }
 
 std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
-    // A claim of up to `limit` rows for `d`, in the destination's ordering mode.
-    auto Request = [](const Destination &d, int limit) {
+    // A claim of up to `limit` rows for `d`, in the destination's ordering mode. The fast path
+    // (row locks held while the broker acknowledges) is for Kafka destinations that answer
+    // quickly; it starts only once a leased claim went through since the worker started, so
+    // a message that kills the worker is still counted (poison) at each restart.
+    auto Request = [this](const Destination &d, int limit) {
         ClaimRequest r;
         r.destination = d.spec.name;
         r.limit = limit;
         r.ordered = d.spec.config.ordering == Ordering::Key;
         r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;
+        r.hold_locks = d.spec.config.kind == DestinationKind::Kafka && !r.ordered &&
+                       d.outage_failures == 0 && d.lease_seen && d.ack_ms < kFastPathMaxAckMs &&
+                       !stopping_;
         return r;
     };
     std::vector<ClaimRequest> plan;
@@ -206,7 +217,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         } else {
             bool ordered = d.spec.config.ordering == Ordering::Key;
             d.in_flight[m.id] = {m.lease_token, m.attempts,
-                                 ordered ? m.key : std::optional<std::string>()};
+                                 ordered ? m.key : std::optional<std::string>(), now_ms};
             send.push_back(std::move(m));
         }
     }
@@ -309,7 +320,12 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
                 continue;  // already handed back
             int attempts = a->second.attempts;
             Resolution r = Resolve(d, o, attempts, now_ms);
+            // The claim's token as recorded here: the driver's copy may predate a re-lease.
+            r.lease_token = a->second.lease_token;
             r.key = std::move(a->second.key);
+            if (r.lease_token != 0)
+                d.lease_seen = true;
+            d.ack_ms = 0.9 * d.ack_ms + 0.1 * double(now_ms - a->second.submitted_ms);
             d.in_flight.erase(a);
             resolved.push_back(std::move(r));
         }
@@ -395,6 +411,47 @@ void Dispatcher::ReleaseAll(Resolutions &out) {
     for (auto &d : retired_)
         release(*d);
     retired_.clear();
+}
+
+std::vector<int64_t> Dispatcher::LockedInFlight(const std::string &destination) const {
+    std::vector<int64_t> ids;
+    auto it = destinations_.find(destination);
+    if (it != destinations_.end())
+        for (const auto &[id, f] : it->second->in_flight)
+            if (f.lease_token == 0)
+                ids.push_back(id);
+    return ids;
+}
+
+size_t Dispatcher::Capacity(const std::string &destination) const {
+    auto it = destinations_.find(destination);
+    if (it == destinations_.end() || !it->second->driver)
+        return 0;
+    return it->second->driver->Capacity();
+}
+
+void Dispatcher::Relet(const std::string &destination, const std::vector<int64_t> &ids,
+                       int64_t token) {
+    auto it = destinations_.find(destination);
+    if (it == destinations_.end())
+        return;
+    for (int64_t id : ids) {
+        auto f = it->second->in_flight.find(id);
+        if (f != it->second->in_flight.end())
+            f->second.lease_token = token;
+    }
+}
+
+void Dispatcher::OrphanLocked() {
+    auto orphan = [](Destination &d) {
+        for (auto &[id, f] : d.in_flight)
+            if (f.lease_token == 0)
+                f.lease_token = -1;  // a token no row ever has
+    };
+    for (auto &[name, d] : destinations_)
+        orphan(*d);
+    for (auto &d : retired_)
+        orphan(*d);
 }
 
 size_t Dispatcher::InFlight() const {

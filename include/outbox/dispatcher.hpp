@@ -71,6 +71,13 @@ struct ClaimRequest {
     int limit = 0;
     bool ordered = false;        // ordering = key: claim only the head message of each key
     bool block_on_dead = false;  // ordering = key, on_dead = block
+    // The fast path: lock the rows for the rest of the worker's transaction instead of leasing
+    // them, and record their outcomes before it commits (see README "How it works").
+    bool hold_locks = false;
+    // Where the previous fast-path batch of the same transaction ended (PostgreSQL timestamp
+    // and id; the first batch starts at the beginning).
+    int64_t after_available_at = INT64_MIN;
+    int64_t after_id = 0;
 };
 
 // Builds the driver for a destination; nullptr with *error when it cannot.
@@ -112,6 +119,17 @@ class Dispatcher {
 
     // File descriptors to wait on, one per driver that has one.
     std::vector<int> WaitFds() const;
+
+    // Fast path: the rows of `destination` submitted under transaction locks (lease token 0)
+    // whose outcome is not known yet; and, when they must outlive the transaction, the lease
+    // they now hold instead.
+    std::vector<int64_t> LockedInFlight(const std::string &destination) const;
+    // How many more messages the destination's driver takes now.
+    size_t Capacity(const std::string &destination) const;
+    void Relet(const std::string &destination, const std::vector<int64_t> &ids, int64_t token);
+    // The transaction holding the fast path's locks aborted: outcomes of those rows match
+    // nothing any more (they are due again and will be delivered again).
+    void OrphanLocked();
 
     // Shutdown, first step: stop claiming and let the drivers give up on what is in flight.
     // From now on an unfinished row comes back as a Reschedule with no delay, attempt refunded.

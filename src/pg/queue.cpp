@@ -35,7 +35,7 @@ const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id FROM outbox.messages AS c"
     "   WHERE c.destination = $1 AND c.available_at <= now() AND NOT c.waiting"
-    "   ORDER BY c.available_at LIMIT $4"
+    "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
     "    SET lease_token = $2, available_at = now() + $3 * interval '1 millisecond',"
@@ -43,6 +43,26 @@ const char *const kClaimSql =
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
     "           m.created_at, m.expires_at, m.attempts";
+
+// The fast path: lock due rows for the rest of the transaction without writing them; the
+// worker records their outcomes before it commits. attempts + 1 is the attempt this is.
+// $3, $4: the (available_at, id) of the last row this transaction locked, so that the next
+// batch starts after it (rows locked by this transaction are not skipped by SKIP LOCKED).
+const char *const kLockSql =
+    "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
+    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at"
+    "  FROM outbox.messages AS c"
+    " WHERE c.destination = $1 AND c.available_at <= now() AND NOT c.waiting"
+    "   AND (c.available_at, c.id) > ($3, $4)"
+    " ORDER BY c.available_at, c.id LIMIT $2"
+    "   FOR UPDATE SKIP LOCKED";
+
+// The fast path ran out of time: rows locked by this transaction become leased instead.
+const char *const kLeaseLockedSql =
+    "UPDATE outbox.messages"
+    "   SET lease_token = $2, available_at = now() + $3 * interval '1 millisecond',"
+    "       attempts = attempts + 1"
+    " WHERE id = ANY ($1)";
 
 // ordering = key: after a key's message is delivered or buried, its next message (the lowest
 // id of the key) stops waiting, unless a dead letter holds the key ($3: on_dead = block).
@@ -58,22 +78,25 @@ const char *const kReleaseKeysSql =
     "                              AND d.skipped_at IS NULL"
     "                              AND d.reason IN ('rejected', 'max_attempts', 'poison')))";
 
+// Every write-back matches the claim's lease token, or token 0 for rows this transaction holds
+// locked (the fast path; their attempt was not counted when they were claimed).
 const char *const kDeleteSql =
     "DELETE FROM outbox.messages AS m"
     " USING unnest($1::bigint[], $2::bigint[]) AS r(id, token)"
-    " WHERE m.id = r.id AND m.lease_token = r.token";
+    " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)";
 
 // kind: 0 retry (attempt spent), 1 deferred by an outage, 2 released at shutdown.
 const char *const kRescheduleSql =
     "UPDATE outbox.messages AS m"
     "   SET available_at = now() + r.delay * interval '1 millisecond', lease_token = NULL,"
-    "       attempts = m.attempts - CASE WHEN r.kind = 0 THEN 0 ELSE 1 END,"
+    "       attempts = m.attempts + CASE WHEN r.token = 0 THEN 1 ELSE 0 END"
+    "                             - CASE WHEN r.kind = 0 THEN 0 ELSE 1 END,"
     "       last_error = coalesce(r.err, m.last_error),"
     "       first_failed_at = CASE WHEN r.kind = 0 THEN coalesce(m.first_failed_at, now())"
     "                              ELSE m.first_failed_at END"
     "  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[])"
     "       AS r(id, token, delay, kind, err)"
-    " WHERE m.id = r.id AND m.lease_token = r.token"
+    " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)"
     " RETURNING r.kind";
 
 const char *const kBurySql =
@@ -81,14 +104,15 @@ const char *const kBurySql =
     "  DELETE FROM outbox.messages AS m"
     "   USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS r(id, token, reason, "
     "err)"
-    "   WHERE m.id = r.id AND m.lease_token = r.token"
-    "  RETURNING m.*, r.reason, r.err)"
+    "   WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)"
+    "  RETURNING m.*, r.token, r.reason, r.err)"
     " INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,"
     "       payload_bytes, headers, expires_at, created_at, attempts, reason, last_error,"
     "       first_failed_at)"
     " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,"
     "        created_at,"
-    "        CASE WHEN reason IN ('expired', 'poison') THEN attempts - 1 ELSE attempts END,"
+    "        attempts + CASE WHEN token = 0 THEN 1 ELSE 0 END"
+    "                 - CASE WHEN reason IN ('expired', 'poison') THEN 1 ELSE 0 END,"
     "        reason, err,"
     "        CASE WHEN reason = 'expired' THEN first_failed_at"
     "             ELSE coalesce(first_failed_at, now()) END"
@@ -113,7 +137,8 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr claim_plan, release_plan, delete_plan, reschedule_plan, bury_plan, load_plan;
+SPIPlanPtr claim_plan, lock_plan, lease_locked_plan, release_plan, delete_plan, reschedule_plan,
+    bury_plan, load_plan;
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -177,15 +202,8 @@ void ReadHeaders(Datum datum, RawRow *row) {
     row->nheaders = i;
 }
 
-// Runs the claim; C-style code only (may ereport).
-RawRow *ClaimRaw(const ClaimRequest *request, int64 lease_ms, int64 token, uint64 *count) {
-    Oid types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
-    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 4, types);
-    Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
-                     Int64GetDatum(lease_ms), Int32GetDatum(request->limit)};
-    int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
-    if (rc != SPI_OK_UPDATE_RETURNING)
-        elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
+// The claimed rows of the last SPI statement (columns as in kClaimSql), pointing into SPI memory.
+RawRow *ReadClaimedRows(uint64 *count) {
     uint64 n = SPI_processed;
     *count = n;
     auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
@@ -233,6 +251,39 @@ RawRow *ClaimRaw(const ClaimRequest *request, int64 lease_ms, int64 token, uint6
         d = heap_getattr(tuple, 9, desc, &isnull);
         row->expires_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d));
         row->attempts = DatumGetInt32(heap_getattr(tuple, 10, desc, &isnull));
+    }
+    return rows;
+}
+
+// Runs the lease claim; C-style code only (may ereport).
+RawRow *ClaimRaw(const ClaimRequest *request, int64 lease_ms, int64 token, uint64 *count) {
+    Oid types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
+    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 4, types);
+    Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
+                     Int64GetDatum(lease_ms), Int32GetDatum(request->limit)};
+    int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+    if (rc != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
+    return ReadClaimedRows(count);
+}
+
+// Runs the lock claim of the fast path; C-style code only (may ereport).
+RawRow *LockRaw(ClaimRequest *request, uint64 *count) {
+    Oid types[4] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID};
+    SPIPlanPtr plan = Prepare(&lock_plan, kLockSql, 4, types);
+    Datum args[4] = {
+        CStringGetTextDatum(request->destination.c_str()), Int32GetDatum(request->limit),
+        TimestampTzGetDatum(request->after_available_at), Int64GetDatum(request->after_id)};
+    int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "outbox: locking rows failed: %s", SPI_result_code_string(rc));
+    RawRow *rows = ReadClaimedRows(count);
+    if (*count > 0) {
+        bool isnull;
+        HeapTuple last = SPI_tuptable->vals[*count - 1];
+        request->after_available_at =
+            DatumGetTimestampTz(heap_getattr(last, 11, SPI_tuptable->tupdesc, &isnull));
+        request->after_id = rows[*count - 1].id;
     }
     return rows;
 }
@@ -320,9 +371,14 @@ std::vector<DestinationSpec> LoadDestinations() {
     return specs;
 }
 
-std::vector<Message> ClaimRows(const ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
+std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
     uint64 n = 0;
-    RawRow *rows = PgTry([&] { return ClaimRaw(&request, lease_ms, lease_token, &n); });
+    if (request.hold_locks)
+        lease_token = 0;
+    RawRow *rows = PgTry([&] {
+        return request.hold_locks ? LockRaw(&request, &n)
+                                  : ClaimRaw(&request, lease_ms, lease_token, &n);
+    });
     std::vector<Message> messages;
     messages.reserve(n);
     for (uint64 i = 0; i < n; i++) {
@@ -452,6 +508,19 @@ int64_t ReleaseKeys(const std::string &destination, bool block_on_dead,
     }
     *keys = std::move(busy);
     return released;
+}
+
+void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {
+    if (ids.empty())
+        return;
+    PgTry([&] {
+        Oid types[3] = {INT8ARRAYOID, INT8OID, INT8OID};
+        Datum args[3] = {Int8Array(ids), Int64GetDatum(lease_token), Int64GetDatum(lease_ms)};
+        int rc = SPI_execute_plan(Prepare(&lease_locked_plan, kLeaseLockedSql, 3, types), args,
+                                  nullptr, false, 0);
+        if (rc != SPI_OK_UPDATE)
+            elog(ERROR, "outbox: leasing locked rows failed: %s", SPI_result_code_string(rc));
+    });
 }
 
 }  // namespace outbox::pg

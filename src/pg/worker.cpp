@@ -94,11 +94,19 @@ class Worker {
     bool Turn(bool woken);
     void Shutdown();
     void WriteBackAndClaim(bool claim,
-                           std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed);
+                           std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
+                           std::vector<ClaimRequest> *fast);
     template <typename F>
     void InTransaction(const char *activity, F &&body);
-    void Publish(const Resolutions &written, const std::vector<WriteBackCounts> &counts);
+    void Publish(const Resolutions &resolved,
+                 const std::map<std::string, WriteBackCounts> &written);
     void Wait(int64 timeout_ms, bool *latch_set);
+    bool FastBatch(std::vector<ClaimRequest> requests);
+    // A fresh token per claim: only that claim's write-back can match it. Never 0 (the fast
+    // path's "locked by this transaction") or negative.
+    int64 NextLeaseToken() {
+        return int64((lease_base_ + ++lease_counter_) & INT64CONST(0x7fffffffffffffff)) | 1;
+    }
     void LogDriverLines();
     void ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::string>> *releases);
     void SetState(WorkerState state) { pg_atomic_write_u32(&slot_->state, state); }
@@ -115,6 +123,8 @@ class Worker {
     bool extension_missing_logged_ = false;
     int consecutive_errors_ = 0;
     uint64 lease_counter_ = 0;
+    uint64 lease_base_ = 0;  // random, so that tokens of different workers never meet
+    bool woken_ = false;     // the latch was set while the fast path waited
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
@@ -155,6 +165,8 @@ Worker::Worker(WorkerSlot *slot, std::string database)
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
     dispatcher_->SetSettings(CurrentSettings());
+    if (!pg_strong_random(&lease_base_, sizeof lease_base_))
+        lease_base_ = uint64(MyProcPid) << 32 ^ uint64(NowMs());
     turn_context_ =
         AllocSetContextCreate(TopMemoryContext, "outbox worker turn", ALLOCSET_DEFAULT_SIZES);
 }
@@ -188,9 +200,10 @@ void Worker::InTransaction(const char *activity, F &&body) {
     MemoryContextSwitchTo(turn_context_);
 }
 
-void Worker::WriteBackAndClaim(
-    bool claim, std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed) {
-    std::vector<WriteBackCounts> counts;
+void Worker::WriteBackAndClaim(bool claim,
+                               std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
+                               std::vector<ClaimRequest> *fast) {
+    std::map<std::string, WriteBackCounts> counts;
     bool present = true;
     // Changed only if the transaction commits.
     std::map<std::string, std::vector<std::string>> releases = keys_to_release_;
@@ -207,7 +220,7 @@ void Worker::WriteBackAndClaim(
             SetState(kWorkerWritingBack);
         for (const auto &[destination, resolutions] : pending_) {
             SetDestination(destination.c_str());
-            counts.push_back(WriteBack(resolutions));
+            counts[destination] += WriteBack(resolutions);
             for (const Resolution &r : resolutions)
                 if (r.key && r.action != Resolution::Action::Reschedule)
                     releases[destination].push_back(*r.key);
@@ -218,11 +231,12 @@ void Worker::WriteBackAndClaim(
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
+            if (request.hold_locks) {  // claimed in a transaction of their own, FastBatch
+                fast->push_back(std::move(request));
+                continue;
+            }
             SetDestination(request.destination.c_str());
-            // A fresh token per claim: only this claim's write-back can match it.
-            int64 token =
-                int64((uint64(MyProcPid) << 40) ^ (uint64(NowMs()) << 12) ^ ++lease_counter_);
-            std::vector<Message> rows = ClaimRows(request, lease_ms, token);
+            std::vector<Message> rows = ClaimRows(request, lease_ms, NextLeaseToken());
             claimed->emplace_back(std::move(request), std::move(rows));
         }
     });
@@ -270,10 +284,9 @@ void Worker::ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::st
 }
 
 // After a committed write-back: the counters of outbox.stats() and outbox.workers().
-void Worker::Publish(const Resolutions &written, const std::vector<WriteBackCounts> &counts) {
-    size_t i = 0;
-    for (const auto &[destination, resolutions] : written) {
-        const WriteBackCounts &c = counts[i++];
+void Worker::Publish(const Resolutions &resolved,
+                     const std::map<std::string, WriteBackCounts> &written) {
+    for (const auto &[destination, c] : written) {
         pg_atomic_fetch_add_u64(&slot_->delivered, c.delivered);
         pg_atomic_fetch_add_u64(&slot_->retried, c.retried);
         pg_atomic_fetch_add_u64(&slot_->deferred, c.deferred);
@@ -288,9 +301,11 @@ void Worker::Publish(const Resolutions &written, const std::vector<WriteBackCoun
         pg_atomic_fetch_add_u64(&counters->expired, c.expired);
         pg_atomic_fetch_add_u64(&counters->deferred, c.deferred);
         const std::string *last_error = nullptr;
-        for (const Resolution &r : resolutions)
-            if (!r.error.empty())
-                last_error = &r.error;
+        auto rs = resolved.find(destination);
+        if (rs != resolved.end())
+            for (const Resolution &r : rs->second)
+                if (!r.error.empty())
+                    last_error = &r.error;
         if (last_error)
             SetLastError(counters, last_error->c_str());
         if (c.delivered > 0) {
@@ -322,12 +337,23 @@ bool Worker::Turn(bool woken) {
     LogDriverLines();
     if (woken)
         dispatcher_->WakeAll();
-    bool claim = woken || !dispatcher_->PlanClaims(now).empty();
+    bool claim = woken || !dispatcher_->PlanClaims(now).empty();  // (planned again below)
     if (pending_.empty() && !claim && keys_to_release_.empty())
         return false;
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
-    WriteBackAndClaim(claim, &claimed);
+    std::vector<ClaimRequest> fast;
+    // When there is nothing to write back and only fast-path claims to make, the fast batch's
+    // own transaction is the only one this turn needs.
+    std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(now);
+    bool fast_only =
+        pending_.empty() && keys_to_release_.empty() && destinations_loaded_ &&
+        seen_generation_ == destinations_generation && !plan.empty() &&
+        std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
+    if (fast_only)
+        fast = std::move(plan);
+    else
+        WriteBackAndClaim(claim, &claimed, &fast);
     pg_atomic_fetch_add_u64(&slot_->cycles, 1);
     slot_->last_cycle_at = GetCurrentTimestamp();
 
@@ -340,7 +366,100 @@ bool Worker::Turn(bool woken) {
         dispatcher_->Submit(request.destination, request.limit, std::move(rows), now);
     }
     pg_atomic_fetch_add_u64(&slot_->claimed, total);
+    if (!fast.empty())
+        full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
+    return full;
+}
+
+// The fast path, for destinations that acknowledge within milliseconds: rows are locked
+// (FOR UPDATE SKIP LOCKED, nothing written), published, and their outcomes recorded before
+// the same transaction commits, so a delivered message costs one write (its DELETE) instead of
+// a lease UPDATE plus the DELETE. While one batch waits for its acknowledgements the next is
+// claimed, so the database and the broker work at the same time. Nothing is lost if the
+// worker dies meanwhile: the transaction aborts and the rows are due again (delivered twice at
+// worst). Claiming stops after kFastClaimMs; rows whose outcome has not arrived kFastBatchMs
+// after the start are leased before the commit and finish like any leased row.
+bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
+    constexpr int64 kFastClaimMs = 50;
+    constexpr int64 kFastBatchMs = 250;
+    bool full = false;
+    Resolutions done;  // every outcome written back in this transaction
+    std::map<std::string, WriteBackCounts> counts;
+    size_t total = 0;
+    InTransaction("outbox: fast batch", [&] {
+        if (!ExtensionInstalled())
+            return;
+        int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
+        int64 start = NowMs();
+        std::vector<bool> exhausted(requests.size(), false);
+        auto locked = [&] {
+            size_t n = 0;
+            for (const ClaimRequest &request : requests)
+                n += dispatcher_->LockedInFlight(request.destination).size();
+            return n;
+        };
+        Resolutions got;
+        for (;;) {
+            int64 now = NowMs();
+            bool claiming = now - start < kFastClaimMs;
+            for (size_t i = 0; claiming && i < requests.size(); i++) {
+                ClaimRequest &request = requests[i];
+                if (exhausted[i] ||
+                    dispatcher_->Capacity(request.destination) < size_t(request.limit))
+                    continue;
+                SetState(kWorkerClaiming);
+                SetDestination(request.destination.c_str());
+                std::vector<Message> rows = ClaimRows(request, lease_ms, 0);
+                exhausted[i] = int(rows.size()) < request.limit;
+                total += rows.size();
+                dispatcher_->Submit(request.destination, request.limit, std::move(rows), NowMs());
+            }
+            full = full || std::find(exhausted.begin(), exhausted.end(), false) != exhausted.end();
+            SetState(kWorkerPublishing);
+            now = NowMs();
+            dispatcher_->Poll(now, got);
+            // This transaction's rows are written back in it, as their outcomes arrive (while the
+            // broker works on the next batch); the rest waits for the next turn.
+            for (auto &[destination, resolutions] : got) {
+                std::vector<Resolution> mine;
+                for (Resolution &r : resolutions)
+                    (r.lease_token == 0 ? mine : pending_[destination]).push_back(std::move(r));
+                if (mine.empty())
+                    continue;
+                SetState(kWorkerWritingBack);
+                counts[destination] += WriteBack(mine);
+                for (Resolution &r : mine)
+                    done[destination].push_back(std::move(r));
+            }
+            got.clear();
+            bool more_to_claim = false;  // now, without waiting for acknowledgements first
+            for (size_t i = 0; i < requests.size() && now - start < kFastClaimMs; i++)
+                more_to_claim = more_to_claim ||
+                                (!exhausted[i] && dispatcher_->Capacity(requests[i].destination) >=
+                                                      size_t(requests[i].limit));
+            bool claimable =
+                now - start < kFastClaimMs &&
+                std::find(exhausted.begin(), exhausted.end(), false) != exhausted.end();
+            if ((locked() == 0 && !claimable) || now - start >= kFastBatchMs)
+                break;
+            int64 timeout = dispatcher_->NextTimeoutMs(now);
+            int64 left = start + kFastBatchMs - now;
+            bool latch_set = false;
+            Wait(more_to_claim ? 0 : timeout < 0 ? left : std::min(timeout, left), &latch_set);
+            woken_ = woken_ || latch_set;
+        }
+        for (const ClaimRequest &request : requests) {
+            std::vector<int64_t> ids = dispatcher_->LockedInFlight(request.destination);
+            if (ids.empty())
+                continue;
+            int64 token = NextLeaseToken();
+            LeaseLockedRows(ids, lease_ms, token);
+            dispatcher_->Relet(request.destination, ids, token);
+        }
+    });
+    pg_atomic_fetch_add_u64(&slot_->claimed, total);
+    Publish(done, counts);
     return full;
 }
 
@@ -389,7 +508,8 @@ void Worker::Run() {
         CaughtError error;
         bool failed = false;
         try {
-            more = Turn(latch_set || poll_due);
+            more = Turn(latch_set || poll_due || woken_);
+            woken_ = false;
             consecutive_errors_ = 0;
         } catch (...) {
             CaptureCurrentException(&error);
@@ -401,7 +521,10 @@ void Worker::Run() {
         int64 timeout;
         if (failed) {
             // Abort the half-done transaction; outcomes stay pending and are written next time.
+            // Rows the fast path had locked are free again: their outcomes no longer belong
+            // to anyone (they will be claimed and delivered again).
             PgTry([] { AbortCurrentTransaction(); });
+            dispatcher_->OrphanLocked();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;
             pg_atomic_fetch_add_u64(&slot_->errors, 1);
@@ -456,7 +579,7 @@ void Worker::Shutdown() {
     if (pending_.empty())
         return;
     try {
-        WriteBackAndClaim(false, nullptr);
+        WriteBackAndClaim(false, nullptr, nullptr);
     } catch (...) {
         CaughtError error;
         CaptureCurrentException(&error);

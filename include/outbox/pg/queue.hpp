@@ -21,7 +21,14 @@ std::vector<DestinationSpec> LoadDestinations();
 // Leases up to request.limit due rows of request.destination for `lease_ms` under
 // `lease_token`, counting an attempt on each; returns them ready for a driver. With per-key
 // ordering only the head message of each key is eligible.
-std::vector<Message> ClaimRows(const ClaimRequest &request, int64_t lease_ms, int64_t lease_token);
+// With request.hold_locks (the fast path) the rows are locked for the rest of the transaction
+// instead, unchanged, and come back with lease token 0; the request then remembers where this
+// batch ended, so that claiming again in the same transaction takes the next rows.
+std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token);
+
+// The fast path ran out of time: rows this transaction holds locked become leased for
+// `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
+void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token);
 
 // What one destination's write-back changed (rows whose lease no longer matched are skipped
 // and not counted).
@@ -32,6 +39,16 @@ struct WriteBackCounts {
     int64_t released = 0;  // handed back at shutdown
     int64_t dead = 0;      // buried: rejected, max_attempts or poison
     int64_t expired = 0;   // buried: expired
+
+    WriteBackCounts &operator+=(const WriteBackCounts &o) {
+        delivered += o.delivered;
+        retried += o.retried;
+        deferred += o.deferred;
+        released += o.released;
+        dead += o.dead;
+        expired += o.expired;
+        return *this;
+    }
 };
 
 // Applies the resolutions of one destination: one statement per kind of action.
