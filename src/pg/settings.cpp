@@ -18,6 +18,8 @@ int setting_max_attempts = 10;
 int setting_retry_base_ms = 1000;
 int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
+char *setting_debug_pause = nullptr;
+int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
 static bool CheckDatabases(char **newval, void **, GucSource) {
@@ -77,6 +79,13 @@ void DefineSettings() {
         "Counted on the bytes delivered: the JSON text of payload, or payload_bytes.",
         &setting_max_payload_bytes, 1024 * 1024, 1, 1024 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
         nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
+                               &setting_debug_pause, "", PGC_SIGHUP,
+                               GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.debug_pause_ms", "Fault injection for tests only.", nullptr,
+                            &setting_debug_pause_ms, 0, 0, 600 * 1000, PGC_SIGHUP,
+                            GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_UNIT_MS, nullptr, nullptr,
+                            nullptr);
     MarkGUCPrefixReserved("outbox");
 }
 

@@ -73,6 +73,17 @@ int64 NowMs() {
     return int64(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to.
+void DebugPause(const char *phase) {
+    if (setting_debug_pause == nullptr || setting_debug_pause[0] == '\0' ||
+        strcmp(setting_debug_pause, phase) != 0)
+        return;
+    ereport(LOG, (errmsg("outbox: pausing %d ms in phase \"%s\" (outbox.debug_pause)",
+                         setting_debug_pause_ms, phase)));
+    (void)WaitLatch(nullptr, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, setting_debug_pause_ms,
+                    PG_WAIT_EXTENSION);
+}
+
 DispatchSettings CurrentSettings() {
     DispatchSettings s;
     s.batch_size = setting_batch_size;
@@ -226,12 +237,16 @@ void Worker::WriteBackAndClaim(bool claim,
                     releases[destination].push_back(*r.key);
         }
         ReleaseKeysOfDoneMessages(&releases);
+        if (!pending_.empty())
+            DebugPause("write-back");
         if (!claim)
             return;
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
-            if (request.hold_locks) {  // claimed in a transaction of their own, FastBatch
+            if (setting_debug_pause && setting_debug_pause[0] != '\0')
+                request.hold_locks = false;  // the crash tests pause in the leased path
+            if (request.hold_locks) {        // claimed in a transaction of their own, FastBatch
                 fast->push_back(std::move(request));
                 continue;
             }
@@ -239,6 +254,8 @@ void Worker::WriteBackAndClaim(bool claim,
             std::vector<Message> rows = ClaimRows(request, lease_ms, NextLeaseToken());
             claimed->emplace_back(std::move(request), std::move(rows));
         }
+        if (!claimed->empty() && !claimed->back().second.empty())
+            DebugPause("claim");
     });
     if (!present) {
         // Dropped while we ran (or never created): nothing to deliver, nothing to write back.
@@ -346,8 +363,10 @@ bool Worker::Turn(bool woken) {
     // When there is nothing to write back and only fast-path claims to make, the fast batch's
     // own transaction is the only one this turn needs.
     std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(now);
+    // The crash tests pause in the phases of the leased path, which they need deterministic.
+    bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
-        pending_.empty() && keys_to_release_.empty() && destinations_loaded_ &&
+        !debug_pause && pending_.empty() && keys_to_release_.empty() && destinations_loaded_ &&
         seen_generation_ == destinations_generation && !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
     if (fast_only)
@@ -366,6 +385,8 @@ bool Worker::Turn(bool woken) {
         dispatcher_->Submit(request.destination, request.limit, std::move(rows), now);
     }
     pg_atomic_fetch_add_u64(&slot_->claimed, total);
+    if (total > 0)
+        DebugPause("publish");
     if (!fast.empty())
         full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));

@@ -13,6 +13,13 @@ extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
 extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
 
+// Fault injection for the crash tests only (not shown, not in the sample config): the worker
+// stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;
+// "publish": messages handed to the driver; "write-back": written back, before the commit), so
+// a test can stop the server at exactly that point. Off (empty) costs one string test per phase.
+extern char *setting_debug_pause;
+extern int setting_debug_pause_ms;
+
 // Defines every setting and reserves the "outbox." prefix. Called once from _PG_init.
 void DefineSettings();
 
