@@ -107,11 +107,33 @@ COMMENT ON TABLE outbox.dead_letters IS
 CREATE INDEX dead_letters_destination ON outbox.dead_letters (destination, failed_at);
 CREATE INDEX dead_letters_key_order ON outbox.dead_letters (destination, key, id) WHERE key IS NOT NULL;
 
+--------------------------------------------------------------------------------------------------
+-- Archive: delivered messages, kept for outbox.retention when it is above 0 (swept by the
+-- workers in bounded batches).
+--------------------------------------------------------------------------------------------------
+CREATE TABLE outbox.archive (
+    id              bigint PRIMARY KEY,
+    event_id        uuid NOT NULL,
+    destination     text NOT NULL,
+    topic           text,
+    key             text,
+    payload         jsonb,
+    payload_bytes   bytea,
+    headers         jsonb,
+    created_at      timestamptz NOT NULL,
+    attempts        integer NOT NULL,
+    delivered_at    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.archive IS
+    'delivered messages, kept for outbox.retention (0: not kept)';
+CREATE INDEX archive_delivered_at ON outbox.archive (delivered_at);
+
 -- pg_dump keeps the contents of extension tables only when told to.
 SELECT pg_catalog.pg_extension_config_dump('outbox.destinations', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.messages', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.messages_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.dead_letters', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.archive', '');
 
 --------------------------------------------------------------------------------------------------
 -- Producer API
@@ -328,6 +350,27 @@ $$;
 COMMENT ON FUNCTION outbox.requeue(text, timestamptz) IS
     'move the dead letters of a destination that failed before a time back to the queue';
 
+-- Dead letters are never removed automatically; this removes old ones on request.
+CREATE FUNCTION outbox.purge_dead_letters(older_than interval, destination text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    IF older_than IS NULL OR older_than < interval '0' THEN
+        RAISE EXCEPTION 'outbox.purge_dead_letters needs an age of zero or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example: SELECT outbox.purge_dead_letters(interval ''30 days'');';
+    END IF;
+    DELETE FROM outbox.dead_letters AS dl
+     WHERE dl.failed_at < now() - older_than
+       AND (purge_dead_letters.destination IS NULL OR dl.destination = purge_dead_letters.destination);
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN purged;
+END
+$$;
+COMMENT ON FUNCTION outbox.purge_dead_letters(interval, text) IS
+    'delete dead letters that failed longer ago than older_than (of one destination, or all); returns how many';
+
 --------------------------------------------------------------------------------------------------
 -- Per-key ordering: what is held back, and letting a key go on without its dead letter.
 --------------------------------------------------------------------------------------------------
@@ -412,49 +455,97 @@ CREATE FUNCTION outbox._destination_counters(
     OUT last_error text, OUT stats_reset timestamptz)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
 
+-- The size of each queue, kept exact at every commit (see src/pg/queue_counts.cpp): stats()
+-- must answer in milliseconds on a backlog of millions. The worker counts its own changes;
+-- every other write to outbox.messages goes through these triggers.
+CREATE FUNCTION outbox._messages_changed() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_messages_changed' LANGUAGE C;
+CREATE TRIGGER messages_changed AFTER DELETE OR UPDATE OF destination, waiting
+    ON outbox.messages FOR EACH ROW EXECUTE FUNCTION outbox._messages_changed();
+CREATE TRIGGER messages_truncated AFTER TRUNCATE
+    ON outbox.messages FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_changed();
+-- Per destination: the queue size, how much of it waits behind its key, the size the counts
+-- started from, and since then: produced, removed (deleted by SQL), delivered, dead-lettered,
+-- expired.
+CREATE FUNCTION outbox._queue_counts(
+    OUT destination text, OUT queued bigint, OUT waiting bigint, OUT initial bigint,
+    OUT produced bigint, OUT removed bigint, OUT delivered bigint, OUT dead_lettered bigint,
+    OUT expired bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_queue_counts' LANGUAGE C;
+CREATE FUNCTION outbox.recount() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_recount' LANGUAGE C;
+COMMENT ON FUNCTION outbox.recount() IS
+    'count the queues again on the next outbox.stats() (after writes that skipped the outbox triggers)';
+
+-- Gauges: queued and waiting from the kept counts; what is leased, retrying or scheduled from
+-- the part of the claim index that is not due yet (small); pending is the rest. Nothing here
+-- reads the whole queue.
 CREATE FUNCTION outbox.stats()
 RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
                retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
                failed_total bigint, last_error text, last_success_at timestamptz,
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
-               waiting bigint, tls_verify boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    WITH queued AS (
-        SELECT m.destination,
-               count(*) FILTER (WHERE m.available_at <= now() AND NOT m.waiting) AS pending,
-               count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NOT NULL) AS in_flight,
-               count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NULL
-                                  AND m.attempts > 0) AS retrying,
-               count(*) FILTER (WHERE m.available_at > now() AND m.lease_token IS NULL
-                                  AND m.attempts = 0 AND NOT m.waiting) AS scheduled,
-               count(*) FILTER (WHERE m.waiting) AS waiting,
-               min(m.created_at) AS oldest
-          FROM outbox.messages AS m
-         GROUP BY m.destination
-    ), dead AS (
-        SELECT dl.destination, count(*) AS dead FROM outbox.dead_letters AS dl GROUP BY dl.destination
-    )
+               waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
+               queue_last_autovacuum timestamptz)
+-- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
+-- empty and would scan all of it; every part of this query has an index to use. jit off: the
+-- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET jit = off AS $$
+    WITH counts AS (SELECT * FROM outbox._queue_counts())
     SELECT d.name, d.kind, d.paused,
-           coalesce(q.pending, 0), coalesce(q.in_flight, 0), coalesce(q.retrying, 0),
-           coalesce(dead.dead, 0), now() - q.oldest,
+           greatest(coalesce(q.queued, 0) - coalesce(q.waiting, 0)
+                    - ahead.in_flight - ahead.retrying - ahead.scheduled, 0),
+           ahead.in_flight, ahead.retrying, dead.n,
+           now() - least(head.created_at, ahead.oldest),
            coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
-           coalesce(q.scheduled, 0), coalesce(c.dead, 0), coalesce(c.expired, 0),
+           ahead.scheduled, coalesce(c.dead, 0), coalesce(c.expired, 0),
            coalesce(c.deferred, 0), c.stats_reset,
            CASE WHEN d.config->>'ordering' = 'key'
                 THEN (SELECT count(*) FROM outbox.blocked_keys(d.name)) END,
            coalesce(q.waiting, 0),
            -- false only where TLS certificate verification was switched off explicitly
            CASE d.kind WHEN 'webhook' THEN coalesce((d.config->>'tls_verify')::boolean, true)
-                ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END
+                ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
+           t.n_dead_tup, t.last_autovacuum
       FROM outbox.destinations AS d
-      LEFT JOIN queued AS q ON q.destination = d.name
-      LEFT JOIN dead ON dead.destination = d.name
+      LEFT JOIN counts AS q ON q.destination = d.name
+      CROSS JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL) AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0) AS scheduled,
+                 min(m.created_at) AS oldest
+            FROM outbox.messages AS m
+           WHERE m.destination = d.name AND NOT m.waiting AND m.available_at > now()) AS ahead
+      LEFT JOIN LATERAL (
+          SELECT m.created_at FROM outbox.messages AS m
+           WHERE m.destination = d.name AND NOT m.waiting
+           ORDER BY m.available_at, m.id LIMIT 1) AS head ON true
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS n FROM outbox.dead_letters AS dl WHERE dl.destination = d.name) AS dead
       LEFT JOIN outbox._destination_counters() AS c ON c.destination = d.name
+      LEFT JOIN pg_stat_all_tables AS t ON t.relid = 'outbox.messages'::regclass
      ORDER BY d.name
 $$;
 COMMENT ON FUNCTION outbox.stats() IS
-    'one row per destination: queue gauges from the tables, counters since server start';
+    'one row per destination: queue gauges kept exact at commit, counters since server start';
+
+-- Every message accounted for since the counts started (server start, or outbox.recount()):
+-- initial + produced = delivered + dead_lettered + expired + removed + queued, i.e. balance = 0.
+CREATE FUNCTION outbox.conservation()
+RETURNS TABLE (destination text, initial bigint, produced bigint, delivered bigint,
+               dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT q.destination, q.initial, q.produced, q.delivered, q.dead_lettered, q.expired,
+           q.removed, q.queued,
+           q.initial + q.produced - q.delivered - q.dead_lettered - q.expired - q.removed - q.queued
+      FROM outbox._queue_counts() AS q
+      JOIN outbox.destinations AS d ON d.name = q.destination
+     ORDER BY q.destination
+$$;
+COMMENT ON FUNCTION outbox.conservation() IS
+    'initial + produced = delivered + dead_lettered + expired + removed + queued, per destination, since the counts started';
 
 CREATE FUNCTION outbox.workers(
     OUT pid integer, OUT database text, OUT worker integer, OUT state text,

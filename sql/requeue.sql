@@ -60,4 +60,12 @@ INSERT INTO outbox.messages (destination, payload, available_at) VALUES ('orders
 SELECT destination, pending, retrying, scheduled, dead FROM outbox.stats();
 SELECT outbox.wake();
 
+-- Every message is accounted for: what was produced (requeues included) is queued, or was
+-- removed by drop_destination.
+SELECT destination, initial, produced, delivered, dead_lettered, expired, removed, queued, balance
+  FROM outbox.conservation();
+-- The kept counts agree with the table.
+SELECT s.destination, s.pending + s.scheduled = (SELECT count(*) FROM outbox.messages m WHERE m.destination = s.destination) AS exact
+  FROM outbox.stats() s;
+
 DROP EXTENSION outbox;

@@ -8,6 +8,7 @@ extern "C" {
 
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/producer.hpp"
+#include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -32,6 +33,7 @@ void _PG_init(void) {
     outbox::pg::InstallSharedMemoryHooks();
     outbox::pg::RegisterDestinationCacheCallback();
     outbox::pg::RegisterProducerCallbacks();
+    outbox::pg::RegisterQueueCountCallbacks();
     outbox::pg::InstallUtilityHook();
     outbox::pg::RegisterLauncher();
 }

@@ -37,6 +37,7 @@ extern "C" {
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/key_lock.hpp"
 #include "outbox/pg/producer.hpp"
+#include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 
@@ -443,17 +444,26 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     } else if (!isnull) {
         text *t = DatumGetTextPP(topic);
         std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-        bool ok =
-            dest.is_kafka ? outbox::IsValidKafkaTopic(name) : !name.empty() && name.size() <= 249;
-        if (!ok)
+        // A webhook's topic travels as the ce-type header: it must be a safe header value.
+        bool ok = dest.is_kafka
+                      ? outbox::IsValidKafkaTopic(name)
+                      : !name.empty() && name.size() <= 249 && outbox::IsValidHeaderValue(name);
+        if (!ok) {
+            char shown[65];
+            size_t n = Min(name.size(), sizeof shown - 1);
+            for (size_t i = 0; i < n; i++)
+                shown[i] = (unsigned char)name[i] < 0x20 || name[i] == 0x7f ? '?' : name[i];
+            shown[n] = '\0';
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("outbox message topic \"%.*s\" is not valid for %s destination "
+                            errmsg("outbox message topic \"%s\" is not valid for %s destination "
                                    "\"%s\"",
-                                   int(Min(name.size(), size_t(64))), name.data(),
-                                   dest.is_kafka ? "kafka" : "webhook", dest.name),
+                                   shown, dest.is_kafka ? "kafka" : "webhook", dest.name),
                             dest.is_kafka ? errdetail("A Kafka topic name is 1 to 249 characters "
                                                       "of letters, digits, '.', '_' and '-'.")
-                                          : errdetail("A topic is 1 to 249 characters.")));
+                                          : errdetail("A topic is 1 to 249 bytes of UTF-8 without "
+                                                      "NUL, carriage return or line feed (it is "
+                                                      "sent as the ce-type header).")));
+        }
     }
 
     TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -478,9 +488,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errhint("Leave expires_at NULL for messages that never expire.")));
 
     // Last, after every check: a refused row takes no lock and no number.
+    bool waiting = false;
     if (dest.ordered && has_key) {
         int64 id;
-        bool waiting;
         PlaceOrdered(c, dest, destination, tuple, desc, requeueing, &id, &waiting);
         replace_cols[nreplace] = c.id;
         replace_values[nreplace++] = Int64GetDatum(id);
@@ -488,6 +498,7 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         replace_values[nreplace++] = BoolGetDatum(waiting);
     }
 
+    CountQueueChange(dest.name, 1, waiting ? 1 : 0, 1, 0);
     WakeAtCommit();
 
     if (nreplace == 0)

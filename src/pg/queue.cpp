@@ -25,6 +25,7 @@ extern "C" {
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/key_lock.hpp"
+#include "outbox/pg/settings.hpp"
 #include "outbox/pg/queue.hpp"
 
 namespace outbox::pg {
@@ -85,6 +86,26 @@ const char *const kDeleteSql =
     " USING unnest($1::bigint[], $2::bigint[]) AS r(id, token)"
     " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)";
 
+// outbox.retention > 0: delivered rows move to outbox.archive instead.
+const char *const kArchiveSql =
+    "WITH moved AS ("
+    "  DELETE FROM outbox.messages AS m"
+    "   USING unnest($1::bigint[], $2::bigint[]) AS r(id, token)"
+    "   WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)"
+    "  RETURNING m.*, r.token)"
+    " INSERT INTO outbox.archive (id, event_id, destination, topic, key, payload, payload_bytes,"
+    "       headers, created_at, attempts)"
+    " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, created_at,"
+    "        attempts + CASE WHEN token = 0 THEN 1 ELSE 0 END"
+    "   FROM moved";
+
+// Archived rows older than the retention, a bounded batch at a time (never one huge DELETE).
+const char *const kSweepSql =
+    "DELETE FROM outbox.archive WHERE id IN ("
+    "  SELECT id FROM outbox.archive"
+    "   WHERE delivered_at < now() - $1 * interval '1 second'"
+    "   ORDER BY delivered_at LIMIT $2)";
+
 // kind: 0 retry (attempt spent), 1 deferred by an outage, 2 released at shutdown.
 const char *const kRescheduleSql =
     "UPDATE outbox.messages AS m"
@@ -137,8 +158,8 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr claim_plan, lock_plan, lease_locked_plan, release_plan, delete_plan, reschedule_plan,
-    bury_plan, load_plan;
+SPIPlanPtr claim_plan, lock_plan, lease_locked_plan, release_plan, delete_plan, archive_plan,
+    sweep_plan, reschedule_plan, bury_plan, load_plan;
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -435,9 +456,11 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
         if (!del_ids.empty()) {
             Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
             Datum args[2] = {Int8Array(del_ids), Int8Array(del_tokens)};
-            int rc = SPI_execute_plan(Prepare(&delete_plan, kDeleteSql, 2, types), args, nullptr,
-                                      false, 0);
-            if (rc != SPI_OK_DELETE)
+            bool archive = setting_retention_s > 0;
+            int rc = SPI_execute_plan(archive ? Prepare(&archive_plan, kArchiveSql, 2, types)
+                                              : Prepare(&delete_plan, kDeleteSql, 2, types),
+                                      args, nullptr, false, 0);
+            if (rc != (archive ? SPI_OK_INSERT : SPI_OK_DELETE))
                 elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
             counts.delivered = int64(SPI_processed);
         }
@@ -520,6 +543,18 @@ void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t 
                                   nullptr, false, 0);
         if (rc != SPI_OK_UPDATE)
             elog(ERROR, "outbox: leasing locked rows failed: %s", SPI_result_code_string(rc));
+    });
+}
+
+int64_t SweepArchive(int64_t older_than_s, int limit) {
+    return PgTry([&] {
+        Oid types[2] = {INT8OID, INT4OID};
+        Datum args[2] = {Int64GetDatum(older_than_s), Int32GetDatum(limit)};
+        int rc =
+            SPI_execute_plan(Prepare(&sweep_plan, kSweepSql, 2, types), args, nullptr, false, 0);
+        if (rc != SPI_OK_DELETE)
+            elog(ERROR, "outbox: sweeping the archive failed: %s", SPI_result_code_string(rc));
+        return int64(SPI_processed);
     });
 }
 

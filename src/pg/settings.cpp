@@ -1,4 +1,6 @@
 // The outbox.* settings (GUCs) of design §1.
+#include <climits>
+
 extern "C" {
 #include "postgres.h"
 #include "utils/guc.h"
@@ -18,6 +20,7 @@ int setting_max_attempts = 10;
 int setting_retry_base_ms = 1000;
 int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
+int setting_retention_s = 0;
 char *setting_debug_pause = nullptr;
 int setting_debug_pause_ms = 0;
 
@@ -79,6 +82,11 @@ void DefineSettings() {
         "Counted on the bytes delivered: the JSON text of payload, or payload_bytes.",
         &setting_max_payload_bytes, 1024 * 1024, 1, 1024 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
         nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.retention", "How long delivered messages are kept in outbox.archive.",
+        "0 deletes them when delivered. Older archived rows are swept by the workers in "
+        "bounded batches; dead letters are never swept.",
+        &setting_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);

@@ -151,8 +151,10 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
         hash_search(counters_hash, &key, HASH_ENTER_NULL, &found));
     if (entry && !found) {
         for (pg_atomic_uint64 *c :
-             {&entry->delivered, &entry->failed, &entry->dead, &entry->expired, &entry->deferred})
+             {&entry->delivered, &entry->failed, &entry->dead, &entry->expired, &entry->deferred,
+              &entry->produced, &entry->removed})
             pg_atomic_init_u64(c, 0);
+        entry->queued = entry->waiting = entry->initial = 0;
         SpinLockInit(&entry->mutex);
         entry->last_success_at = 0;
         entry->last_error[0] = '\0';

@@ -41,6 +41,7 @@ extern "C" {
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
+#include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -84,6 +85,11 @@ void DebugPause(const char *phase) {
                     PG_WAIT_EXTENSION);
 }
 
+// The worker's session skips the _messages_changed trigger: it counts its own removals.
+void CountRemoved(const std::string &destination, const WriteBackCounts &c) {
+    CountQueueChange(destination.c_str(), -(c.delivered + c.dead + c.expired), 0, 0, 0);
+}
+
 DispatchSettings CurrentSettings() {
     DispatchSettings s;
     s.batch_size = setting_batch_size;
@@ -102,11 +108,12 @@ class Worker {
     void ReleaseDrivers() { dispatcher_.reset(); }
 
   private:
-    bool Turn(bool woken);
+    bool Turn(bool woken, bool poll_due);
     void Shutdown();
     void WriteBackAndClaim(bool claim,
                            std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
-                           std::vector<ClaimRequest> *fast);
+                           std::vector<ClaimRequest> *fast, bool sweep = false);
+    void SweepArchiveOnce();
     template <typename F>
     void InTransaction(const char *activity, F &&body);
     void Publish(const Resolutions &resolved,
@@ -134,8 +141,9 @@ class Worker {
     bool extension_missing_logged_ = false;
     int consecutive_errors_ = 0;
     uint64 lease_counter_ = 0;
-    uint64 lease_base_ = 0;  // random, so that tokens of different workers never meet
-    bool woken_ = false;     // the latch was set while the fast path waited
+    uint64 lease_base_ = 0;       // random, so that tokens of different workers never meet
+    bool woken_ = false;          // the latch was set while the fast path waited
+    bool archive_empty_ = false;  // nothing left to sweep while retention is 0
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
@@ -213,7 +221,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
 
 void Worker::WriteBackAndClaim(bool claim,
                                std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
-                               std::vector<ClaimRequest> *fast) {
+                               std::vector<ClaimRequest> *fast, bool sweep) {
     std::map<std::string, WriteBackCounts> counts;
     bool present = true;
     // Changed only if the transaction commits.
@@ -231,7 +239,9 @@ void Worker::WriteBackAndClaim(bool claim,
             SetState(kWorkerWritingBack);
         for (const auto &[destination, resolutions] : pending_) {
             SetDestination(destination.c_str());
-            counts[destination] += WriteBack(resolutions);
+            WriteBackCounts written = WriteBack(resolutions);
+            CountRemoved(destination, written);
+            counts[destination] += written;
             for (const Resolution &r : resolutions)
                 if (r.key && r.action != Resolution::Action::Reschedule)
                     releases[destination].push_back(*r.key);
@@ -239,6 +249,8 @@ void Worker::WriteBackAndClaim(bool claim,
         ReleaseKeysOfDoneMessages(&releases);
         if (!pending_.empty())
             DebugPause("write-back");
+        if (sweep)
+            SweepArchiveOnce();
         if (!claim)
             return;
         SetState(kWorkerClaiming);
@@ -294,8 +306,9 @@ void Worker::ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::st
         std::vector<std::string> batch(keys.begin(), keys.begin() + std::min(keys.size(), budget));
         keys.erase(keys.begin(), keys.begin() + batch.size());
         budget -= batch.size();
-        ReleaseKeys(it->first, *ordering == OnDead::Block, &batch, false);
-        keys.insert(keys.end(), batch.begin(), batch.end());  // the busy ones, for later
+        int64 released = ReleaseKeys(it->first, *ordering == OnDead::Block, &batch, false);
+        CountQueueChange(it->first.c_str(), 0, -released, 0, 0);  // the trigger skips the worker
+        keys.insert(keys.end(), batch.begin(), batch.end());      // the busy ones, for later
         it = keys.empty() ? releases->erase(it) : std::next(it);
     }
 }
@@ -348,14 +361,25 @@ void Worker::LogDriverLines() {
 
 // One turn: collect outcomes; write back and claim if there is anything to do. Returns true
 // when a claim came back full, i.e. more work is waiting now.
-bool Worker::Turn(bool woken) {
+// Retention: one bounded batch of archived rows past outbox.retention per poll (the archive is
+// also emptied, batch by batch, after retention is set back to 0).
+void Worker::SweepArchiveOnce() {
+    constexpr int kSweepBatch = 1000;
+    if (setting_retention_s == 0 && archive_empty_)
+        return;
+    int64 swept = SweepArchive(setting_retention_s, kSweepBatch);
+    archive_empty_ = setting_retention_s == 0 && swept < kSweepBatch;
+}
+
+bool Worker::Turn(bool woken, bool poll_due) {
     int64 now = NowMs();
     dispatcher_->Poll(now, pending_);
     LogDriverLines();
     if (woken)
         dispatcher_->WakeAll();
     bool claim = woken || !dispatcher_->PlanClaims(now).empty();  // (planned again below)
-    if (pending_.empty() && !claim && keys_to_release_.empty())
+    bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
+    if (pending_.empty() && !claim && keys_to_release_.empty() && !sweep)
         return false;
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
@@ -366,13 +390,13 @@ bool Worker::Turn(bool woken) {
     // The crash tests pause in the phases of the leased path, which they need deterministic.
     bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
-        !debug_pause && pending_.empty() && keys_to_release_.empty() && destinations_loaded_ &&
-        seen_generation_ == destinations_generation && !plan.empty() &&
+        !debug_pause && !sweep && pending_.empty() && keys_to_release_.empty() &&
+        destinations_loaded_ && seen_generation_ == destinations_generation && !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
     if (fast_only)
         fast = std::move(plan);
     else
-        WriteBackAndClaim(claim, &claimed, &fast);
+        WriteBackAndClaim(claim, &claimed, &fast, sweep);
     pg_atomic_fetch_add_u64(&slot_->cycles, 1);
     slot_->last_cycle_at = GetCurrentTimestamp();
 
@@ -411,6 +435,17 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
     InTransaction("outbox: fast batch", [&] {
         if (!ExtensionInstalled())
             return;
+        // A destination paused, changed or dropped since the plan was made (this transaction
+        // is the first to see it): plan again.
+        if (seen_generation_ != destinations_generation) {
+            seen_generation_ = destinations_generation;
+            dispatcher_->SetDestinations(LoadDestinations());
+            std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(NowMs());
+            requests.clear();
+            for (ClaimRequest &r : plan)
+                if (r.hold_locks)
+                    requests.push_back(std::move(r));
+        }
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         int64 start = NowMs();
         std::vector<bool> exhausted(requests.size(), false);
@@ -449,7 +484,9 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 if (mine.empty())
                     continue;
                 SetState(kWorkerWritingBack);
-                counts[destination] += WriteBack(mine);
+                WriteBackCounts written = WriteBack(mine);
+                CountRemoved(destination, written);
+                counts[destination] += written;
                 for (Resolution &r : mine)
                     done[destination].push_back(std::move(r));
             }
@@ -529,7 +566,7 @@ void Worker::Run() {
         CaughtError error;
         bool failed = false;
         try {
-            more = Turn(latch_set || poll_due || woken_);
+            more = Turn(latch_set || poll_due || woken_, poll_due);
             woken_ = false;
             consecutive_errors_ = 0;
         } catch (...) {
@@ -645,6 +682,11 @@ void outbox_worker_main(Datum arg) {
     // (at-least-once allows it, event_id identifies them), so its commits need not wait for
     // the WAL flush. The producers' commits are untouched.
     SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // The worker's writes skip ordinary triggers (the queue-count trigger: the worker counts
+    // what it changes itself, without a trigger call per row); the INSERT check is ALWAYS.
+    SetConfigOption("session_replication_role", "replica", PGC_SUSET, PGC_S_OVERRIDE);
+    // Short statements on a few hundred rows: JIT compilation would cost more than it saves.
+    SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Never wait on a lock for long: a SIGTERM is noticed between transactions.
     SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
 

@@ -30,6 +30,10 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
 // `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token);
 
+// Deletes up to `limit` archived rows delivered more than `older_than_s` seconds ago; returns
+// how many.
+int64_t SweepArchive(int64_t older_than_s, int limit);
+
 // What one destination's write-back changed (rows whose lease no longer matched are skipped
 // and not counted).
 struct WriteBackCounts {
@@ -51,7 +55,8 @@ struct WriteBackCounts {
     }
 };
 
-// Applies the resolutions of one destination: one statement per kind of action.
+// Applies the resolutions of one destination: one statement per kind of action. Delivered
+// rows are deleted, or moved to outbox.archive while outbox.retention is above 0.
 WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions);
 
 // Per-key ordering: lets the next message of each key in *keys go, for the keys whose lock it

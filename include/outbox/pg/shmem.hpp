@@ -67,9 +67,27 @@ struct DestinationCounters {
     pg_atomic_uint64 dead;    // moved to the dead letters
     pg_atomic_uint64 expired;
     pg_atomic_uint64 deferred;  // rescheduled by an outage, no attempt spent
-    slock_t mutex;              // protects the two fields below
+    pg_atomic_uint64 produced;  // rows committed into outbox.messages (requeues included)
+    pg_atomic_uint64 removed;   // rows deleted other than by delivery or burial (drop, DELETE)
+    slock_t mutex;              // protects the fields below
     TimestampTz last_success_at;
     char last_error[256];
+    // The queue size (and how much of it waits behind its key), kept exact at every commit
+    // once its database's counts are valid (see queue_counts.hpp); `initial` is the size the
+    // counts started from.
+    int64 queued;
+    int64 waiting;
+    int64 initial;
+    // The cumulative counters when the counts started (for outbox.conservation()).
+    uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
+};
+
+// Whether a database's queue counts are valid (counted once, then kept up to date).
+constexpr int kMaxCountedDatabases = 64;
+struct CountedDatabase {
+    Oid database;
+    bool valid;
+    Oid messages;  // outbox.messages when counted: DROP/CREATE EXTENSION makes a new one
 };
 
 // A database whose workers must stay away while DROP/ALTER DATABASE needs it alone.
@@ -84,6 +102,7 @@ struct SharedState {
     int launcher_pgprocno;
     TimestampTz stats_reset;
     HeldDatabase held[kMaxHeldDatabases];
+    CountedDatabase counted[kMaxCountedDatabases];
     int num_slots;
     WorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };

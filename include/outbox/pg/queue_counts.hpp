@@ -1,0 +1,26 @@
+// Exact queue sizes without counting rows: outbox.stats() must answer in milliseconds on a
+// backlog of millions, so the size of each destination's queue (and how much of it waits behind
+// its key) is kept in shared memory and changed at the commit of every transaction that changes
+// it. Producers count in the INSERT check, everything else that writes outbox.messages through
+// SQL in the _messages_changed trigger; the worker (whose session skips that trigger) counts
+// what it removes and releases itself. A database's counts start from one exact count, taken
+// the first time they are needed after a server start (or a TRUNCATE), under a lock that lets
+// no writer of outbox.messages in between.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+}
+
+namespace outbox::pg {
+
+// Registers the transaction callbacks. Called once from _PG_init.
+void RegisterQueueCountCallbacks();
+
+// Records that this transaction adds `queued` rows (and `waiting` of them waiting) to the queue
+// of `destination` (negative: removes); applied at commit, forgotten on rollback (also of a
+// subtransaction). `produced` and `removed` feed the conservation counters.
+void CountQueueChange(const char *destination, int64 queued, int64 waiting, int64 produced,
+                      int64 removed);
+
+}  // namespace outbox::pg

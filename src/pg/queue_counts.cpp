@@ -1,0 +1,349 @@
+// Exact queue sizes kept at commit (see include/outbox/pg/queue_counts.hpp).
+#include <cstring>
+
+extern "C" {
+#include "postgres.h"
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+#include "outbox/pg/queue_counts.hpp"
+#include "outbox/pg/shmem.hpp"
+
+extern "C" {
+PGDLLEXPORT Datum outbox_messages_changed(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_queue_counts(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_recount(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(outbox_recount);
+PG_FUNCTION_INFO_V1(outbox_messages_changed);
+PG_FUNCTION_INFO_V1(outbox_queue_counts);
+}
+
+namespace outbox::pg {
+
+namespace {
+
+// This transaction's changes, per (subtransaction level, destination). Kept in TopMemoryContext
+// as a plain array: a transaction touches a handful of destinations.
+struct Delta {
+    int level;
+    char destination[NAMEDATALEN];
+    int64 queued, waiting, produced, removed;
+};
+Delta *deltas = nullptr;
+int ndeltas = 0, max_deltas = 0;
+bool invalidate_at_commit = false;  // TRUNCATE: the counts must be taken again
+
+CountedDatabase *CountsOf(Oid database, bool create) {
+    for (CountedDatabase &c : shared->counted)
+        if (c.database == database)
+            return &c;
+    if (!create)
+        return nullptr;
+    for (CountedDatabase &c : shared->counted)
+        if (c.database == InvalidOid) {
+            c.database = database;
+            c.valid = false;
+            return &c;
+        }
+    return nullptr;
+}
+
+// Whether the kept counts of `database` are valid, for its outbox.messages `messages`
+// (InvalidOid: whichever was counted).
+bool CountsValid(Oid database, Oid messages = InvalidOid) {
+    LWLockAcquire(shared->lock, LW_SHARED);
+    CountedDatabase *c = CountsOf(database, false);
+    bool valid = c && c->valid && (messages == InvalidOid || c->messages == messages);
+    LWLockRelease(shared->lock);
+    return valid;
+}
+
+void SetCountsValid(Oid database, bool valid, Oid messages = InvalidOid) {
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    CountedDatabase *c = CountsOf(database, valid);
+    if (c) {
+        c->valid = valid;
+        if (valid)
+            c->messages = messages;
+    }
+    LWLockRelease(shared->lock);
+}
+
+Oid MessagesRelid() {
+    return get_relname_relid("messages", get_namespace_oid("outbox", false));
+}
+
+// Starts the conservation counters of an entry from their current values.
+void SetBase(DestinationCounters *c) {
+    c->base_produced = pg_atomic_read_u64(&c->produced);
+    c->base_removed = pg_atomic_read_u64(&c->removed);
+    c->base_delivered = pg_atomic_read_u64(&c->delivered);
+    c->base_dead = pg_atomic_read_u64(&c->dead);
+    c->base_expired = pg_atomic_read_u64(&c->expired);
+}
+
+// Applies the committed deltas; runs while the transaction still holds its lock on
+// outbox.messages, so it cannot interleave with taking the counts.
+void ApplyDeltas() {
+    if (invalidate_at_commit)
+        SetCountsValid(MyDatabaseId, false);
+    bool valid = CountsValid(MyDatabaseId);
+    for (int i = 0; i < ndeltas; i++) {
+        const Delta &d = deltas[i];
+        DestinationCounters *c = GetDestinationCounters(MyDatabaseId, d.destination);
+        if (c == nullptr) {
+            SetCountsValid(MyDatabaseId, false);  // table full: count again when asked
+            continue;
+        }
+        if (d.produced)
+            pg_atomic_fetch_add_u64(&c->produced, d.produced);
+        if (d.removed)
+            pg_atomic_fetch_add_u64(&c->removed, d.removed);
+        if (!valid)
+            continue;
+        SpinLockAcquire(&c->mutex);
+        c->queued += d.queued;
+        c->waiting += d.waiting;
+        SpinLockRelease(&c->mutex);
+    }
+}
+
+void Forget() {
+    ndeltas = 0;
+    invalidate_at_commit = false;
+}
+
+void OnTransaction(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_COMMIT:
+            if (ndeltas > 0 || invalidate_at_commit)
+                ApplyDeltas();
+            Forget();
+            break;
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PARALLEL_ABORT:
+        case XACT_EVENT_PREPARE:  // a prepared transaction's rows are counted when next counted
+            Forget();
+            break;
+        default:
+            break;
+    }
+}
+
+void OnSubtransaction(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    int level = GetCurrentTransactionNestLevel();
+    if (event == SUBXACT_EVENT_ABORT_SUB) {
+        int kept = 0;
+        for (int i = 0; i < ndeltas; i++)
+            if (deltas[i].level < level)
+                deltas[kept++] = deltas[i];
+        ndeltas = kept;
+    } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
+        for (int i = 0; i < ndeltas; i++)
+            if (deltas[i].level >= level)
+                deltas[i].level = level - 1;
+    }
+}
+
+// Counts outbox.messages under a SHARE lock (no writer in between) and makes the counts of
+// this database valid. Waits at most ~1 s for the lock: a transaction that keeps writing
+// the table open longer makes stats() count rows this time instead.
+bool TakeCounts(Oid relid) {
+    bool locked = false;
+    for (int i = 0; i < 100 && !locked; i++) {
+        locked = ConditionalLockRelationOid(relid, ShareLock);
+        if (!locked) {
+            CHECK_FOR_INTERRUPTS();
+            pg_usleep(10 * 1000L);
+        }
+    }
+    if (!locked)
+        return false;
+    int rc = SPI_execute(
+        "SELECT destination, count(*), count(*) FILTER (WHERE waiting) FROM outbox.messages "
+        "GROUP BY destination",
+        true, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "outbox: counting the queue failed");
+    // Every destination of this database starts from zero, then the counted ones.
+    HASH_SEQ_STATUS status;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    hash_seq_init(&status, DestinationCountersHash());
+    DestinationCounters *entry;
+    while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
+        if (entry->key.database != MyDatabaseId)
+            continue;
+        SpinLockAcquire(&entry->mutex);
+        entry->queued = entry->waiting = entry->initial = 0;
+        SetBase(entry);
+        SpinLockRelease(&entry->mutex);
+    }
+    LWLockRelease(shared->lock);
+    for (uint64 i = 0; i < SPI_processed; i++) {
+        HeapTuple t = SPI_tuptable->vals[i];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        char *name = SPI_getvalue(t, desc, 1);
+        int64 queued = DatumGetInt64(heap_getattr(t, 2, desc, &isnull));
+        int64 waiting = DatumGetInt64(heap_getattr(t, 3, desc, &isnull));
+        DestinationCounters *c = GetDestinationCounters(MyDatabaseId, name);
+        if (c == nullptr)
+            return false;  // more destinations than tracked: count every time
+        SpinLockAcquire(&c->mutex);
+        c->queued = c->initial = queued;
+        c->waiting = waiting;
+        SetBase(c);
+        SpinLockRelease(&c->mutex);
+    }
+    SetCountsValid(MyDatabaseId, true, relid);
+    return true;
+    // The SHARE lock is released at the end of the caller's transaction.
+}
+
+}  // namespace
+
+void RegisterQueueCountCallbacks() {
+    RegisterXactCallback(OnTransaction, nullptr);
+    RegisterSubXactCallback(OnSubtransaction, nullptr);
+}
+
+void CountQueueChange(const char *destination, int64 queued, int64 waiting, int64 produced,
+                      int64 removed) {
+    int level = GetCurrentTransactionNestLevel();
+    for (int i = 0; i < ndeltas; i++) {
+        Delta &d = deltas[i];
+        if (d.level == level && strcmp(d.destination, destination) == 0) {
+            d.queued += queued;
+            d.waiting += waiting;
+            d.produced += produced;
+            d.removed += removed;
+            return;
+        }
+    }
+    if (ndeltas == max_deltas) {
+        int grown = max_deltas ? max_deltas * 2 : 8;
+        deltas = static_cast<Delta *>(
+            deltas ? repalloc(deltas, sizeof(Delta) * grown)
+                   : MemoryContextAlloc(TopMemoryContext, sizeof(Delta) * grown));
+        max_deltas = grown;
+    }
+    Delta &d = deltas[ndeltas++];
+    d.level = level;
+    strlcpy(d.destination, destination, sizeof d.destination);
+    d.queued = queued;
+    d.waiting = waiting;
+    d.produced = produced;
+    d.removed = removed;
+}
+
+}  // namespace outbox::pg
+
+using namespace outbox::pg;
+
+// AFTER DELETE OR UPDATE OF destination, waiting FOR EACH ROW, and AFTER TRUNCATE FOR EACH
+// STATEMENT, on outbox.messages: what SQL (not the worker, whose session skips this trigger)
+// does to the queue sizes.
+Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
+    auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._messages_changed() must be a trigger")));
+    if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+        invalidate_at_commit = true;
+        return PointerGetDatum(nullptr);
+    }
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+    int att_dest = SPI_fnumber(desc, "destination");
+    int att_waiting = SPI_fnumber(desc, "waiting");
+    auto count = [&](HeapTuple tuple, int sign) {
+        bool isnull;
+        char *dest = TextDatumGetCString(heap_getattr(tuple, att_dest, desc, &isnull));
+        bool waiting = DatumGetBool(heap_getattr(tuple, att_waiting, desc, &isnull));
+        CountQueueChange(dest, sign, waiting ? sign : 0, 0,
+                         sign < 0 && TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 0);
+    };
+    count(td->tg_trigtuple, -1);
+    if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+        count(td->tg_newtuple, +1);
+    return PointerGetDatum(nullptr);
+}
+
+// outbox._queue_counts(): queued, waiting, produced, removed and the starting size of each
+// destination of this database; exact (counted now if the kept counts are not valid).
+Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
+    InitMaterializedSRF(fcinfo, 0);
+    auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    if (SPI_connect() != SPI_OK_CONNECT)
+        elog(ERROR, "outbox: SPI_connect failed");
+    Oid relid = MessagesRelid();
+    bool valid = CountsValid(MyDatabaseId, relid) || TakeCounts(relid);
+    if (!valid) {
+        // Could not take the counts (a writer kept the table locked): count rows this time.
+        int rc = SPI_execute(
+            "SELECT destination, count(*), count(*) FILTER (WHERE waiting) FROM outbox.messages "
+            "GROUP BY destination",
+            true, 0);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: counting the queue failed");
+        for (uint64 i = 0; i < SPI_processed; i++) {
+            Datum values[9];
+            bool nulls[9] = {false, false, false, true, true, true, true, true, true};
+            bool isnull;
+            HeapTuple t = SPI_tuptable->vals[i];
+            values[0] = heap_getattr(t, 1, SPI_tuptable->tupdesc, &isnull);
+            values[1] = heap_getattr(t, 2, SPI_tuptable->tupdesc, &isnull);
+            values[2] = heap_getattr(t, 3, SPI_tuptable->tupdesc, &isnull);
+            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+        }
+    } else {
+        HASH_SEQ_STATUS status;
+        LWLockAcquire(shared->lock, LW_SHARED);
+        hash_seq_init(&status, DestinationCountersHash());
+        DestinationCounters *entry;
+        while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
+            if (entry->key.database != MyDatabaseId)
+                continue;
+            Datum values[9];
+            bool nulls[9] = {false};
+            SpinLockAcquire(&entry->mutex);
+            int64 queued = entry->queued, waiting = entry->waiting, initial = entry->initial;
+            uint64 base[5] = {entry->base_produced, entry->base_removed, entry->base_delivered,
+                              entry->base_dead, entry->base_expired};
+            SpinLockRelease(&entry->mutex);
+            pg_atomic_uint64 *now[5] = {&entry->produced, &entry->removed, &entry->delivered,
+                                        &entry->dead, &entry->expired};
+            values[0] = CStringGetTextDatum(entry->key.name);
+            values[1] = Int64GetDatum(queued);
+            values[2] = Int64GetDatum(waiting);
+            values[3] = Int64GetDatum(initial);
+            for (int k = 0; k < 5; k++)
+                values[4 + k] = Int64GetDatum(int64(pg_atomic_read_u64(now[k]) - base[k]));
+            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+        }
+        LWLockRelease(shared->lock);
+    }
+    SPI_finish();
+    return (Datum)0;
+}
+
+// outbox.recount(): the next outbox.stats() counts the queues of this database again.
+Datum outbox_recount(PG_FUNCTION_ARGS) {
+    invalidate_at_commit = true;
+    PG_RETURN_VOID();
+}
