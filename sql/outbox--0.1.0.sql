@@ -60,14 +60,17 @@ CREATE TABLE outbox.messages (
     lease_token     bigint,
     last_error      text,
     first_failed_at timestamptz,
-    -- ordering = key: held back until the earlier messages of its key are done
+    -- ordering = key: the message takes part in its key's order (it has a key, and its
+    -- destination orders by key), and is held back until the earlier ones are done
+    ordered         boolean NOT NULL DEFAULT false,
     waiting         boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE outbox.messages IS
     'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
 CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE NOT waiting;
 -- Per-key ordering: the messages of a key in id order (is there an earlier one? which is next?).
-CREATE INDEX messages_key_order ON outbox.messages (destination, key, id) WHERE key IS NOT NULL;
+-- Only ordered messages are in it: producers of other destinations pay nothing for it.
+CREATE INDEX messages_key_order ON outbox.messages (destination, key, id) WHERE ordered;
 
 -- The destination must exist (checked against a per-backend cache, not a foreign key), the
 -- payload must be deliverable, and the workers are woken when the transaction commits.
@@ -436,11 +439,13 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     )
     SELECT h.key, h.id, h.reason, h.since, h.last_error,
            (SELECT count(*) FROM outbox.messages AS w
-             WHERE w.destination = blocked_keys.destination AND w.key = h.key AND w.id > h.id)
+             WHERE w.destination = blocked_keys.destination AND w.ordered AND w.key = h.key
+               AND w.id > h.id)
       FROM heads AS h
      WHERE h.reason = 'retrying' OR EXISTS (
            SELECT FROM outbox.messages AS w
-            WHERE w.destination = blocked_keys.destination AND w.key = h.key AND w.id > h.id)
+            WHERE w.destination = blocked_keys.destination AND w.ordered AND w.key = h.key
+              AND w.id > h.id)
      ORDER BY h.since, h.key
 $$;
 COMMENT ON FUNCTION outbox.blocked_keys(text) IS

@@ -140,18 +140,17 @@ void Dispatcher::EnsureDriver(Destination &d, int64_t now_ms) {
 
 std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
     // A claim of up to `limit` rows for `d`, in the destination's ordering mode. The fast path
-    // (row locks held while the broker acknowledges) is for Kafka destinations that answer
-    // quickly; it starts only once a leased claim went through since the worker started, so
-    // a message that kills the worker is still counted (poison) at each restart.
+    // (row locks held while the destination acknowledges) is for destinations that answer
+    // within milliseconds; it starts only once a leased claim went through since the worker
+    // started, so a message that kills the worker is still counted (poison) at each restart.
     auto Request = [this](const Destination &d, int limit) {
         ClaimRequest r;
         r.destination = d.spec.name;
         r.limit = limit;
         r.ordered = d.spec.config.ordering == Ordering::Key;
         r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;
-        r.hold_locks = d.spec.config.kind == DestinationKind::Kafka && !r.ordered &&
-                       d.outage_failures == 0 && d.lease_seen && d.ack_ms < kFastPathMaxAckMs &&
-                       !stopping_;
+        r.hold_locks = !r.ordered && d.outage_failures == 0 && d.lease_seen &&
+                       d.ack_ms < kFastPathMaxAckMs && !stopping_;
         return r;
     };
     std::vector<ClaimRequest> plan;

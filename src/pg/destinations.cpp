@@ -129,6 +129,6 @@ Datum outbox_destinations_changed(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._destinations_changed() must be a trigger")));
     CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
-    WakeAtCommit();
+    ReloadAtCommit();
     return PointerGetDatum(nullptr);
 }

@@ -57,8 +57,10 @@ namespace outbox::pg {
 constexpr int kMaxKeyBytes = 1024;  // keys are indexed for per-key ordering
 constexpr int64 kMaxScheduleAheadUs = 366LL * USECS_PER_DAY;
 
-// Set by the producer check, consumed at the end of the transaction.
+// Set by the producer check (and by changes to outbox.destinations), consumed at the end of
+// the transaction.
 static bool wake_at_commit = false;
+static bool reload_at_commit = false;
 // Set by outbox.requeue (through outbox._requeueing()) for the rest of its transaction: the
 // rows it inserts are dead letters going back with their own id.
 static bool requeueing = false;
@@ -68,15 +70,15 @@ static void OnTransactionEvent(XactEvent event, void *) {
         case XACT_EVENT_COMMIT:
             // Called after the commit is visible to other snapshots, so a woken worker sees
             // the rows.
-            if (wake_at_commit)
-                WakeWorkers(MyDatabaseId);
-            wake_at_commit = false;
+            if (wake_at_commit || reload_at_commit)
+                WakeWorkers(MyDatabaseId, reload_at_commit);
+            wake_at_commit = reload_at_commit = false;
             requeueing = false;
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PREPARE:  // COMMIT PREPARED elsewhere is found by the poll
         case XACT_EVENT_PARALLEL_ABORT:
-            wake_at_commit = false;
+            wake_at_commit = reload_at_commit = false;
             requeueing = false;
             break;
         default:
@@ -90,6 +92,10 @@ void RegisterProducerCallbacks() {
 
 void WakeAtCommit() {
     wake_at_commit = true;
+}
+
+void ReloadAtCommit() {
+    reload_at_commit = true;
 }
 
 // UUIDv7 generation state of this process; the generator keeps values strictly increasing.
@@ -117,7 +123,7 @@ struct MessageColumns {
     Oid id_sequence;
     Oid key_index;  // messages_key_order
     int id, destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
-        attempts, lease_token, last_error, first_failed_at, waiting;
+        attempts, lease_token, last_error, first_failed_at, ordered, waiting;
     DeadLetterColumns dead_letters;
 };
 
@@ -149,6 +155,7 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     c.lease_token = att("lease_token");
     c.last_error = att("last_error");
     c.first_failed_at = att("first_failed_at");
+    c.ordered = att("ordered");
     c.waiting = att("waiting");
     Oid nsp = RelationGetNamespace(rel);
     auto relation = [nsp](const char *name) {
@@ -309,9 +316,11 @@ static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const Mess
     const char *column = nullptr;
     if (!isnull && DatumGetInt32(attempts) != 0)
         column = "attempts";
-    Datum waiting = heap_getattr(tuple, c.waiting, desc, &isnull);
-    if (!isnull && DatumGetBool(waiting))
-        column = "waiting";
+    for (auto [att, name] : {std::pair{c.ordered, "ordered"}, {c.waiting, "waiting"}}) {
+        Datum flag = heap_getattr(tuple, att, desc, &isnull);
+        if (!isnull && DatumGetBool(flag))
+            column = name;
+    }
     for (auto [att, name] : {std::pair{c.lease_token, "lease_token"},
                              {c.last_error, "last_error"},
                              {c.first_failed_at, "first_failed_at"}}) {
@@ -347,7 +356,8 @@ Datum outbox_requeueing(PG_FUNCTION_ARGS) {
 
 // outbox.wake(): nudge the workers of this database.
 Datum outbox_wake(PG_FUNCTION_ARGS) {
-    WakeWorkers(MyDatabaseId);
+    WakeWorkers(MyDatabaseId, true);
+    ReloadAtCommit();
     PG_RETURN_VOID();
 }
 
@@ -425,9 +435,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
 
     // Values to replace: the destination's default topic, a NULL available_at, the id and the
     // waiting flag of an ordered message.
-    int replace_cols[4];
-    Datum replace_values[4];
-    bool replace_nulls[4] = {false, false, false, false};
+    int replace_cols[5];
+    Datum replace_values[5];
+    bool replace_nulls[5] = {false, false, false, false, false};
     int nreplace = 0;
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
@@ -494,6 +504,8 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         PlaceOrdered(c, dest, destination, tuple, desc, requeueing, &id, &waiting);
         replace_cols[nreplace] = c.id;
         replace_values[nreplace++] = Int64GetDatum(id);
+        replace_cols[nreplace] = c.ordered;
+        replace_values[nreplace++] = BoolGetDatum(true);
         replace_cols[nreplace] = c.waiting;
         replace_values[nreplace++] = BoolGetDatum(waiting);
     }

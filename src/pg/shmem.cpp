@@ -97,6 +97,7 @@ static void StartupSharedMemory() {
             SpinLockInit(&slot->mutex);
             pg_atomic_init_u32(&slot->state, kWorkerStarting);
             pg_atomic_init_u32(&slot->batch_in_flight, 0);
+            pg_atomic_init_u32(&slot->reload, 0);
             for (pg_atomic_uint64 *c : SlotCounters(slot))
                 pg_atomic_init_u64(c, 0);
         }
@@ -118,7 +119,7 @@ void InstallSharedMemoryHooks() {
     shmem_startup_hook = StartupSharedMemory;
 }
 
-void WakeWorkers(Oid database) {
+void WakeWorkers(Oid database, bool reload) {
     if (shared == nullptr)
         return;
     // Unlocked reads: a stale pgprocno costs at most a spurious wake-up of some backend, and a
@@ -127,8 +128,11 @@ void WakeWorkers(Oid database) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
         int procno = slot->pgprocno;
-        if (pid != 0 && (database == InvalidOid || slot->database == database))
+        if (pid != 0 && (database == InvalidOid || slot->database == database)) {
+            if (reload)
+                pg_atomic_write_u32(&slot->reload, 1);
             SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+        }
     }
 }
 

@@ -377,7 +377,10 @@ bool Worker::Turn(bool woken, bool poll_due) {
     LogDriverLines();
     if (woken)
         dispatcher_->WakeAll();
-    bool claim = woken || !dispatcher_->PlanClaims(now).empty();  // (planned again below)
+    // A transaction is needed to read changed destinations (and on every poll, the safety
+    // net), or to claim; a commit that only added messages for a paused destination needs none.
+    bool reload = pg_atomic_exchange_u32(&slot_->reload, 0) != 0;
+    bool claim = reload || poll_due || !dispatcher_->PlanClaims(now).empty();
     bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
     if (pending_.empty() && !claim && keys_to_release_.empty() && !sweep)
         return false;

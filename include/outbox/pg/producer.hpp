@@ -13,6 +13,8 @@ void RegisterProducerCallbacks();
 
 // Asks for the workers of this database to be woken when the current transaction commits.
 void WakeAtCommit();
+// Also asks them to read outbox.destinations again (the destinations changed).
+void ReloadAtCommit();
 
 // A fresh UUIDv7, strictly increasing within this process.
 void GenerateEventId(pg_uuid_t *out);

@@ -45,6 +45,7 @@ struct WorkerSlot {
     char destination[NAMEDATALEN];  // destination being served now, "" when none
     pg_atomic_uint32 state;         // WorkerState
     pg_atomic_uint32 batch_in_flight;
+    pg_atomic_uint32 reload;  // destinations changed: read them again before planning
     pg_atomic_uint64 cycles;
     pg_atomic_uint64 claimed;
     pg_atomic_uint64 delivered;
@@ -112,8 +113,10 @@ extern SharedState *shared;  // attached in every backend after startup
 // Installs shmem_request_hook / shmem_startup_hook. Called from _PG_init.
 void InstallSharedMemoryHooks();
 
-// Sets the latch of every live worker serving `database` (InvalidOid: all workers).
-void WakeWorkers(Oid database);
+// Sets the latch of every live worker serving `database` (InvalidOid: all workers); with
+// `reload`, they also read outbox.destinations again (a commit that only adds messages does
+// not make them: a paused destination's producers cost the worker nothing).
+void WakeWorkers(Oid database, bool reload = false);
 
 // Finds or creates the counters of a destination; nullptr when the table is full.
 DestinationCounters *GetDestinationCounters(Oid database, const char *name);
