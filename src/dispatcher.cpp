@@ -51,6 +51,7 @@ struct Dispatcher::Destination {
     double ack_ms = 0;        // moving average of submit-to-outcome time
     int outage_failures = 0;  // consecutive probes that found the destination unreachable
     int64_t next_probe_ms = 0;
+    int64_t probe_sent_ms = 0;
 };
 
 Dispatcher::Dispatcher(DriverFactory factory, uint64_t seed)
@@ -235,6 +236,8 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         }
         return;
     }
+    if (d.outage_failures > 0)
+        d.probe_sent_ms = now_ms;
     d.driver->Submit(std::move(send));
 }
 
@@ -281,10 +284,12 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             break;
         case OutcomeKind::Defer:
             // Unreachable: no attempt spent; claim nothing more until a probe gets through.
+            // The probe interval counts from the probe's start: a driver may have held it.
             if (d.outage_failures == 0 || now_ms >= d.next_probe_ms) {
+                int64_t from = d.outage_failures > 0 ? d.probe_sent_ms : now_ms;
                 d.outage_failures++;
                 d.next_probe_ms =
-                    now_ms + OutageProbeDelayMs(d.outage_failures, kProbeBaseMs, kProbeMaxMs);
+                    from + OutageProbeDelayMs(d.outage_failures, kProbeBaseMs, kProbeMaxMs);
             }
             // Due again at once, so it shows as pending while the destination is down; only
             // probes claim it until the destination answers.
@@ -328,6 +333,7 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
             d.in_flight.erase(a);
             resolved.push_back(std::move(r));
         }
+        d.driver->SetProbing(d.outage_failures > 0);
     };
     for (auto &[name, d] : destinations_)
         serve(*d);

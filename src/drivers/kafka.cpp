@@ -37,6 +37,8 @@ constexpr const char *kDefaults[][2] = {
     // Nagle's algorithm holds small produce requests back until the previous one is acked
     // (40 ms with delayed acks): latency, and throughput once the pipeline waits on acks.
     {"socket.nagle.disable", "true"},
+    // A broker that comes back is found within a second (librdkafka's default backs off to 10 s).
+    {"reconnect.backoff.max.ms", "1000"},
 };
 
 int64_t MonotonicMs() {
@@ -68,6 +70,7 @@ class KafkaDriver final : public Driver {
     // While messages are in flight the worker comes back often enough to notice a stall.
     int64_t PollTimeoutMs() const override { return in_flight_.empty() ? -1 : 100; }
     void Abandon() override;
+    void SetProbing(bool probing) override { probing_ = probing; }
     bool Broken() const override { return fatal_; }
     void TakeLog(std::vector<std::string> &lines) override {
         for (std::string &l : log_)
@@ -103,6 +106,8 @@ class KafkaDriver final : public Driver {
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
     int64_t message_timeout_ms_ = 0;
     int64_t all_down_since_ms_ = 0;   // when librdkafka said all brokers are down; 0 = not since
+    int64_t purged_ms_ = 0;           // the last purge; its reports may take a few polls
+    bool probing_ = false;            // one probe in flight: held until a broker is back
     std::vector<Report> reports_;     // delivery reports recorded by OnDelivery
     std::vector<Outcome> immediate_;  // messages librdkafka refused in Submit
     std::vector<std::string> log_;
@@ -337,16 +342,20 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
 // does not always time messages out then. The rows' leases must not lapse meanwhile (another
 // worker would deliver them too), so the driver gives up on its own: when all brokers have been
 // down for a second, or when a message has waited past message.timeout.ms, everything in flight
-// is purged and comes back as deferred (no attempt spent).
+// is purged and comes back as deferred (no attempt spent). A probe is not purged for the
+// outage: librdkafka sends it the moment a broker is back, which ends the outage at once.
+// The purge's reports can take a few polls to arrive; it is not repeated meanwhile.
 void KafkaDriver::PurgeIfStalled() {
-    if (in_flight_.empty())
-        return;
     int64_t now = MonotonicMs();
+    if (in_flight_.empty() || now - purged_ms_ < 1000)
+        return;
     int64_t oldest = in_flight_.begin()->second.submitted_ms;
-    bool down = all_down_since_ms_ != 0 && now - all_down_since_ms_ >= 1000 && now - oldest >= 1000;
+    bool down = !probing_ && all_down_since_ms_ != 0 && now - all_down_since_ms_ >= 1000 &&
+                now - oldest >= 1000;
     bool overdue = now - oldest > message_timeout_ms_ + 1000;
     if (!down && !overdue)
         return;
+    purged_ms_ = now;
     AddLog(down ? "all brokers down: handing back the messages in flight"
                 : "no delivery report within message.timeout.ms: handing back the messages in "
                   "flight");

@@ -21,6 +21,7 @@
 extern "C" {
 #include "postgres.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -283,6 +284,14 @@ void Worker::WriteBackAndClaim(bool claim,
         return;
     }
     extension_missing_logged_ = false;
+    // The worker commits asynchronously, but a leased claim's `attempts + 1` must survive a
+    // crash that the claimed message itself may cause: that count is what dead-letters a
+    // message that kills the worker (poison) instead of crash-restarting the server forever.
+    // So the claim's commit is flushed before any of its rows reaches a driver.
+    bool leased = claim && std::any_of(claimed->begin(), claimed->end(),
+                                       [](const auto &c) { return !c.second.empty(); });
+    if (leased)
+        PgTry([] { XLogFlush(XactLastCommitEnd); });
     keys_to_release_ = std::move(releases);
     Publish(pending_, counts);
     pending_.clear();
@@ -431,8 +440,8 @@ bool Worker::Turn(bool woken, bool poll_due) {
 bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
     constexpr int64 kFastClaimMs = 50;
     constexpr int64 kFastBatchMs = 250;
-    bool full = false;
-    Resolutions done;  // every outcome written back in this transaction
+    bool claimed_full = false;  // a claim returned its limit: more rows are probably due
+    Resolutions done;           // every outcome written back in this transaction
     std::map<std::string, WriteBackCounts> counts;
     size_t total = 0;
     InTransaction("outbox: fast batch", [&] {
@@ -452,6 +461,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         int64 start = NowMs();
         std::vector<bool> exhausted(requests.size(), false);
+
         auto locked = [&] {
             size_t n = 0;
             for (const ClaimRequest &request : requests)
@@ -471,10 +481,11 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 SetDestination(request.destination.c_str());
                 std::vector<Message> rows = ClaimRows(request, lease_ms, 0);
                 exhausted[i] = int(rows.size()) < request.limit;
+                claimed_full = claimed_full || !exhausted[i];
                 total += rows.size();
                 dispatcher_->Submit(request.destination, request.limit, std::move(rows), NowMs());
             }
-            full = full || std::find(exhausted.begin(), exhausted.end(), false) != exhausted.end();
+
             SetState(kWorkerPublishing);
             now = NowMs();
             dispatcher_->Poll(now, got);
@@ -509,6 +520,8 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             bool latch_set = false;
             Wait(more_to_claim ? 0 : timeout < 0 ? left : std::min(timeout, left), &latch_set);
             woken_ = woken_ || latch_set;
+            if (latch_set)  // a producer committed: its rows may join this batch
+                std::fill(exhausted.begin(), exhausted.end(), false);
         }
         for (const ClaimRequest &request : requests) {
             std::vector<int64_t> ids = dispatcher_->LockedInFlight(request.destination);
@@ -521,7 +534,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
     });
     pg_atomic_fetch_add_u64(&slot_->claimed, total);
     Publish(done, counts);
-    return full;
+    return claimed_full;
 }
 
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {

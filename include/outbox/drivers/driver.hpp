@@ -40,6 +40,11 @@ class Driver {
     // Moves lines worth a server log entry (transport errors, warnings) into `lines`.
     virtual void TakeLog(std::vector<std::string> &lines) = 0;
 
+    // While the destination is unreachable the dispatcher sends one message at a time (a
+    // probe). A driver whose transport reconnects on its own may hold the probe until it goes
+    // through, so delivery resumes as soon as the destination is back.
+    virtual void SetProbing(bool) {}
+
     // True when the driver cannot go on (e.g. a fatal producer error) and must be rebuilt once
     // InFlight() is 0.
     virtual bool Broken() const { return false; }
