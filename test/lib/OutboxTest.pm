@@ -226,3 +226,77 @@ sub stop {
 sub DESTROY { my $self = shift; $self->{handle}->kill_kill if $self->{handle}; }
 
 1;
+
+#-------------------------------------------------------------------------------------------
+# Fault-injection matrix (test/t/08x_*.pl): producers that record what they committed, the
+# event_ids that reached Kafka or a webhook, and the one-line summary every scenario ends with.
+#-------------------------------------------------------------------------------------------
+package OutboxTest;
+
+push @EXPORT, qw(fault_summary kafka_event_ids sink_event_ids start_pgbench);
+
+# Every ce_id header of a topic from offset 0, read by kcat (one per message received, repeats
+# included). Only the headers are printed: much cheaper than consume() for large topics.
+sub kafka_event_ids {
+    my ($broker, $topic, %opts) = @_;
+    my ($out, $err) = ('', '');
+    IPC::Run::run(['kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-o', 'beginning',
+            '-e', '-q', '-f', '%h\n', '-X', 'fetch.wait.max.ms=50'],
+        '>', \$out, '2>', \$err, IPC::Run::timeout($opts{timeout} // 180))
+      or die "kcat failed: $err";
+    return [ $out =~ /(?:^|,)ce_id=([0-9a-f-]{36})/mg ];
+}
+
+# The webhook-id of every request the sink answered with a 2xx on paths matching $path_re.
+sub sink_event_ids {
+    my ($sink, $path_re) = @_;
+    return [ map { $_->{headers}{'webhook-id'} }
+          grep { $_->{path} =~ $path_re && $_->{status} >= 200 && $_->{status} < 300 }
+          @{ $sink->requests } ];
+}
+
+# pgbench in the background: script => SQL text, clients, rate (tx/s, optional), seconds or
+# transactions. Returns the IPC::Run handle; ->finish and read ${ $h->{outbox_err} } after.
+sub start_pgbench {
+    my ($node, %o) = @_;
+    my $dir = PostgreSQL::Test::Utils::tempdir();
+    PostgreSQL::Test::Utils::append_to_file("$dir/script.sql", $o{script});
+    my @cmd = ('pgbench', '-n', '-c', $o{clients} // 1, '-j', $o{threads} // 1,
+        (defined $o{rate} ? ('-R', $o{rate}) : ()),
+        (defined $o{seconds} ? ('-T', $o{seconds}) : ('-t', $o{transactions} // 1)),
+        '-f', "$dir/script.sql", '-h', $node->host, '-p', $node->port, $o{db} // 'postgres');
+    my ($out, $err) = ('', '');
+    my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', \$err);
+    $h->{outbox_out} = \$out;
+    $h->{outbox_err} = \$err;
+    return $h;
+}
+
+# The scenario's last word: produced (event_ids committed), received (event_ids that arrived,
+# repeats included), dead (event_ids expected in the dead letters, accounted for). Asserts that
+# nothing is lost and prints "FAULT <name>: produced N, received M distinct, lost L,
+# duplicates D". Received ids that were never produced are reported (unexpected => n allows
+# that many, e.g. commits a failed-over primary never replicated).
+sub fault_summary {
+    my ($name, %o) = @_;
+    my %produced = map { $_ => 1 } @{ $o{produced} };
+    my %got;
+    $got{$_}++ for @{ $o{received} };
+    my %dead = map { $_ => 1 } @{ $o{dead} // [] };
+    my @lost = grep { !$got{$_} && !$dead{$_} } keys %produced;
+    my $distinct = grep { $produced{$_} } keys %got;
+    my $duplicates = 0;
+    $duplicates += $got{$_} - 1 for keys %got;
+    my @unexpected = grep { !$produced{$_} } keys %got;
+    is(scalar(@lost), 0, "$name: no produced message is lost")
+      or diag("lost: " . join(' ', (sort @lost)[0 .. ($#lost < 9 ? $#lost : 9)]));
+    cmp_ok(scalar(@unexpected), '<=', $o{unexpected} // 0,
+        "$name: no message arrived that was not produced")
+      or diag("unexpected: " . join(' ', (sort @unexpected)[0 .. ($#unexpected < 9 ? $#unexpected : 9)]));
+    diag(sprintf('FAULT %s: produced %d, received %d distinct, lost %d, duplicates %d',
+        $name, scalar(keys %produced), $distinct, scalar(@lost), $duplicates));
+    return { produced => scalar(keys %produced), distinct => $distinct, lost => scalar(@lost),
+        duplicates => $duplicates, unexpected => scalar(@unexpected) };
+}
+
+1;
