@@ -44,7 +44,7 @@ CREATE FUNCTION outbox.uuid_generate_v7() RETURNS uuid
 COMMENT ON FUNCTION outbox.uuid_generate_v7() IS 'a new UUIDv7 (time ordered); the default event_id';
 
 CREATE TABLE outbox.messages (
-    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id              bigint PRIMARY KEY,  -- assigned at INSERT from messages_id_seq
     event_id        uuid NOT NULL DEFAULT outbox.uuid_generate_v7(),
     destination     text NOT NULL,
     topic           text,
@@ -54,8 +54,8 @@ CREATE TABLE outbox.messages (
     headers         jsonb,
     available_at    timestamptz NOT NULL DEFAULT now(),
     expires_at      timestamptz,
-    created_at      timestamptz NOT NULL DEFAULT now(),
-    -- owned by the relay
+    -- owned by the relay (set at INSERT; a producer that sets them is refused)
+    created_at      timestamptz NOT NULL,
     attempts        integer NOT NULL DEFAULT 0,
     lease_token     bigint,
     last_error      text,
@@ -67,6 +67,9 @@ CREATE TABLE outbox.messages (
 );
 COMMENT ON TABLE outbox.messages IS
     'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
+-- Not an identity column: OVERRIDING SYSTEM VALUE needs only INSERT, and a producer that chose
+-- ids could collide with queued or dead-lettered messages. The insert check numbers every row.
+CREATE SEQUENCE outbox.messages_id_seq OWNED BY outbox.messages.id;
 CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE NOT waiting;
 -- Per-key ordering: the messages of a key in id order (is there an earlier one? which is next?).
 -- Only ordered messages are in it: producers of other destinations pay nothing for it.
@@ -180,7 +183,10 @@ COMMENT ON FUNCTION outbox.publish(text[], text, jsonb, text, jsonb) IS
 -- Destination management (SECURITY DEFINER: callers need EXECUTE, not access to the table)
 --------------------------------------------------------------------------------------------------
 CREATE FUNCTION outbox.create_destination(name text, kind text, config jsonb)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
 BEGIN
     INSERT INTO outbox.destinations (name, kind, config)
     VALUES (create_destination.name, create_destination.kind, create_destination.config)
@@ -196,7 +202,10 @@ COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
     'define a kafka or webhook destination; the config is checked now, every problem reported at once';
 
 CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
 DECLARE
     new_config jsonb;
 BEGIN
@@ -308,7 +317,6 @@ BEGIN
     )
     INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
                                  headers, created_at)
-    OVERRIDING SYSTEM VALUE
     SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
            moved.payload_bytes, moved.headers, moved.created_at
       FROM moved ORDER BY moved.id;
@@ -342,7 +350,6 @@ BEGIN
     )
     INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
                                  headers, created_at)
-    OVERRIDING SYSTEM VALUE
     SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
            moved.payload_bytes, moved.headers, moved.created_at
       FROM moved ORDER BY moved.id;

@@ -121,13 +121,15 @@ bool IsValidHeaderName(std::string_view name) {
     return true;
 }
 
-// Whether a value can be sent without breaking HTTP framing or a consumer's text decoding.
+// Whether a value can be sent without breaking HTTP framing or a consumer's text decoding:
+// UTF-8 without control characters other than tab (RFC 9110 field-value).
 bool IsValidHeaderValue(std::string_view value) {
     if (value.size() > kMaxHeaderValueBytes) {
         return false;
     }
     for (char c : value) {
-        if (c == '\0' || c == '\r' || c == '\n') {
+        unsigned char u = static_cast<unsigned char>(c);
+        if ((u < 0x20 && c != '\t') || u == 0x7F) {
             return false;
         }
     }

@@ -5,6 +5,7 @@
 
 #include "outbox/config.hpp"
 #include "outbox/headers.hpp"
+#include "outbox/quote.hpp"
 #include "outbox/uuid7.hpp"
 
 extern "C" {
@@ -123,7 +124,7 @@ struct MessageColumns {
     Oid id_sequence;
     Oid key_index;  // messages_key_order
     int id, destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
-        attempts, lease_token, last_error, first_failed_at, ordered, waiting;
+        created_at, attempts, lease_token, last_error, first_failed_at, ordered, waiting;
     DeadLetterColumns dead_letters;
 };
 
@@ -142,7 +143,12 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     };
     MessageColumns c = {};
     c.id = att("id");
-    c.id_sequence = getIdentitySequence(RelationGetRelid(rel), AttrNumber(c.id), false);
+    List *sequences = getOwnedSequences(RelationGetRelid(rel));  // messages_id_seq
+    if (list_length(sequences) != 1)
+        ereport(ERROR,
+                (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("outbox.messages has no id sequence"),
+                 errhint("Update the extension: ALTER EXTENSION outbox UPDATE;")));
+    c.id_sequence = linitial_oid(sequences);
     c.destination = att("destination");
     c.topic = att("topic");
     c.key = att("key");
@@ -151,6 +157,7 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     c.headers = att("headers");
     c.available_at = att("available_at");
     c.expires_at = att("expires_at");
+    c.created_at = att("created_at");
     c.attempts = att("attempts");
     c.lease_token = att("lease_token");
     c.last_error = att("last_error");
@@ -179,13 +186,9 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     return cols;
 }
 
-// Size in bytes of the payload as it will be delivered.
-static int64 DeliveredJsonSize(Datum payload, int64 limit) {
-    // The jsonb binary form is never more than a small factor smaller than its text (escaped
-    // control characters grow 6x); only payloads that could be over the limit are serialized.
-    int64 binary = toast_raw_datum_size(payload);
-    if (binary * 6 + 64 <= limit)
-        return binary;
+// Size in bytes of the payload as it will be delivered (its JSON text). The binary form does
+// not bound it: a numeric such as 1e131071 takes a few bytes and prints 131072 digits.
+static int64 DeliveredJsonSize(Datum payload) {
     Jsonb *jb = DatumGetJsonbP(payload);
     StringInfoData buf;
     initStringInfo(&buf);
@@ -276,18 +279,18 @@ static void CheckHeaders(Datum headers) {
     while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
         if (token == WJB_KEY) {
             std::string_view n(v.val.string.val, v.val.string.len);
+            char shown[outbox::kQuotedBufferSize];
+            outbox::QuoteText(n, shown);
             if (!IsValidHeaderName(n))
                 ereport(ERROR,
                         (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                         errmsg("outbox message header name \"%.*s\" is not valid",
-                                int(Min(n.size(), size_t(64))), n.data()),
+                         errmsg("outbox message header name %s is not valid", shown),
                          errdetail("A header name is 1 to %zu characters of letters, digits and "
                                    "!#$%%&'*+-.^_`|~.",
                                    kMaxHeaderNameBytes)));
             if (IsReservedHeaderName(n))
                 ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                                errmsg("outbox message header \"%.*s\" is set by outbox itself",
-                                       int(n.size()), n.data()),
+                                errmsg("outbox message header %s is set by outbox itself", shown),
                                 errhint("Event id, signature, CloudEvents and HTTP framing headers "
                                         "cannot be overridden; use another header name.")));
             memcpy(name, n.data(), n.size());
@@ -299,22 +302,29 @@ static void CheckHeaders(Datum headers) {
                                 errhint("Header values are JSON strings; quote numbers and "
                                         "booleans.")));
             if (!IsValidHeaderValue(std::string_view(v.val.string.val, v.val.string.len)))
-                ereport(ERROR,
-                        (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                         errmsg("outbox message header \"%s\" has an invalid value", name),
-                         errdetail("A header value is at most %zu bytes and contains no NUL, "
-                                   "carriage return or line feed.",
-                                   kMaxHeaderValueBytes)));
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("outbox message header \"%s\" has an invalid value", name),
+                                errdetail("A header value is at most %zu bytes of UTF-8 without "
+                                          "control characters (tab allowed).",
+                                          kMaxHeaderValueBytes)));
         }
     }
 }
 
-// Columns the relay owns must not be set by a producer.
-static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const MessageColumns &c) {
+// Columns the relay owns must not be set by a producer. A requeued dead letter (outbox.requeue)
+// goes back with its own id and created_at.
+static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const MessageColumns &c,
+                                     bool requeued) {
     bool isnull;
-    Datum attempts = heap_getattr(tuple, c.attempts, desc, &isnull);
+    bool attempts_null;
+    Datum attempts = heap_getattr(tuple, c.attempts, desc, &attempts_null);
     const char *column = nullptr;
-    if (!isnull && DatumGetInt32(attempts) != 0)
+    for (auto [att, name] : {std::pair{c.id, "id"}, {c.created_at, "created_at"}}) {
+        heap_getattr(tuple, att, desc, &isnull);
+        if (!isnull && !requeued)
+            column = name;
+    }
+    if (!attempts_null && DatumGetInt32(attempts) != 0)
         column = "attempts";
     for (auto [att, name] : {std::pair{c.ordered, "ordered"}, {c.waiting, "waiting"}}) {
         Datum flag = heap_getattr(tuple, att, desc, &isnull);
@@ -377,7 +387,7 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     const MessageColumns &c = ColumnsOf(rel);
     bool isnull;
 
-    CheckManagedColumnsUnset(tuple, desc, c);
+    CheckManagedColumnsUnset(tuple, desc, c, requeueing);
 
     Datum destination = heap_getattr(tuple, c.destination, desc, &isnull);
     if (isnull)
@@ -389,10 +399,12 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     const char *dest_name = VARDATA_ANY(dest_text);
     int dest_len = VARSIZE_ANY_EXHDR(dest_text);
     const CachedDestination *found = LookupDestination(dest_name, dest_len);
+    char shown[outbox::kQuotedBufferSize];
+    if (found == nullptr)
+        outbox::QuoteText(std::string_view(dest_name, dest_len), shown);
     if (found == nullptr)
         ereport(ERROR, (errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
-                        errmsg("outbox destination \"%.*s\" does not exist",
-                               Min(dest_len, NAMEDATALEN), dest_name),
+                        errmsg("outbox destination %s does not exist", shown),
                         errhint("Create it with outbox.create_destination(), or check the name "
                                 "against outbox.destinations.")));
     CachedDestination dest = *found;
@@ -412,7 +424,7 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                 (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
                  errhint("Set payload (jsonb) or payload_bytes (bytea).")));
     int64 limit = setting_max_payload_bytes;
-    int64 size = has_json ? DeliveredJsonSize(payload, limit)
+    int64 size = has_json ? DeliveredJsonSize(payload)
                           : int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ;
     if (size > limit)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -433,11 +445,11 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
                         errhint("Use a shorter identifier, such as a hash of the key.")));
 
-    // Values to replace: the destination's default topic, a NULL available_at, the id and the
-    // waiting flag of an ordered message.
-    int replace_cols[5];
-    Datum replace_values[5];
-    bool replace_nulls[5] = {false, false, false, false, false};
+    // Values to replace: the destination's default topic, a NULL available_at, id and
+    // created_at, and the flags of an ordered message.
+    int replace_cols[7];
+    Datum replace_values[7];
+    bool replace_nulls[7] = {};
     int nreplace = 0;
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
@@ -459,20 +471,16 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                       ? outbox::IsValidKafkaTopic(name)
                       : !name.empty() && name.size() <= 249 && outbox::IsValidHeaderValue(name);
         if (!ok) {
-            char shown[65];
-            size_t n = Min(name.size(), sizeof shown - 1);
-            for (size_t i = 0; i < n; i++)
-                shown[i] = (unsigned char)name[i] < 0x20 || name[i] == 0x7f ? '?' : name[i];
-            shown[n] = '\0';
+            outbox::QuoteText(name, shown);
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("outbox message topic \"%s\" is not valid for %s destination "
+                            errmsg("outbox message topic %s is not valid for %s destination "
                                    "\"%s\"",
                                    shown, dest.is_kafka ? "kafka" : "webhook", dest.name),
                             dest.is_kafka ? errdetail("A Kafka topic name is 1 to 249 characters "
                                                       "of letters, digits, '.', '_' and '-'.")
                                           : errdetail("A topic is 1 to 249 bytes of UTF-8 without "
-                                                      "NUL, carriage return or line feed (it is "
-                                                      "sent as the ce-type header).")));
+                                                      "control characters (it is sent as the "
+                                                      "ce-type header).")));
         }
     }
 
@@ -508,6 +516,13 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         replace_values[nreplace++] = BoolGetDatum(true);
         replace_cols[nreplace] = c.waiting;
         replace_values[nreplace++] = BoolGetDatum(waiting);
+    } else if (!requeueing) {
+        replace_cols[nreplace] = c.id;
+        replace_values[nreplace++] = Int64GetDatum(nextval_internal(c.id_sequence, false));
+    }
+    if (!requeueing) {
+        replace_cols[nreplace] = c.created_at;
+        replace_values[nreplace++] = TimestampTzGetDatum(now);
     }
 
     CountQueueChange(dest.name, 1, waiting ? 1 : 0, 1, 0);

@@ -45,6 +45,12 @@ TEST(HeadersTest, ValuesCannotInjectLines) {
     EXPECT_FALSE(IsValidHeaderValue(std::string(kMaxHeaderValueBytes + 1, 'v')));
 }
 
+TEST(HeadersTest, ValuesHaveNoControlCharactersButTab) {
+    for (const char *value : {"a\x01b", "\x1b[31mred", "del\x7f", "\x0bvt", "\x0cff"})
+        EXPECT_FALSE(IsValidHeaderValue(value)) << testing::PrintToString(std::string(value));
+    EXPECT_TRUE(IsValidHeaderValue("a\tb"));
+}
+
 TEST(HeadersTest, InvalidUtf8IsRejected) {
     const char *invalid[] = {
         "\x80",  // lone continuation byte
