@@ -9,10 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +24,7 @@
 
 #include "outbox/duration.hpp"
 #include "outbox/headers.hpp"
+#include "outbox/quote.hpp"
 #include "outbox/signing.hpp"
 
 namespace outbox {
@@ -31,7 +34,6 @@ namespace {
 // ordered_json keeps the keys in document order, which KafkaConfig::properties promises.
 using Json = nlohmann::ordered_json;
 
-constexpr size_t kMaxQuotedBytes = 64;
 constexpr int64_t kMsPerSecond = 1000;
 constexpr int64_t kMsPerMinute = 60 * kMsPerSecond;
 constexpr int64_t kMsPerDay = 24 * 60 * kMsPerMinute;
@@ -72,36 +74,11 @@ bool ContainsNul(std::string_view text) {
     return text.find('\0') != std::string_view::npos;
 }
 
-// `text` in double quotes for a problem line: at most kMaxQuotedBytes bytes (cut on a UTF-8
-// character boundary), quotes and backslashes escaped, control characters shown as '?', so
-// that a problem is always one printable line.
+// `text` quoted for a problem line (see quote.hpp).
 std::string Quote(std::string_view text) {
-    bool truncated = false;
-    if (text.size() > kMaxQuotedBytes) {
-        size_t cut = kMaxQuotedBytes;
-        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
-            --cut;
-        }
-        text = text.substr(0, cut);
-        truncated = true;
-    }
-    std::string out = "\"";
-    for (char c : text) {
-        unsigned char u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out.push_back('\\');
-            out.push_back(c);
-        } else if (u < 0x20 || u == 0x7F) {
-            out.push_back('?');
-        } else {
-            out.push_back(c);
-        }
-    }
-    if (truncated) {
-        out += "...";
-    }
-    out.push_back('"');
-    return out;
+    char shown[kQuotedBufferSize];
+    QuoteText(text, shown);
+    return shown;
 }
 
 // An integral JSON number as int64 (5 and 5.0 alike: jsonb keeps the "5.0" a user typed).
@@ -261,14 +238,85 @@ std::string KafkaValueProblem(const std::string &key, const std::string &value,
     return reason;
 }
 
-// What rd_kafka_conf_get reports for a property just set; empty when it cannot tell.
+// What rd_kafka_conf_get reports for a property (set or default), whatever its length;
+// empty when it cannot tell.
 std::string KafkaConfValue(rd_kafka_conf_t *conf, const std::string &key) {
-    char buffer[64];
-    size_t size = sizeof(buffer);
-    if (rd_kafka_conf_get(conf, key.c_str(), buffer, &size) != RD_KAFKA_CONF_OK) {
+    size_t size = 0;
+    if (rd_kafka_conf_get(conf, key.c_str(), nullptr, &size) != RD_KAFKA_CONF_OK || size == 0) {
         return std::string();
     }
-    return std::string(buffer);
+    std::string buffer(size, '\0');
+    if (rd_kafka_conf_get(conf, key.c_str(), buffer.data(), &size) != RD_KAFKA_CONF_OK) {
+        return std::string();
+    }
+    buffer.resize(std::strlen(buffer.c_str()));
+    return buffer;
+}
+
+// The name librdkafka looks a property up by in the default topic config: rd_kafka_conf_set
+// hands a name it does not know globally to the topic config, which drops a "topic." prefix,
+// so "topic.acks" and "topic.request.required.acks" are "acks" under other spellings.
+std::string_view BareKafkaName(std::string_view key) {
+    constexpr std::string_view kTopicPrefix = "topic.";
+    if (key.size() > kTopicPrefix.size() && key.substr(0, kTopicPrefix.size()) == kTopicPrefix) {
+        return key.substr(kTopicPrefix.size());
+    }
+    return key;
+}
+
+bool StartsWith(std::string_view text, std::string_view prefix) {
+    return text.size() >= prefix.size() && text.substr(0, prefix.size()) == prefix;
+}
+
+const char kOnlySuperuser[] = ": only a superuser may set it";
+const char kOnlyFileReaders[] = ": only a superuser or a member of pg_read_server_files may set it";
+
+// The privileged setting a librdkafka property is, if any (GSSAPI chosen through
+// "sasl.mechanism(s)" or by default is found once every property is set; see
+// CheckKafkaConfig). Names are compared lower-cased and without a "topic." prefix: librdkafka
+// is stricter, and a spelling it does not know is refused anyway.
+std::optional<PrivilegedSetting> ClassifyKafkaProperty(const std::string &key, const Json &value) {
+    const std::string name = AsciiLowerCopy(BareKafkaName(key));
+    const std::string quoted = Quote(key);
+    PrivilegedSetting setting{key, value.dump(), ServerAccess::RunsCode, std::string()};
+    if (name == "sasl.kerberos.kinit.cmd") {
+        setting.problem = quoted + " runs a command on the database server" + kOnlySuperuser;
+    } else if (name == "sasl.kerberos.principal" || name == "sasl.kerberos.keytab") {
+        setting.problem = quoted +
+                          " is substituted into the kinit command librdkafka runs on the database "
+                          "server" +
+                          kOnlySuperuser;
+    } else if (StartsWith(name, "sasl.kerberos.")) {
+        setting.problem = quoted +
+                          " configures Kerberos (GSSAPI), which runs kinit on the database "
+                          "server" +
+                          kOnlySuperuser;
+    } else if (name == "ssl.engine.location") {
+        setting.problem = quoted +
+                          " loads a shared library (an OpenSSL engine) into the database server" +
+                          kOnlySuperuser;
+    } else if (name == "ssl.engine.id") {
+        setting.problem =
+            quoted + " chooses an OpenSSL engine to load into the database server" + kOnlySuperuser;
+    } else if (name == "ssl.providers") {
+        setting.problem = quoted +
+                          " loads OpenSSL providers (shared libraries) into the database "
+                          "server" +
+                          kOnlySuperuser;
+    } else if (name == "ssl.ca.location" || name == "ssl.certificate.location" ||
+               name == "ssl.key.location" || name == "ssl.keystore.location" ||
+               name == "ssl.crl.location") {
+        // "probe" names no path: librdkafka looks in the usual system CA locations.
+        if (name == "ssl.ca.location" && value.is_string() &&
+            value.get_ref<const std::string &>() == "probe") {
+            return std::nullopt;
+        }
+        setting.access = ServerAccess::ReadsFiles;
+        setting.problem = quoted + " has the database server read a file" + kOnlyFileReaders;
+    } else {
+        return std::nullopt;
+    }
+    return setting;
 }
 
 // Whether a broker list names no broker at all ("", " , ").
@@ -282,19 +330,24 @@ bool IsBlank(std::string_view text) {
 }
 
 // Checks one librdkafka property against librdkafka itself and against outbox's guarantees;
-// a property that passes is appended to kafka->properties.
+// a property that passes is appended to check->config.kafka.properties. A property that needs
+// privileges is recorded in check->privileged.
 void CheckKafkaProperty(rd_kafka_conf_t *conf, const std::string &key, const Json &value,
-                        KafkaConfig *kafka, bool *has_bootstrap,
-                        std::vector<std::string> *problems) {
+                        bool *has_bootstrap, ConfigCheck *check) {
+    KafkaConfig *kafka = &check->config.kafka;
+    std::vector<std::string> *problems = &check->problems;
+    // How librdkafka will look the name up; checks below use it so that no spelling of a
+    // topic-level property ("topic.acks") slips past them.
+    const std::string bare(BareKafkaName(key));
     if (ContainsNul(key)) {
         problems->push_back("unknown librdkafka property " + Quote(key));
         return;
     }
-    if (IsOutboxOwnedKafkaProperty(key)) {
+    if (IsOutboxOwnedKafkaProperty(key) || IsOutboxOwnedKafkaProperty(bare)) {
         problems->push_back(Quote(key) + " is set by outbox and cannot be configured");
         return;
     }
-    if (key == "plugin.library.paths") {
+    if (key == "plugin.library.paths" || bare == "plugin.library.paths") {
         // librdkafka loads the plugins while the property is being set: even the check would
         // run foreign code inside the database server.
         problems->push_back(
@@ -302,16 +355,26 @@ void CheckKafkaProperty(rd_kafka_conf_t *conf, const std::string &key, const Jso
             "server)");
         return;
     }
-    if (key == "transactional.id") {
+    if (bare == "transactional.id") {
         problems->push_back(
             "\"transactional.id\" cannot be configured (outbox uses the idempotent producer, not "
             "transactions)");
         return;
     }
-    if (key == "internal.termination.signal") {
+    if (bare == "internal.termination.signal") {
         problems->push_back(
             "\"internal.termination.signal\" cannot be configured (signals belong to the database "
             "server)");
+        return;
+    }
+    if (std::optional<PrivilegedSetting> privileged = ClassifyKafkaProperty(key, value)) {
+        check->privileged.push_back(std::move(*privileged));
+    }
+    const bool is_bootstrap = bare == "bootstrap.servers" || bare == "metadata.broker.list";
+    if (is_bootstrap && !value.is_string()) {
+        // librdkafka would take 9092 as a host name.
+        problems->push_back(Quote(key) +
+                            " must be a string listing brokers, such as \"host1:9092,host2:9092\"");
         return;
     }
     std::optional<std::string> text = ScalarText(value);
@@ -339,21 +402,44 @@ void CheckKafkaProperty(rd_kafka_conf_t *conf, const std::string &key, const Jso
 
     // Read back librdkafka's normalised value: "all", "-1" and -1 are the same acks, and
     // "t", "1" and true the same boolean.
-    if (key == "acks" || key == "request.required.acks") {
-        if (KafkaConfValue(conf, key) != "-1") {
+    if (bare == "acks" || bare == "request.required.acks") {
+        if (KafkaConfValue(conf, bare) != "-1") {
             problems->push_back(
                 Quote(key) +
                 " must be \"all\" (outbox requires acknowledgement by all in-sync replicas)");
             return;
         }
-    } else if (key == "enable.idempotence") {
-        if (KafkaConfValue(conf, key) != "true") {
+    } else if (bare == "enable.idempotence") {
+        if (KafkaConfValue(conf, bare) != "true") {
             problems->push_back(
-                "\"enable.idempotence\" must be true (outbox relies on the idempotent producer "
-                "so that retries neither duplicate nor reorder messages)");
+                Quote(key) +
+                " must be true (outbox relies on the idempotent producer so that retries neither "
+                "duplicate nor reorder messages)");
             return;
         }
-    } else if (key == "bootstrap.servers" || key == "metadata.broker.list") {
+    } else if (bare == "queuing.strategy") {
+        if (KafkaConfValue(conf, bare) != "fifo") {
+            problems->push_back(Quote(key) +
+                                " must be \"fifo\" (the idempotent producer cannot start with "
+                                "another queuing strategy)");
+            return;
+        }
+    } else if (bare == "enable.sasl.oauthbearer.unsecure.jwt") {
+        if (KafkaConfValue(conf, bare) == "true") {
+            // Development only, says librdkafka; and 2.0.2 crashes in its own thread (taking
+            // the database server through crash recovery) when it cannot parse
+            // "sasl.oauthbearer.config", whose text it also logs.
+            problems->push_back(
+                Quote(key) +
+                " must be false (librdkafka's unsecured JWT is for development only, and "
+                "librdkafka 2.0.2 crashes the database server when it cannot parse "
+                "\"sasl.oauthbearer.config\")");
+            check->hints.push_back(
+                "For SASL/OAUTHBEARER use \"sasl.oauthbearer.method\": \"oidc\" with a token "
+                "endpoint.");
+            return;
+        }
+    } else if (is_bootstrap) {
         if (IsBlank(*text)) {
             problems->push_back(Quote(key) + " must list at least one broker");
             return;
@@ -381,12 +467,16 @@ const char *FileErrorText(int error) {
     }
 }
 
-// The problem with a ca_file path, or nullopt when the database server can read the file.
-// The check runs as the server's OS user, the same user the worker runs as.
-std::optional<std::string> CaFileProblem(const std::string &path) {
+// The problem with a ca_file path, or nullopt when the database server can read the file
+// (or, without `check_files`, when it is a path at all). The check runs as the server's OS
+// user, the same user the worker runs as.
+std::optional<std::string> CaFileProblem(const std::string &path, bool check_files) {
     const std::string expected = "\"ca_file\" must name a readable file";
     if (path.empty() || ContainsNul(path)) {
         return expected;
+    }
+    if (!check_files) {
+        return std::nullopt;
     }
     struct stat st;
     if (stat(path.c_str(), &st) != 0) {
@@ -598,9 +688,92 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
     return false;
 }
 
-// The kafka-specific part of CheckDestinationConfig.
-void CheckKafkaConfig(const Json &object, DestinationConfig *config,
+// Records the GSSAPI (Kerberos) SASL mechanism as a privileged setting when it is chosen,
+// explicitly or as librdkafka's default for a SASL "security.protocol": librdkafka then runs
+// "sasl.kerberos.kinit.cmd" through /bin/sh, with the principal and keytab substituted into it
+// even when the command is the default one.
+void CheckKerberos(rd_kafka_conf_t *conf, ConfigCheck *check) {
+    const KafkaConfig &kafka = check->config.kafka;
+    const std::string *mechanism_key = nullptr;
+    const std::string *protocol = nullptr;
+    const std::string *kinit_cmd = nullptr;
+    for (const auto &[key, value] : kafka.properties) {
+        std::string_view bare = BareKafkaName(key);
+        if (bare == "sasl.mechanism" || bare == "sasl.mechanisms") {
+            mechanism_key = &key;
+        } else if (bare == "security.protocol") {
+            protocol = &value;
+        } else if (bare == "sasl.kerberos.kinit.cmd") {
+            kinit_cmd = &value;
+        }
+    }
+    // librdkafka wants exactly "GSSAPI"; any case counts here.
+    const std::string mechanism = KafkaConfValue(conf, "sasl.mechanisms");
+    const bool gssapi = AsciiLowerCopy(mechanism).find("gssapi") != std::string::npos;
+    const bool sasl = StartsWith(AsciiLowerCopy(KafkaConfValue(conf, "security.protocol")), "sasl");
+    // One identity for every way of choosing it, so that respelling it changes nothing.
+    PrivilegedSetting setting{"sasl.mechanisms", "gssapi", ServerAccess::RunsCode, std::string()};
+    if (gssapi && mechanism_key != nullptr) {
+        setting.problem = Quote(*mechanism_key) + ": " + Quote(mechanism) +
+                          " (Kerberos) runs kinit, a command on the database server" +
+                          kOnlySuperuser;
+        check->privileged.push_back(std::move(setting));
+    } else if (gssapi && sasl && protocol != nullptr) {
+        setting.problem = "\"security.protocol\": " + Quote(*protocol) +
+                          " without \"sasl.mechanisms\" chooses GSSAPI (Kerberos), which runs "
+                          "kinit, a command on the database server" +
+                          kOnlySuperuser;
+        check->privileged.push_back(std::move(setting));
+    }
+    // A custom kinit command may substitute any property ("%{sasl.username}"): those become
+    // part of a shell command too.
+    if (kinit_cmd == nullptr) {
+        return;
+    }
+    for (size_t open = kinit_cmd->find("%{"); open != std::string::npos;
+         open = kinit_cmd->find("%{", open + 2)) {
+        size_t close = kinit_cmd->find('}', open + 2);
+        if (close == std::string::npos) {
+            break;
+        }
+        const std::string name = kinit_cmd->substr(open + 2, close - open - 2);
+        for (const auto &[key, value] : kafka.properties) {
+            if (BareKafkaName(key) != name ||
+                StartsWith(AsciiLowerCopy(BareKafkaName(key)), "sasl.kerberos.")) {
+                continue;
+            }
+            check->privileged.push_back(
+                {key, value, ServerAccess::RunsCode,
+                 Quote(key) +
+                     " is substituted into \"sasl.kerberos.kinit.cmd\", a command the "
+                     "database server runs" +
+                     kOnlySuperuser});
+        }
+    }
+}
+
+// Top-level keys whose value holds a number beyond the range of a double, with the problem
+// to report for each (see CheckDestinationConfig).
+using OutOfRange = std::vector<std::pair<std::string, std::string>>;
+
+// Reports the out-of-range problems of `key` and returns true when it has any: such a key is
+// not checked further (its value is not what the user wrote).
+bool ReportOutOfRange(const OutOfRange &out_of_range, const std::string &key,
                       std::vector<std::string> *problems) {
+    bool found = false;
+    for (const auto &[bad_key, problem] : out_of_range) {
+        if (bad_key == key) {
+            problems->push_back(problem);
+            found = true;
+        }
+    }
+    return found;
+}
+
+// The kafka-specific part of CheckDestinationConfig.
+void CheckKafkaConfig(const Json &object, const OutOfRange &out_of_range, ConfigCheck *check) {
+    DestinationConfig *config = &check->config;
+    std::vector<std::string> *problems = &check->problems;
     KafkaConfPtr conf(rd_kafka_conf_new());
     if (!conf) {
         problems->push_back("could not allocate a librdkafka configuration to check against");
@@ -610,17 +783,21 @@ void CheckKafkaConfig(const Json &object, DestinationConfig *config,
     bool bootstrap_given = false;
     for (const auto &item : object.items()) {
         const std::string &key = item.key();
-        if (CheckCommonKey(DestinationKind::Kafka, key, item.value(), config, problems)) {
-            continue;
-        }
         if (key == "bootstrap.servers" || key == "metadata.broker.list") {
             bootstrap_given = true;
         }
-        CheckKafkaProperty(conf.get(), key, item.value(), &config->kafka, &has_bootstrap, problems);
+        if (ReportOutOfRange(out_of_range, key, problems)) {
+            continue;
+        }
+        if (CheckCommonKey(DestinationKind::Kafka, key, item.value(), config, problems)) {
+            continue;
+        }
+        CheckKafkaProperty(conf.get(), key, item.value(), &has_bootstrap, check);
     }
     if (!has_bootstrap && !bootstrap_given) {
         problems->push_back("\"bootstrap.servers\" is required for a kafka destination");
     }
+    CheckKerberos(conf.get(), check);
     // librdkafka checks these only when the producer is created; the idempotent producer
     // needs them so, and a destination that would fail at 3am should fail now.
     auto number = [&](const char *name) -> int64_t {
@@ -648,18 +825,23 @@ void CheckKafkaConfig(const Json &object, DestinationConfig *config,
 }
 
 // The webhook-specific part of CheckDestinationConfig.
-void CheckWebhookConfig(const Json &object, DestinationConfig *config,
-                        std::vector<std::string> *problems) {
+void CheckWebhookConfig(const Json &object, const OutOfRange &out_of_range,
+                        const CheckOptions &options, ConfigCheck *check) {
+    DestinationConfig *config = &check->config;
+    std::vector<std::string> *problems = &check->problems;
     WebhookConfig &webhook = config->webhook;
     bool url_given = false;
     for (const auto &item : object.items()) {
         const std::string &key = item.key();
         const Json &value = item.value();
+        url_given = url_given || key == "url";
+        if (ReportOutOfRange(out_of_range, key, problems)) {
+            continue;
+        }
         if (CheckCommonKey(DestinationKind::Webhook, key, value, config, problems)) {
             continue;
         }
         if (key == "url") {
-            url_given = true;
             // The URL is not quoted: it may carry credentials or a token in its query.
             if (!value.is_string() || !IsValidWebhookUrl(value.get_ref<const std::string &>())) {
                 problems->push_back("\"url\" must be an http or https URL with a host");
@@ -687,10 +869,13 @@ void CheckWebhookConfig(const Json &object, DestinationConfig *config,
                 webhook.max_in_flight = static_cast<int>(*n);
             }
         } else if (key == "ca_file") {
+            check->privileged.push_back({key, value.dump(), ServerAccess::ReadsFiles,
+                                         "\"ca_file\" has the database server read a file" +
+                                             std::string(kOnlyFileReaders)});
             if (!value.is_string()) {
                 problems->push_back("\"ca_file\" must be a string naming a readable file");
-            } else if (std::optional<std::string> problem =
-                           CaFileProblem(value.get_ref<const std::string &>())) {
+            } else if (std::optional<std::string> problem = CaFileProblem(
+                           value.get_ref<const std::string &>(), options.check_files)) {
                 problems->push_back(std::move(*problem));
             } else {
                 webhook.ca_file = value.get<std::string>();
@@ -710,7 +895,148 @@ void CheckWebhookConfig(const Json &object, DestinationConfig *config,
     }
 }
 
+// What stands in for a number beyond the range of a double until the problem is reported:
+// a JSON string no config setting accepts (jsonb can hold U+0001, but no one writes this).
+constexpr std::string_view kOutOfRangeMarker = "\x01outbox: number out of range\x01";
+constexpr std::string_view kOutOfRangeLiteral = "\"\\u0001outbox: number out of range\\u0001\"";
+
+// `text` with every number that overflows a double replaced by kOutOfRangeLiteral, or nullopt
+// when there is none. nlohmann::json refuses such numbers outright ("number overflow"), which
+// would hide where the number is and every other problem. Strings are copied untouched.
+std::optional<std::string> MarkOutOfRangeNumbers(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    bool marked = false;
+    size_t i = 0;
+    while (i < text.size()) {
+        char c = text[i];
+        if (c == '"') {
+            size_t end = i + 1;
+            while (end < text.size() && text[end] != '"') {
+                end += text[end] == '\\' ? 2 : 1;
+            }
+            end = std::min(end + 1, text.size());
+            out.append(text.substr(i, end - i));
+            i = end;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t end = i + 1;
+            while (end < text.size() &&
+                   std::string_view("0123456789+-.eE").find(text[end]) != std::string_view::npos) {
+                ++end;
+            }
+            const std::string token(text.substr(i, end - i));
+            char *parsed_to = nullptr;
+            // The server's LC_NUMERIC is always C, and so is the unit tests'.
+            double number = std::strtod(token.c_str(), &parsed_to);
+            if (parsed_to == token.c_str() + token.size() && std::isinf(number)) {
+                out.append(kOutOfRangeLiteral);
+                marked = true;
+            } else {
+                out.append(token);
+            }
+            i = end;
+        } else {
+            out.push_back(c);
+            ++i;
+        }
+    }
+    if (!marked) {
+        return std::nullopt;
+    }
+    return out;
+}
+
+// Appends to `out` one (top-level key, problem) pair for every out-of-range marker in `value`,
+// `pointer` being where `value` is inside the top-level key's value (a JSON pointer).
+void FindOutOfRange(const std::string &key, const Json &value, const std::string &pointer,
+                    OutOfRange *out) {
+    if (value.is_string() && value.get_ref<const std::string &>() == kOutOfRangeMarker) {
+        std::string where = Quote(key);
+        if (!pointer.empty()) {
+            where += " at " + Quote(pointer);
+        }
+        out->emplace_back(key,
+                          "number out of range in " + where +
+                              " (numbers must be within the range of a double, about +/-1.8e308)");
+    } else if (value.is_array()) {
+        size_t index = 0;
+        for (const Json &element : value) {
+            FindOutOfRange(key, element, pointer + "/" + std::to_string(index++), out);
+        }
+    } else if (value.is_object()) {
+        for (const auto &item : value.items()) {
+            std::string member = item.key();
+            ReplaceAll(&member, "~", "~0");
+            ReplaceAll(&member, "/", "~1");
+            FindOutOfRange(key, item.value(), pointer + "/" + member, out);
+        }
+    }
+}
+
+// The check itself; CheckDestinationConfig adds the catch.
+void CheckConfigInto(DestinationKind kind, std::string_view json_text, const CheckOptions &options,
+                     ConfigCheck *out) {
+    ConfigCheck &check = *out;
+    // With exceptions disabled the parser reports failure as a discarded value.
+    Json object = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
+    OutOfRange out_of_range;
+    if (object.is_discarded()) {
+        if (std::optional<std::string> marked = MarkOutOfRangeNumbers(json_text)) {
+            object = Json::parse(marked->begin(), marked->end(), nullptr, false);
+            if (object.is_object()) {
+                for (const auto &item : object.items()) {
+                    FindOutOfRange(item.key(), item.value(), std::string(), &out_of_range);
+                }
+            }
+        }
+    }
+    if (object.is_discarded() || !object.is_object()) {
+        check.problems.push_back("the config must be a JSON object");
+        return;
+    }
+    if (kind == DestinationKind::Kafka) {
+        CheckKafkaConfig(object, out_of_range, &check);
+    } else {
+        CheckWebhookConfig(object, out_of_range, options, &check);
+    }
+    if (check.config.ordering == Ordering::Key) {
+        for (const auto &[key, value] : check.config.kafka.properties) {
+            if (BareKafkaName(key) == "partitioner" && value == "random") {
+                check.problems.push_back(
+                    "\"partitioner\" must map a key to one partition with \"ordering\": "
+                    "\"key\" (\"random\" spreads a key's messages over partitions)");
+            }
+        }
+    }
+    if (object.contains("on_dead") && check.config.ordering != Ordering::Key) {
+        check.problems.push_back(
+            "\"on_dead\" applies only with \"ordering\": \"key\" (without ordering a dead "
+            "letter never holds back other messages)");
+    }
+    const RetryPolicy &retry = check.config.retry;
+    if (retry.retry_base_ms > 0 && retry.retry_max_ms > 0 &&
+        retry.retry_max_ms < retry.retry_base_ms) {
+        check.problems.push_back("\"retry_max\" must not be less than \"retry_base\"");
+    }
+}
 }  // namespace
+
+// The privileged settings an UPDATE adds or changes: those of `after` with no equal in `before`.
+std::vector<PrivilegedSetting> AddedOrChangedSettings(const std::vector<PrivilegedSetting> &before,
+                                                      const std::vector<PrivilegedSetting> &after) {
+    std::vector<PrivilegedSetting> changed;
+    for (const PrivilegedSetting &setting : after) {
+        bool kept = false;
+        for (const PrivilegedSetting &old : before) {
+            kept = kept || (old.key == setting.key && old.value == setting.value &&
+                            old.access == setting.access);
+        }
+        if (!kept) {
+            changed.push_back(setting);
+        }
+    }
+    return changed;
+}
 
 // A Kafka topic name as the broker accepts it (Kafka's Topic.validate).
 bool IsValidKafkaTopic(std::string_view topic) {
@@ -778,41 +1104,13 @@ bool IsSecretSetting(std::string_view key) {
 }
 
 // The one config check, for create/alter_destination and for the worker alike.
-ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text) {
+ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text,
+                                   const CheckOptions &options) {
     ConfigCheck check;
     check.config.kind = kind;
-    // With exceptions disabled the parser reports failure as a discarded value; the catch is
-    // for the library's type errors, which the checks above should already make impossible.
+    // The catch is for the library's type errors, which the checks should make impossible.
     try {
-        Json object = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
-        if (object.is_discarded() || !object.is_object()) {
-            check.problems.push_back("the config must be a JSON object");
-            return check;
-        }
-        if (kind == DestinationKind::Kafka) {
-            CheckKafkaConfig(object, &check.config, &check.problems);
-        } else {
-            CheckWebhookConfig(object, &check.config, &check.problems);
-        }
-        if (check.config.ordering == Ordering::Key) {
-            for (const auto &[key, value] : check.config.kafka.properties) {
-                if (key == "partitioner" && (value == "random")) {
-                    check.problems.push_back(
-                        "\"partitioner\" must map a key to one partition with \"ordering\": "
-                        "\"key\" (\"random\" spreads a key's messages over partitions)");
-                }
-            }
-        }
-        if (object.contains("on_dead") && check.config.ordering != Ordering::Key) {
-            check.problems.push_back(
-                "\"on_dead\" applies only with \"ordering\": \"key\" (without ordering a dead "
-                "letter never holds back other messages)");
-        }
-        const RetryPolicy &retry = check.config.retry;
-        if (retry.retry_base_ms > 0 && retry.retry_max_ms > 0 &&
-            retry.retry_max_ms < retry.retry_base_ms) {
-            check.problems.push_back("\"retry_max\" must not be less than \"retry_base\"");
-        }
+        CheckConfigInto(kind, json_text, options, &check);
     } catch (const nlohmann::json::exception &) {
         check.problems.push_back("the config could not be checked because of an internal error");
     }

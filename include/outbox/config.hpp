@@ -65,9 +65,40 @@ struct DestinationConfig {
     WebhookConfig webhook;
 };
 
+// What a setting makes the database server do beyond talking to the network. The pure check
+// only reports such settings; whether the role defining the destination may use them is
+// decided by src/pg/destinations.cpp (the worker, a superuser, runs whatever was stored).
+enum class ServerAccess {
+    RunsCode,    // runs a program or loads a library as the server's OS user: superuser only
+    ReadsFiles,  // has the server read a file it names: superuser or pg_read_server_files
+};
+
+struct PrivilegedSetting {
+    // Identity of the setting, compared between a destination's old and new config. Aliases
+    // of the same choice share it ("sasl.mechanism": "GSSAPI" and librdkafka's default
+    // GSSAPI are both {"sasl.mechanisms", "gssapi"}); otherwise the key as written and the
+    // value's JSON text. Never shown: the value may be a path or a command.
+    std::string key;
+    std::string value;
+    ServerAccess access = ServerAccess::RunsCode;
+    // The sentence for a refusal, naming the setting and what it does, e.g.
+    // `"ssl.engine.location" loads a shared library into the database server: only a
+    // superuser may set it`.
+    std::string problem;
+};
+
+struct CheckOptions {
+    // Whether "ca_file" must name a readable file. Off when the caller may not have the
+    // server read files: the answer would tell it which server paths exist.
+    bool check_files = true;
+};
+
 struct ConfigCheck {
     DestinationConfig config;
     std::vector<std::string> problems;  // empty when the config is valid
+    std::vector<std::string> hints;     // what to do instead, for some of the problems
+    // Settings that need privileges, whether or not the config has problems.
+    std::vector<PrivilegedSetting> privileged;
     bool ok() const { return problems.empty(); }
 };
 
@@ -84,17 +115,40 @@ struct ConfigCheck {
 // booleans. "bootstrap.servers" is required. Refused because they would break the guarantees or
 // the host process: "enable.idempotence" other than true, "acks"/"request.required.acks" other
 // than "all"/"-1", "transactional.id", "internal.termination.signal", and any property whose
-// value librdkafka treats as a callback or pointer.
+// value librdkafka treats as a callback or pointer; "queuing.strategy" other than "fifo"
+// (the idempotent producer cannot start otherwise); "enable.sasl.oauthbearer.unsecure.jwt"
+// true (development only: librdkafka 2.0.2 crashes the host process when it cannot parse
+// "sasl.oauthbearer.config"). Topic-level properties are checked in every spelling librdkafka
+// accepts ("acks", "topic.acks", "topic.request.required.acks"...). "bootstrap.servers"
+// (and "metadata.broker.list") must be a string.
+//
+// Reported in `privileged` (see ServerAccess), not as problems: RunsCode for any
+// "sasl.kerberos.*" property, "sasl.mechanism(s)": "GSSAPI" (its kinit command is a shell
+// command), a SASL "security.protocol" without a mechanism (librdkafka's default is GSSAPI),
+// "ssl.engine.location", "ssl.engine.id", "ssl.providers", and any property substituted
+// into a custom "sasl.kerberos.kinit.cmd"; ReadsFiles for "ssl.ca.location" (other than
+// "probe"), "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location",
+// "ssl.crl.location" and the webhook "ca_file".
+//
+// A number beyond the range of a double (jsonb keeps 1e400 exactly) is reported as out of
+// range where it is; the rest of the config is still checked.
 //
 // webhook: "url" (required; http or https with a host, checked with libcurl's URL parser),
 // "secret" (a "whsec_" + base64 string, or a non-empty array of them for rotation),
 // "headers" (object of strings; valid names and values per headers.hpp, not reserved),
 // "timeout_ms" (duration, 1ms..10min), "max_in_flight" (integer 1..1024), "ca_file" (string;
-// must name a readable file), "tls_verify" (boolean). Unknown keys are problems.
+// must name a readable file when options.check_files), "tls_verify" (boolean). Unknown keys
+// are problems.
 //
 // Problems name the key and say what is expected. A problem never quotes the value of a secret
 // setting (see IsSecretSetting); other values may be quoted, truncated to 64 bytes.
-ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text);
+ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text,
+                                   const CheckOptions &options = {});
+
+// The settings of `after` that `before` lacks or has with another value: the privileged
+// settings an UPDATE of a destination adds or changes.
+std::vector<PrivilegedSetting> AddedOrChangedSettings(const std::vector<PrivilegedSetting> &before,
+                                                      const std::vector<PrivilegedSetting> &after);
 
 // Settings whose values are secrets and must never be echoed: webhook "secret", and any key
 // containing "password", "secret", "token", "sasl.oauthbearer.config", or "ssl.key" (keys and

@@ -626,6 +626,285 @@ TEST(ConfigTest, SecretsNeverAppearInProblems) {
     EXPECT_NE(control.problems[0].find("hunter2"), std::string::npos);
 }
 
+// The privileged settings of a check, as "code key" / "files key" lines, in order.
+std::vector<std::string> Privileged(const ConfigCheck &check) {
+    std::vector<std::string> out;
+    for (const PrivilegedSetting &setting : check.privileged) {
+        out.push_back(std::string(setting.access == ServerAccess::RunsCode ? "code " : "files ") +
+                      setting.key);
+    }
+    return out;
+}
+
+const PrivilegedSetting *FindPrivileged(const ConfigCheck &check, const std::string &key) {
+    for (const PrivilegedSetting &setting : check.privileged) {
+        if (setting.key == key) {
+            return &setting;
+        }
+    }
+    return nullptr;
+}
+
+// The settings that run code as the server's OS user are valid, but reported as privileged.
+TEST(ConfigTest, SettingsThatRunCodeAreReported) {
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "b:9092",
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "GSSAPI",
+        "sasl.kerberos.kinit.cmd": "touch /tmp/pwned"})");
+    EXPECT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(Privileged(check),
+              (std::vector<std::string>{"code sasl.kerberos.kinit.cmd", "code sasl.mechanisms"}));
+    EXPECT_EQ(FindPrivileged(check, "sasl.kerberos.kinit.cmd")->problem,
+              "\"sasl.kerberos.kinit.cmd\" runs a command on the database server: only a "
+              "superuser may set it");
+    EXPECT_EQ(FindPrivileged(check, "sasl.mechanisms")->problem,
+              "\"sasl.mechanisms\": \"GSSAPI\" (Kerberos) runs kinit, a command on the database "
+              "server: only a superuser may set it");
+
+    // Every sasl.kerberos.* property (the default kinit command substitutes the principal and
+    // the keytab into a shell command), OpenSSL engines and providers.
+    for (const char *key :
+         {"sasl.kerberos.principal", "sasl.kerberos.keytab", "sasl.kerberos.service.name",
+          "ssl.engine.location", "ssl.engine.id", "ssl.providers"}) {
+        check = Kafka(std::string(R"({"bootstrap.servers": "b:9092", ")") + key + R"(": "x"})");
+        EXPECT_TRUE(check.ok()) << key << ": " << JoinProblems(check);
+        EXPECT_EQ(Privileged(check), std::vector<std::string>{std::string("code ") + key});
+    }
+    check = Kafka(R"({"bootstrap.servers": "b", "sasl.kerberos.min.time.before.relogin": 0})");
+    EXPECT_EQ(Privileged(check),
+              std::vector<std::string>{"code sasl.kerberos.min.time.before.relogin"});
+    check = Kafka(R"({"bootstrap.servers": "b", "ssl.engine.location": "/tmp/engine.so"})");
+    EXPECT_EQ(check.privileged.at(0).problem,
+              "\"ssl.engine.location\" loads a shared library (an OpenSSL engine) into the "
+              "database server: only a superuser may set it");
+    // Even when librdkafka refuses the value, or it is not a scalar.
+    check = Kafka(R"({"bootstrap.servers": "b", "sasl.kerberos.min.time.before.relogin": "x",
+                      "sasl.kerberos.kinit.cmd": {"sh": "-c"}})");
+    EXPECT_FALSE(check.ok());
+    EXPECT_EQ(check.privileged.size(), 2u);
+}
+
+// GSSAPI however it is chosen: in any case, through the alias, or as librdkafka's default
+// mechanism for a SASL security.protocol.
+TEST(ConfigTest, KerberosIsPrivilegedHoweverChosen) {
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "b", "sasl.mechanism": "gssapi"})");
+    EXPECT_EQ(Privileged(check), std::vector<std::string>{"code sasl.mechanisms"});
+    EXPECT_EQ(check.privileged.at(0).problem,
+              "\"sasl.mechanism\": \"gssapi\" (Kerberos) runs kinit, a command on the database "
+              "server: only a superuser may set it");
+    check = Kafka(R"({"bootstrap.servers": "b", "security.protocol": "SASL_SSL"})");
+    EXPECT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(Privileged(check), std::vector<std::string>{"code sasl.mechanisms"});
+    EXPECT_EQ(check.privileged.at(0).problem,
+              "\"security.protocol\": \"SASL_SSL\" without \"sasl.mechanisms\" chooses GSSAPI "
+              "(Kerberos), which runs kinit, a command on the database server: only a superuser "
+              "may set it");
+    // The same identity every way, so that an UPDATE that respells it changes nothing.
+    EXPECT_EQ(check.privileged.at(0).value, "gssapi");
+
+    for (const char *mechanism : {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"}) {
+        check = Kafka(std::string(R"({"bootstrap.servers": "b", "security.protocol": "SASL_SSL",
+                                      "sasl.mechanisms": ")") +
+                      mechanism + R"(", "sasl.username": "u", "sasl.password": "p"})");
+        EXPECT_TRUE(check.privileged.empty()) << mechanism;
+    }
+    // Not SASL at all: librdkafka's default mechanism is never used.
+    EXPECT_TRUE(
+        Kafka(R"({"bootstrap.servers": "b", "security.protocol": "SSL"})").privileged.empty());
+    EXPECT_TRUE(Kafka(R"({"bootstrap.servers": "b"})").privileged.empty());
+}
+
+// A custom kinit command can substitute any property: those become part of the command.
+TEST(ConfigTest, PropertiesSubstitutedIntoKinitAreCode) {
+    ConfigCheck check = Kafka(R"({"bootstrap.servers": "b", "sasl.username": "u; rm -rf /",
+        "sasl.kerberos.kinit.cmd": "kinit %{sasl.username} %{sasl.kerberos.principal}",
+        "client.id": "c"})");
+    EXPECT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(Privileged(check),
+              (std::vector<std::string>{"code sasl.kerberos.kinit.cmd", "code sasl.username"}));
+    EXPECT_EQ(FindPrivileged(check, "sasl.username")->problem,
+              "\"sasl.username\" is substituted into \"sasl.kerberos.kinit.cmd\", a command the "
+              "database server runs: only a superuser may set it");
+}
+
+TEST(ConfigTest, SettingsThatReadFilesAreReported) {
+    for (const char *key : {"ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+                            "ssl.keystore.location", "ssl.crl.location"}) {
+        ConfigCheck check =
+            Kafka(std::string(R"({"bootstrap.servers": "b", ")") + key + R"(": "/etc/passwd"})");
+        EXPECT_TRUE(check.ok()) << key << ": " << JoinProblems(check);
+        EXPECT_EQ(Privileged(check), std::vector<std::string>{std::string("files ") + key});
+        EXPECT_EQ(check.privileged.at(0).problem,
+                  "\"" + std::string(key) +
+                      "\" has the database server read a file: only a superuser or a member of "
+                      "pg_read_server_files may set it");
+    }
+    // "probe" names no file: librdkafka looks in the usual system locations.
+    EXPECT_TRUE(
+        Kafka(R"({"bootstrap.servers": "b", "ssl.ca.location": "probe"})").privileged.empty());
+    // ssl.ca.directory does not exist in librdkafka 2.0.2.
+    EXPECT_FALSE(Kafka(R"({"bootstrap.servers": "b", "ssl.ca.directory": "/etc"})").ok());
+
+    ConfigCheck hook = Webhook(R"({"url": "https://h/", "ca_file": "/nonexistent/ca.pem"})");
+    EXPECT_EQ(Privileged(hook), std::vector<std::string>{"files ca_file"});
+    EXPECT_EQ(hook.privileged.at(0).problem,
+              "\"ca_file\" has the database server read a file: only a superuser or a member of "
+              "pg_read_server_files may set it");
+    EXPECT_TRUE(Webhook(R"({"url": "https://h/"})").privileged.empty());
+    // Ordinary settings need no privilege.
+    ConfigCheck plain = Kafka(R"({"bootstrap.servers": "b", "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "PLAIN", "sasl.username": "u", "sasl.password": "p",
+        "linger.ms": 5, "ssl.ca.pem": "x"})");
+    EXPECT_TRUE(plain.privileged.empty());
+}
+
+// Without check_files, "ca_file" is not looked up: the caller must not learn which paths exist.
+TEST(ConfigTest, CaFileIsLookedUpOnlyWhenAsked) {
+    CheckOptions options;
+    options.check_files = false;
+    ConfigCheck check = CheckDestinationConfig(
+        DestinationKind::Webhook, R"({"url": "https://h/", "ca_file": "/nonexistent/ca.pem"})",
+        options);
+    EXPECT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(Privileged(check), std::vector<std::string>{"files ca_file"});
+    check = CheckDestinationConfig(DestinationKind::Webhook,
+                                   R"({"url": "https://h/", "ca_file": "/tmp"})", options);
+    EXPECT_TRUE(check.ok()) << JoinProblems(check);
+    // What says nothing about the server is still checked.
+    check = CheckDestinationConfig(DestinationKind::Webhook,
+                                   R"({"url": "https://h/", "ca_file": ""})", options);
+    EXPECT_EQ(JoinProblems(check), "\"ca_file\" must name a readable file\n");
+    check = CheckDestinationConfig(DestinationKind::Webhook,
+                                   R"({"url": "https://h/", "ca_file": 5})", options);
+    EXPECT_FALSE(check.ok());
+}
+
+TEST(ConfigTest, AddedOrChangedSettings) {
+    auto privileged = [](const std::string &json) { return Kafka(json).privileged; };
+    const std::string kerberos = R"("bootstrap.servers": "b", "security.protocol": "SASL_SSL",
+        "sasl.kerberos.principal": "outbox", "ssl.ca.location": "/etc/ssl/ca.pem")";
+    auto before = privileged("{" + kerberos + "}");
+    ASSERT_EQ(before.size(), 3u);
+    // Other settings changed: nothing privileged was added or changed.
+    EXPECT_TRUE(AddedOrChangedSettings(before, privileged("{" + kerberos + R"(, "linger.ms": 5})"))
+                    .empty());
+    // Choosing GSSAPI explicitly, in another spelling, keeps the same choice.
+    EXPECT_TRUE(AddedOrChangedSettings(
+                    before, privileged("{" + kerberos + R"(, "sasl.mechanism": "GSSAPI"})"))
+                    .empty());
+    // A changed value, a new setting.
+    auto changed = AddedOrChangedSettings(
+        before, privileged(R"({"bootstrap.servers": "b", "security.protocol": "SASL_SSL",
+            "sasl.kerberos.principal": "x; touch /tmp/p", "ssl.ca.location": "/etc/ssl/ca.pem",
+            "ssl.key.location": "/k"})"));
+    ASSERT_EQ(changed.size(), 2u);
+    EXPECT_EQ(changed[0].key, "sasl.kerberos.principal");
+    EXPECT_EQ(changed[1].key, "ssl.key.location");
+    // From nothing, everything is added.
+    EXPECT_EQ(AddedOrChangedSettings({}, before).size(), 3u);
+    // Removing is not adding.
+    EXPECT_TRUE(
+        AddedOrChangedSettings(before, privileged(R"({"bootstrap.servers": "b"})")).empty());
+}
+
+TEST(ConfigTest, UnsecuredJwtIsRefused) {
+    for (const char *value : {"true", "\"true\"", "\"t\"", "1"}) {
+        ConfigCheck check = Kafka(std::string(R"({"bootstrap.servers": "b",
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+            "sasl.oauthbearer.config": "bogus", "enable.sasl.oauthbearer.unsecure.jwt": )") +
+                                  value + "}");
+        ASSERT_EQ(check.problems.size(), 1u) << value << ": " << JoinProblems(check);
+        EXPECT_EQ(check.problems[0],
+                  "\"enable.sasl.oauthbearer.unsecure.jwt\" must be false (librdkafka's unsecured "
+                  "JWT is for development only, and librdkafka 2.0.2 crashes the database server "
+                  "when it cannot parse \"sasl.oauthbearer.config\")");
+        ASSERT_EQ(check.hints.size(), 1u);
+        EXPECT_NE(check.hints[0].find("\"sasl.oauthbearer.method\": \"oidc\""), std::string::npos);
+        // The config (a secret) is never quoted.
+        EXPECT_EQ(JoinProblems(check).find("bogus"), std::string::npos);
+    }
+    ConfigCheck off = Kafka(R"({"bootstrap.servers": "b", "sasl.mechanisms": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": false})");
+    EXPECT_TRUE(off.ok()) << JoinProblems(off);
+    EXPECT_TRUE(off.hints.empty());
+}
+
+TEST(ConfigTest, TopicLevelSpellingsCannotWeakenGuarantees) {
+    for (const char *key : {"topic.acks", "topic.request.required.acks"}) {
+        for (const char *value : {"0", "1", "\"1\""}) {
+            ConfigCheck check = Kafka(std::string(R"({"bootstrap.servers": "b", ")") + key +
+                                      R"(": )" + value + "}");
+            EXPECT_EQ(JoinProblems(check),
+                      "\"" + std::string(key) +
+                          "\" must be \"all\" (outbox requires acknowledgement by all in-sync "
+                          "replicas)\n")
+                << key << "=" << value;
+        }
+        EXPECT_TRUE(
+            Kafka(std::string(R"({"bootstrap.servers": "b", ")") + key + R"(": "all"})").ok());
+    }
+    for (const char *key : {"queuing.strategy", "topic.queuing.strategy"}) {
+        ConfigCheck check =
+            Kafka(std::string(R"({"bootstrap.servers": "b", ")") + key + R"(": "lifo"})");
+        EXPECT_EQ(JoinProblems(check),
+                  "\"" + std::string(key) +
+                      "\" must be \"fifo\" (the idempotent producer cannot start with another "
+                      "queuing strategy)\n");
+        EXPECT_TRUE(
+            Kafka(std::string(R"({"bootstrap.servers": "b", ")") + key + R"(": "fifo"})").ok());
+    }
+    ConfigCheck random =
+        Kafka(R"({"bootstrap.servers": "b", "ordering": "key", "topic.partitioner": "random"})");
+    EXPECT_TRUE(HasProblemContaining(random, "\"partitioner\" must map a key to one partition"))
+        << JoinProblems(random);
+}
+
+TEST(ConfigTest, BootstrapServersMustBeAString) {
+    for (const char *value : {"9092", "true", "1.5", "null", "[\"b:9092\"]", "{}"}) {
+        ConfigCheck check = Kafka(std::string(R"({"bootstrap.servers": )") + value + "}");
+        EXPECT_EQ(JoinProblems(check),
+                  "\"bootstrap.servers\" must be a string listing brokers, such as "
+                  "\"host1:9092,host2:9092\"\n")
+            << value;
+    }
+    ConfigCheck check = Kafka(R"({"metadata.broker.list": 9092})");
+    EXPECT_EQ(JoinProblems(check),
+              "\"metadata.broker.list\" must be a string listing brokers, such as "
+              "\"host1:9092,host2:9092\"\n");
+}
+
+// jsonb keeps 1e400 exactly (and prints it as 401 digits); a double cannot hold it.
+TEST(ConfigTest, NumbersOutOfRangeAreReportedWhereTheyAre) {
+    const std::string huge = "1" + std::string(400, '0');
+    ConfigCheck check =
+        Webhook(R"({"url": "http://h/", "max_attempts": 2.5, "retry_base": )" + huge + "}");
+    EXPECT_EQ(JoinProblems(check),
+              "\"max_attempts\" must be an integer between 1 and 1000\n"
+              "number out of range in \"retry_base\" (numbers must be within the range of a "
+              "double, about +/-1.8e308)\n");
+    // Exponents, negative numbers, nested values; a required key out of range is still given.
+    check = Webhook(R"({"url": -1e400, "headers": {"x/a": ["v", 1E+999]}, "timeout_ms": 5})");
+    EXPECT_EQ(JoinProblems(check),
+              "number out of range in \"url\" (numbers must be within the range of a double, "
+              "about +/-1.8e308)\n"
+              "number out of range in \"headers\" at \"/x~1a/1\" (numbers must be within the "
+              "range of a double, about +/-1.8e308)\n");
+    check = Kafka(R"({"bootstrap.servers": "b", "sasl.password": 1e400, "linger.ms": "x1e400"})");
+    EXPECT_TRUE(HasProblem(check,
+                           "number out of range in \"sasl.password\" (numbers must be within the "
+                           "range of a double, about +/-1.8e308)"))
+        << JoinProblems(check);
+    EXPECT_TRUE(HasProblemContaining(check, "\"linger.ms\"")) << JoinProblems(check);
+    EXPECT_EQ(check.problems.size(), 2u) << JoinProblems(check);
+    // Strings that look like numbers are untouched; small numbers underflow harmlessly.
+    check = Webhook(R"({"url": "http://h/", "topic": "1e400", "retry_base": 1e-400})");
+    EXPECT_TRUE(HasProblemContaining(check, "\"retry_base\" must be a duration"))
+        << JoinProblems(check);
+    EXPECT_EQ(check.config.webhook.default_topic, "1e400");
+    // Still not an object, or not JSON.
+    EXPECT_EQ(JoinProblems(Webhook("1e400")), "the config must be a JSON object\n");
+    EXPECT_EQ(JoinProblems(Webhook(R"({"url": 1e400)")), "the config must be a JSON object\n");
+}
+
 TEST(ConfigTest, ProblemsAreSinglePrintableLines) {
     ConfigCheck check = Webhook("{\"x\\ny\\u0001\\\"z\": 1}");
     ASSERT_EQ(check.problems.size(), 2u) << JoinProblems(check);
