@@ -51,6 +51,7 @@ struct Dispatcher::Destination {
     double ack_ms = 0;        // moving average of submit-to-outcome time
     int outage_failures = 0;  // consecutive probes that found the destination unreachable
     int64_t next_probe_ms = 0;
+    int64_t probe_id = 0;  // the probe in flight (0: none)
     int64_t probe_sent_ms = 0;
 };
 
@@ -236,8 +237,10 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         }
         return;
     }
-    if (d.outage_failures > 0)
+    if (d.outage_failures > 0) {
+        d.probe_id = send.front().id;
         d.probe_sent_ms = now_ms;
+    }
     d.driver->Submit(std::move(send));
 }
 
@@ -284,10 +287,13 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             break;
         case OutcomeKind::Defer:
             // Unreachable: no attempt spent; claim nothing more until a probe gets through.
-            // The probe interval counts from the probe's start: a driver may have held it.
-            if (d.outage_failures == 0 || now_ms >= d.next_probe_ms) {
+            // The first Defer starts the outage and each failed probe lengthens it; late Defers
+            // of the batch that was in flight when it began count for nothing. The interval
+            // counts from the probe's start: a driver may have held the probe.
+            if (d.outage_failures == 0 || (d.probe_id != 0 && o.id == d.probe_id)) {
                 int64_t from = d.outage_failures > 0 ? d.probe_sent_ms : now_ms;
                 d.outage_failures++;
+                d.probe_id = 0;
                 d.next_probe_ms =
                     from + OutageProbeDelayMs(d.outage_failures, kProbeBaseMs, kProbeMaxMs);
             }

@@ -18,6 +18,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 }
@@ -163,7 +164,9 @@ void OnSubtransaction(SubXactEvent event, SubTransactionId, SubTransactionId, vo
 
 // Counts outbox.messages under a SHARE lock (no writer in between) and makes the counts of
 // this database valid. Waits at most ~1 s for the lock: a transaction that keeps writing
-// the table open longer makes stats() count rows this time instead.
+// the table open longer makes stats() count rows this time instead. The rows are counted in
+// a snapshot taken once the lock is held: the statement's own snapshot predates the wait, and
+// a writer that committed meanwhile (its deltas already applied) would be counted twice.
 bool TakeCounts(Oid relid) {
     bool locked = false;
     for (int i = 0; i < 100 && !locked; i++) {
@@ -175,10 +178,12 @@ bool TakeCounts(Oid relid) {
     }
     if (!locked)
         return false;
+    PushActiveSnapshot(GetLatestSnapshot());
     int rc = SPI_execute(
         "SELECT destination, count(*), count(*) FILTER (WHERE waiting) FROM outbox.messages "
         "GROUP BY destination",
         true, 0);
+    PopActiveSnapshot();
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: counting the queue failed");
     // Every destination of this database starts from zero, then the counted ones.
