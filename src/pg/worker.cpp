@@ -128,6 +128,7 @@ class Worker {
     }
     void LogDriverLines();
     void ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::string>> *releases);
+    bool ReleaseLeftoverKeys();
     void SetState(WorkerState state) { pg_atomic_write_u32(&slot_->state, state); }
     void SetDestination(const char *name);
 
@@ -279,6 +280,7 @@ void Worker::WriteBackAndClaim(bool claim,
         extension_missing_logged_ = true;
         SetState(kWorkerNoExtension);
         pending_.clear();
+        keys_to_release_.clear();
         dispatcher_->SetDestinations({});
         destinations_loaded_ = false;
         return;
@@ -295,6 +297,30 @@ void Worker::WriteBackAndClaim(bool claim,
     keys_to_release_ = std::move(releases);
     Publish(pending_, counts);
     pending_.clear();
+}
+
+// ordering = key: the keys one transaction could not release (its lock budget ran out) are
+// released in short transactions of their own now, not a turn later; true if any was. Keys a
+// producer holds stay for a later turn (its commit wakes the worker).
+bool Worker::ReleaseLeftoverKeys() {
+    auto count = [this] {
+        size_t n = 0;
+        for (const auto &[destination, keys] : keys_to_release_)
+            n += keys.size();
+        return n;
+    };
+    bool released = false;
+    for (size_t before = count(); before > 0;) {
+        std::map<std::string, std::vector<std::string>> releases = keys_to_release_;
+        InTransaction("outbox: release keys", [&] { ReleaseKeysOfDoneMessages(&releases); });
+        keys_to_release_ = std::move(releases);
+        size_t after = count();
+        if (after == before)
+            break;
+        released = true;
+        before = after;
+    }
+    return released;
 }
 
 // ordering = key: once a key's message is deleted or buried, its next message may go. A key
@@ -405,10 +431,13 @@ bool Worker::Turn(bool woken, bool poll_due) {
         !debug_pause && !sweep && pending_.empty() && keys_to_release_.empty() &&
         destinations_loaded_ && seen_generation_ == destinations_generation && !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
-    if (fast_only)
+    bool released = false;
+    if (fast_only) {
         fast = std::move(plan);
-    else
+    } else {
         WriteBackAndClaim(claim, &claimed, &fast, sweep);
+        released = ReleaseLeftoverKeys();
+    }
     pg_atomic_fetch_add_u64(&slot_->cycles, 1);
     slot_->last_cycle_at = GetCurrentTimestamp();
 
@@ -426,7 +455,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (!fast.empty())
         full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
-    return full;
+    return full || released;  // released keys have new heads to claim
 }
 
 // The fast path, for destinations that acknowledge within milliseconds: rows are locked
@@ -705,6 +734,17 @@ void outbox_worker_main(Datum arg) {
     SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Never wait on a lock for long: a SIGTERM is noticed between transactions.
     SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
+    // Settings a database or role owner may set (ALTER DATABASE ... SET) that would stop or
+    // change the worker's transactions: it runs with the defaults.
+    static const char *const kDefaults[][2] = {
+        {"default_transaction_read_only", "off"},
+        {"default_transaction_isolation", "read committed"},
+        {"default_transaction_deferrable", "off"},
+        {"statement_timeout", "0"},
+        {"idle_in_transaction_session_timeout", "0"},
+    };
+    for (const auto &setting : kDefaults)
+        SetConfigOption(setting[0], setting[1], PGC_SUSET, PGC_S_OVERRIDE);
 
     char *dbname = nullptr;
     StartTransactionCommand();
