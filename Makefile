@@ -33,7 +33,7 @@ SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lstdc++
 # buys nothing (its hot paths are SPI and network I/O), so no bitcode is built or installed.
 override with_llvm = no
 
-EXTRA_CLEAN = test/unit/unit_tests
+EXTRA_CLEAN = test/unit/build test/unit/build-sanitize
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -41,17 +41,24 @@ include $(PGXS)
 # The object files depend on every header; a changed header rebuilds everything (small project).
 $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
 
-UNIT_SRCS = $(wildcard test/unit/*.cpp)
+UNIT_SRCS = $(wildcard test/unit/*.cpp) $(PURE_SRCS) $(DRIVER_SRCS)
 UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror) $(UNIT_SANITIZE)
+# Objects per file (make -j builds them in parallel), in a directory per flavour, so that a
+# sanitizer build (UNIT_SANITIZE=...) never mixes with a normal one.
+UNIT_BUILD = test/unit/build$(if $(UNIT_SANITIZE),-sanitize)
+UNIT_OBJS = $(patsubst %.cpp,$(UNIT_BUILD)/%.o,$(UNIT_SRCS))
 
-test/unit/unit_tests: $(UNIT_SRCS) $(PURE_SRCS) $(DRIVER_SRCS) \
-                      $(wildcard include/outbox/*.hpp include/outbox/drivers/*.hpp)
-	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_SRCS) $(PURE_SRCS) $(DRIVER_SRCS) -lgtest -lgtest_main \
-		-lpthread -lrdkafka -lcurl -lcrypto
+$(UNIT_BUILD)/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/drivers/*.hpp)
+	@mkdir -p $(dir $@)
+	$(CXX) $(UNIT_CXXFLAGS) -c -o $@ $<
+
+$(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
+	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_OBJS) -lgtest -lgtest_main -lpthread -lrdkafka -lcurl \
+		-lcrypto
 
 .PHONY: unit format
-unit: test/unit/unit_tests
-	test/unit/unit_tests
+unit: $(UNIT_BUILD)/unit_tests
+	$(UNIT_BUILD)/unit_tests
 
 format:
 	clang-format -i $(shell find src include test/unit test/tools -name '*.cpp' -o -name '*.hpp')

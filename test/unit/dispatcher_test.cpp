@@ -411,7 +411,8 @@ TEST_F(DispatcherTest, DeferStartsAnOutageProbedWithOneRowAtATime) {
     EXPECT_EQ(res.lease_token, 104);
     EXPECT_FALSE(driver.probing_calls.back());
     EXPECT_EQ(dispatcher_.NextTimeoutMs(third_probe + 20), -1);
-    const ClaimRequest *full = Planned(dispatcher_.PlanClaims(third_probe + 20), "hooks");
+    const std::vector<ClaimRequest> full_plan = dispatcher_.PlanClaims(third_probe + 20);
+    const ClaimRequest *full = Planned(full_plan, "hooks");
     ASSERT_NE(full, nullptr);
     EXPECT_EQ(full->limit, 32);
     // SetProbing(true) was never called before the first Defer, and the last call turned it off.
@@ -432,7 +433,8 @@ TEST_F(DispatcherTest, DefersOfOneBatchCountOnce) {
     }
     // Probe after 1 s (one failure), not 4 s.
     EXPECT_EQ(Planned(dispatcher_.PlanClaims(kT0 + 1099), "hooks"), nullptr);
-    const ClaimRequest *probe = Planned(dispatcher_.PlanClaims(kT0 + 1100), "hooks");
+    const std::vector<ClaimRequest> probe_plan = dispatcher_.PlanClaims(kT0 + 1100);
+    const ClaimRequest *probe = Planned(probe_plan, "hooks");
     ASSERT_NE(probe, nullptr);
     EXPECT_EQ(probe->limit, 1);
 }
@@ -477,7 +479,8 @@ TEST_F(DispatcherTest, RetryOfTheProbeEndsTheOutage) {
     EXPECT_EQ(res.action, Resolution::Action::Reschedule);
     EXPECT_FALSE(res.refund_attempt);
     EXPECT_FALSE(DriverOf("hooks").probing_calls.back());
-    const ClaimRequest *full = Planned(dispatcher_.PlanClaims(kT0 + 1001), "hooks");
+    const std::vector<ClaimRequest> full_plan = dispatcher_.PlanClaims(kT0 + 1001);
+    const ClaimRequest *full = Planned(full_plan, "hooks");
     ASSERT_NE(full, nullptr);
     EXPECT_EQ(full->limit, 32);
 }
@@ -555,7 +558,8 @@ TEST_F(DispatcherTest, FastPathWaitsForALeasedOutcome) {
     DriverOf("hooks").Finish(2, OutcomeKind::Delivered);
     res = PollOne("hooks", kT0 + 2);
     EXPECT_EQ(res.lease_token, 22);
-    const ClaimRequest *fast = Planned(dispatcher_.PlanClaims(kT0 + 2), "hooks");
+    const std::vector<ClaimRequest> fast_plan = dispatcher_.PlanClaims(kT0 + 2);
+    const ClaimRequest *fast = Planned(fast_plan, "hooks");
     ASSERT_NE(fast, nullptr);
     EXPECT_TRUE(fast->hold_locks);
 }
@@ -574,7 +578,8 @@ TEST_F(DispatcherTest, NoFastPathForOrderedDestinations) {
     Resolution res = PollOne("ordered", kT0 + 1);
     EXPECT_EQ(res.lease_token, 31);
     EXPECT_EQ(res.key, std::optional<std::string>("key-1"));
-    const ClaimRequest *next = Planned(dispatcher_.PlanClaims(kT0 + 1), "ordered");
+    const std::vector<ClaimRequest> next_plan = dispatcher_.PlanClaims(kT0 + 1);
+    const ClaimRequest *next = Planned(next_plan, "ordered");
     ASSERT_NE(next, nullptr);
     EXPECT_TRUE(next->ordered);
     EXPECT_FALSE(next->hold_locks);
@@ -591,14 +596,16 @@ TEST_F(DispatcherTest, NoFastPathDuringAnOutage) {
 
     DriverOf("hooks").Finish(2, OutcomeKind::Defer, "refused");
     PollOne("hooks", kT0 + 2);
-    const ClaimRequest *probe = Planned(dispatcher_.PlanClaims(kT0 + 1002), "hooks");
+    const std::vector<ClaimRequest> probe_plan = dispatcher_.PlanClaims(kT0 + 1002);
+    const ClaimRequest *probe = Planned(probe_plan, "hooks");
     ASSERT_NE(probe, nullptr);
     EXPECT_EQ(probe->limit, 1);
     EXPECT_FALSE(probe->hold_locks);
     dispatcher_.Submit("hooks", 1, {Row(2, 42)}, kT0 + 1002);
     DriverOf("hooks").Finish(2, OutcomeKind::Delivered);
     PollOne("hooks", kT0 + 1003);
-    const ClaimRequest *after = Planned(dispatcher_.PlanClaims(kT0 + 1003), "hooks");
+    const std::vector<ClaimRequest> after_plan = dispatcher_.PlanClaims(kT0 + 1003);
+    const ClaimRequest *after = Planned(after_plan, "hooks");
     ASSERT_NE(after, nullptr);
     EXPECT_EQ(after->limit, 32);
     EXPECT_TRUE(after->hold_locks);

@@ -46,7 +46,7 @@ TEST(HeadersTest, ValuesCannotInjectLines) {
 }
 
 TEST(HeadersTest, ValuesHaveNoControlCharactersButTab) {
-    for (const char *value : {"a\x01b", "\x1b[31mred", "del\x7f", "\x0bvt", "\x0cff"})
+    for (const char *value : {"a\x01!", "\x1b[31mred", "del\x7f", "\x0b", "\x0c"})
         EXPECT_FALSE(IsValidHeaderValue(value)) << testing::PrintToString(std::string(value));
     EXPECT_TRUE(IsValidHeaderValue("a\tb"));
 }
