@@ -62,3 +62,8 @@ unit: $(UNIT_BUILD)/unit_tests
 
 format:
 	clang-format -i $(shell find src include test/unit test/tools -name '*.cpp' -o -name '*.hpp')
+
+# The benchmark suite (test/bench/README.md): make bench, or make bench BENCH_ARGS=--quick
+.PHONY: bench
+bench:
+	test/bench/run $(BENCH_ARGS)
