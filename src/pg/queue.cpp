@@ -5,6 +5,7 @@
 // retries and lease recovery alike. Every write-back statement matches id AND lease_token, so a
 // worker whose lease lapsed cannot overwrite the outcome of the row's new owner.
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "outbox/config.hpp"
@@ -15,6 +16,8 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "storage/itemptr.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -51,7 +54,7 @@ const char *const kClaimSql =
 // batch starts after it (rows locked by this transaction are not skipped by SKIP LOCKED).
 const char *const kLockSql =
     "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
-    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at"
+    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid"
     "  FROM outbox.messages AS c"
     " WHERE c.destination = $1 AND c.available_at <= now() AND NOT c.waiting"
     "   AND (c.available_at, c.id) > ($3, $4)"
@@ -79,6 +82,11 @@ const char *const kReleaseKeysSql =
     "                            WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
     "                              AND d.skipped_at IS NULL"
     "                              AND d.reason IN ('rejected', 'max_attempts', 'poison')))";
+
+// Delivered rows that this transaction holds locked (the fast path) are deleted where they
+// are: nobody else can move a locked row, so its ctid from the claim still names it, and a
+// TID scan costs no index descent per row.
+const char *const kDeleteLockedSql = "DELETE FROM outbox.messages WHERE ctid = ANY ($1)";
 
 // Every write-back matches the claim's lease token, or token 0 for rows this transaction holds
 // locked (the fast path; their attempt was not counted when they were claimed).
@@ -159,8 +167,24 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr claim_plan, lock_plan, lease_locked_plan, release_plan, delete_plan, archive_plan,
-    sweep_plan, reschedule_plan, bury_plan, load_plan;
+SPIPlanPtr claim_plan, lock_plan, lease_locked_plan, release_plan, delete_plan, delete_locked_plan,
+    archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
+
+// Where the rows locked by the current transaction are (the fast path), by id; valid only in
+// the transaction that locked them.
+struct LockedRows {
+    LocalTransactionId lxid = InvalidLocalTransactionId;
+    std::unordered_map<int64_t, ItemPointerData> tids;
+
+    std::unordered_map<int64_t, ItemPointerData> &Current() {
+        if (lxid != MyProc->lxid) {
+            tids.clear();
+            lxid = MyProc->lxid;
+        }
+        return tids;
+    }
+};
+LockedRows locked_rows;
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -185,6 +209,7 @@ struct RawRow {
     int64 created_ms;
     int64 expires_ms;
     int attempts;
+    ItemPointerData tid;  // the fast path's locked rows only
 };
 
 void FormatUuid(const pg_uuid_t *uuid, char out[37]) {
@@ -307,6 +332,11 @@ RawRow *LockRaw(ClaimRequest *request, uint64 *count) {
             DatumGetTimestampTz(heap_getattr(last, 11, SPI_tuptable->tupdesc, &isnull));
         request->after_id = rows[*count - 1].id;
     }
+    for (uint64 i = 0; i < *count; i++) {
+        bool isnull;
+        rows[i].tid = *reinterpret_cast<ItemPointer>(DatumGetPointer(
+            heap_getattr(SPI_tuptable->vals[i], 12, SPI_tuptable->tupdesc, &isnull)));
+    }
     return rows;
 }
 
@@ -316,6 +346,14 @@ Datum Int8Array(const std::vector<int64_t> &values) {
         datums[i] = Int64GetDatum(values[i]);
     return PointerGetDatum(
         construct_array(datums, int(values.size()), INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+Datum TidArray(const std::vector<ItemPointerData> &values) {
+    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
+    for (size_t i = 0; i < values.size(); i++)
+        datums[i] = PointerGetDatum(const_cast<ItemPointerData *>(&values[i]));
+    return PointerGetDatum(construct_array(datums, int(values.size()), TIDOID,
+                                           sizeof(ItemPointerData), false, TYPALIGN_SHORT));
 }
 
 Datum Int4Array(const std::vector<int> &values) {
@@ -403,8 +441,11 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
     });
     std::vector<Message> messages;
     messages.reserve(n);
+    auto &tids = locked_rows.Current();
     for (uint64 i = 0; i < n; i++) {
         const RawRow &r = rows[i];
+        if (request.hold_locks)
+            tids[r.id] = r.tid;
         Message m;
         m.id = r.id;
         m.lease_token = lease_token;
@@ -431,9 +472,20 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
     std::vector<int64_t> del_ids, del_tokens, re_ids, re_tokens, re_delays, dead_ids, dead_tokens;
     std::vector<int> re_kinds;
     std::vector<const char *> re_errors, dead_reasons, dead_errors;
+    std::vector<ItemPointerData> del_tids;
+    bool archive = setting_retention_s > 0;
+    auto &tids = locked_rows.Current();
     for (const Resolution &r : resolutions) {
         switch (r.action) {
             case Resolution::Action::Delete:
+                if (r.lease_token == 0 && !archive) {
+                    auto found = tids.find(r.id);
+                    if (found != tids.end()) {
+                        del_tids.push_back(found->second);
+                        tids.erase(found);
+                        break;
+                    }
+                }
                 del_ids.push_back(r.id);
                 del_tokens.push_back(r.lease_token);
                 break;
@@ -454,16 +506,24 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
     }
     WriteBackCounts counts;
     PgTry([&] {
+        if (!del_tids.empty()) {
+            Oid types[1] = {TIDARRAYOID};
+            Datum args[1] = {TidArray(del_tids)};
+            int rc = SPI_execute_plan(Prepare(&delete_locked_plan, kDeleteLockedSql, 1, types),
+                                      args, nullptr, false, 0);
+            if (rc != SPI_OK_DELETE)
+                elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
+            counts.delivered += int64(SPI_processed);
+        }
         if (!del_ids.empty()) {
             Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
             Datum args[2] = {Int8Array(del_ids), Int8Array(del_tokens)};
-            bool archive = setting_retention_s > 0;
             int rc = SPI_execute_plan(archive ? Prepare(&archive_plan, kArchiveSql, 2, types)
                                               : Prepare(&delete_plan, kDeleteSql, 2, types),
                                       args, nullptr, false, 0);
             if (rc != (archive ? SPI_OK_INSERT : SPI_OK_DELETE))
                 elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
-            counts.delivered = int64(SPI_processed);
+            counts.delivered += int64(SPI_processed);
         }
         if (!re_ids.empty()) {
             Oid types[5] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
