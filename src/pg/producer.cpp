@@ -279,16 +279,19 @@ static void CheckHeaders(Datum headers) {
     while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
         if (token == WJB_KEY) {
             std::string_view n(v.val.string.val, v.val.string.len);
-            char shown[outbox::kQuotedBufferSize];
-            outbox::QuoteText(n, shown);
-            if (!IsValidHeaderName(n))
+            bool valid = IsValidHeaderName(n);
+            bool reserved = valid && IsReservedHeaderName(n);
+            char shown[outbox::kQuotedBufferSize] = "";
+            if (!valid || reserved)
+                outbox::QuoteText(n, shown);
+            if (!valid)
                 ereport(ERROR,
                         (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                          errmsg("outbox message header name %s is not valid", shown),
                          errdetail("A header name is 1 to %zu characters of letters, digits and "
                                    "!#$%%&'*+-.^_`|~.",
                                    kMaxHeaderNameBytes)));
-            if (IsReservedHeaderName(n))
+            if (reserved)
                 ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                                 errmsg("outbox message header %s is set by outbox itself", shown),
                                 errhint("Event id, signature, CloudEvents and HTTP framing headers "
