@@ -105,8 +105,11 @@ class KafkaDriver final : public Driver {
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
     int64_t message_timeout_ms_ = 0;
-    int64_t all_down_since_ms_ = 0;   // when librdkafka said all brokers are down; 0 = not since
-    int64_t purged_ms_ = 0;           // the last purge; its reports may take a few polls
+    int64_t all_down_since_ms_ = 0;  // when librdkafka said all brokers are down; 0 = not since
+    int64_t purged_ms_ = 0;          // the last purge; its reports may take a few polls
+    // librdkafka's latest error (error_cb) since the last delivery: what a purged message
+    // reports instead of "_PURGE_QUEUE" (e.g. a failed SASL authentication).
+    std::string last_broker_error_;
     bool probing_ = false;            // one probe in flight: held until a broker is back
     std::vector<Report> reports_;     // delivery reports recorded by OnDelivery
     std::vector<Outcome> immediate_;  // messages librdkafka refused in Submit
@@ -230,8 +233,12 @@ void KafkaDriver::OnError(rd_kafka_t *rk, int err, const char *reason, void *opa
         }
         if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
             self->all_down_since_ms_ = MonotonicMs();
-        self->AddLog(std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " +
-                     reason);
+        std::string line =
+            std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " + reason;
+        // "all brokers are down" says less than the error that brought them down.
+        if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || self->last_broker_error_.empty())
+            self->last_broker_error_ = line.substr(0, 300);
+        self->AddLog(std::move(line));
     } catch (...) {
         self->record_failed_ = true;
     }
@@ -318,13 +325,19 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
             o.kind = OutcomeKind::Retry;
             o.error = "acknowledged as a duplicate without an offset; delivering again";
         }
-        if (o.kind == OutcomeKind::Delivered)
+        if (o.kind == OutcomeKind::Delivered) {
             all_down_since_ms_ = 0;
+            last_broker_error_.clear();
+        }
         // Only outbox purges (see PurgeIfStalled and Abandon): nothing answered in time.
-        if (r.err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || r.err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+        bool purged =
+            r.err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || r.err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+        if (purged)
             o.kind = OutcomeKind::Defer;
         if (o.kind != OutcomeKind::Delivered)
-            o.error = r.err != RD_KAFKA_RESP_ERR_NO_ERROR
+            o.error = purged && !last_broker_error_.empty()
+                          ? "not acknowledged; last broker error " + last_broker_error_
+                      : r.err != RD_KAFKA_RESP_ERR_NO_ERROR
                           ? ErrorText(r.err)
                           : "delivery not confirmed (status POSSIBLY_PERSISTED)";
         out.push_back(std::move(o));
