@@ -42,13 +42,7 @@ Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
     if (shared == nullptr)
         return (Datum)0;
 
-    HASH_SEQ_STATUS status;
-    LWLockAcquire(shared->lock, LW_SHARED);
-    hash_seq_init(&status, DestinationCountersHash());
-    DestinationCounters *entry;
-    while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
-        if (entry->key.database != MyDatabaseId)
-            continue;
+    ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
         Datum values[9];
         bool nulls[9] = {false};
         values[0] = CStringGetTextDatum(entry->key.name);
@@ -68,8 +62,7 @@ Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
         nulls[7] = last_error[0] == '\0';
         values[8] = TimestampTzGetDatum(shared->stats_reset);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-    }
-    LWLockRelease(shared->lock);
+    });
     return (Datum)0;
 }
 

@@ -187,19 +187,12 @@ bool TakeCounts(Oid relid) {
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: counting the queue failed");
     // Every destination of this database starts from zero, then the counted ones.
-    HASH_SEQ_STATUS status;
-    LWLockAcquire(shared->lock, LW_SHARED);
-    hash_seq_init(&status, DestinationCountersHash());
-    DestinationCounters *entry;
-    while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
-        if (entry->key.database != MyDatabaseId)
-            continue;
+    ForEachDestinationCounters(MyDatabaseId, [](DestinationCounters *entry) {
         SpinLockAcquire(&entry->mutex);
         entry->queued = entry->waiting = entry->initial = 0;
         SetBase(entry);
         SpinLockRelease(&entry->mutex);
-    }
-    LWLockRelease(shared->lock);
+    });
     for (uint64 i = 0; i < SPI_processed; i++) {
         HeapTuple t = SPI_tuptable->vals[i];
         TupleDesc desc = SPI_tuptable->tupdesc;
@@ -317,13 +310,7 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         }
     } else {
-        HASH_SEQ_STATUS status;
-        LWLockAcquire(shared->lock, LW_SHARED);
-        hash_seq_init(&status, DestinationCountersHash());
-        DestinationCounters *entry;
-        while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
-            if (entry->key.database != MyDatabaseId)
-                continue;
+        ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
             Datum values[9];
             bool nulls[9] = {false};
             SpinLockAcquire(&entry->mutex);
@@ -340,8 +327,7 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
             for (int k = 0; k < 5; k++)
                 values[4 + k] = Int64GetDatum(int64(pg_atomic_read_u64(now[k]) - base[k]));
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-        }
-        LWLockRelease(shared->lock);
+        });
     }
     SPI_finish();
     return (Datum)0;

@@ -124,6 +124,21 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name);
 // The hash of all DestinationCounters; iterate under shared->lock.
 HTAB *DestinationCountersHash();
 
+// Calls fn(entry) for the counters of every destination of `database`, holding shared->lock
+// in shared mode (no entry appears or goes meanwhile); fn must not take that lock.
+template <typename F>
+void ForEachDestinationCounters(Oid database, F &&fn) {
+    HASH_SEQ_STATUS status;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    hash_seq_init(&status, DestinationCountersHash());
+    DestinationCounters *entry;
+    while ((entry = static_cast<DestinationCounters *>(hash_seq_search(&status))) != nullptr) {
+        if (entry->key.database == database)
+            fn(entry);
+    }
+    LWLockRelease(shared->lock);
+}
+
 // Records a delivery failure reason for outbox.stats().last_error (truncated).
 void SetLastError(DestinationCounters *counters, const char *error);
 
