@@ -329,8 +329,6 @@ COMMENT ON FUNCTION outbox.requeue(bigint[]) IS
 
 CREATE FUNCTION outbox.requeue(destination text, failed_before timestamptz DEFAULT now())
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    moved_count bigint;
 BEGIN
     IF failed_before IS NULL THEN
         RAISE EXCEPTION 'outbox.requeue failed_before must not be NULL'
@@ -342,19 +340,9 @@ BEGIN
             USING ERRCODE = 'undefined_object',
                   HINT = 'Dead letters of a dropped destination can be requeued after creating it again.';
     END IF;
-    PERFORM outbox._requeueing();
-    WITH moved AS (
-        DELETE FROM outbox.dead_letters AS dl
-         WHERE dl.destination = requeue.destination AND dl.failed_at < failed_before
-        RETURNING dl.*
-    )
-    INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
-                                 headers, created_at)
-    SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
-           moved.payload_bytes, moved.headers, moved.created_at
-      FROM moved ORDER BY moved.id;
-    GET DIAGNOSTICS moved_count = ROW_COUNT;
-    RETURN moved_count;
+    RETURN outbox.requeue(ARRAY(
+        SELECT dl.id FROM outbox.dead_letters AS dl
+         WHERE dl.destination = requeue.destination AND dl.failed_at < failed_before));
 END
 $$;
 COMMENT ON FUNCTION outbox.requeue(text, timestamptz) IS
