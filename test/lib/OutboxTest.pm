@@ -233,7 +233,21 @@ sub DESTROY { my $self = shift; $self->{handle}->kill_kill if $self->{handle}; }
 #-------------------------------------------------------------------------------------------
 package OutboxTest;
 
-push @EXPORT, qw(fault_summary kafka_event_ids sink_event_ids start_pgbench);
+push @EXPORT, qw(fault_summary kafka_event_ids sink_event_ids start_pgbench recorded_insert);
+
+# A pgbench script that inserts one message for $destination (key k<n>, payload {"n": n}, n
+# from sequence n_seq) and records its event_id in table produced, in the same transaction:
+# what was committed is exactly what is in produced. The test creates both.
+sub recorded_insert {
+    my ($destination) = @_;
+    return qq{
+WITH m AS (
+    INSERT INTO outbox.messages (destination, key, payload)
+    SELECT '$destination', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
+    RETURNING event_id)
+INSERT INTO produced SELECT event_id FROM m;
+};
+}
 
 # Every ce_id header of a topic from offset 0, read by kcat (one per message received, repeats
 # included). Only the headers are printed: much cheaper than consume() for large topics.

@@ -36,13 +36,8 @@ ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.me
 
 # ~300 msg/s for 38 s: 4 s before the flapping, 30 s of it, 4 s after. Each transaction records
 # the event_id it committed in a side table.
-my $pgbench = start_pgbench($node, clients => 2, rate => 300, seconds => 38, script => q{
-WITH m AS (
-    INSERT INTO outbox.messages (destination, key, payload)
-    SELECT 'flap', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
-    RETURNING event_id)
-INSERT INTO produced SELECT event_id FROM m;
-});
+my $pgbench = start_pgbench($node, clients => 2, rate => 300, seconds => 38,
+    script => recorded_insert('flap'));
 sleep 4;
 my $start = time;
 my ($cycles, $max_pending) = (0, 0);

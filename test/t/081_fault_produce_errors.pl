@@ -28,13 +28,7 @@ $node->safe_psql('postgres', qq{
     CREATE TABLE produced (event_id uuid PRIMARY KEY);
     CREATE SEQUENCE n_seq;
 });
-my $produce = q{
-WITH m AS (
-    INSERT INTO outbox.messages (destination, key, payload)
-    SELECT 'errs', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
-    RETURNING event_id)
-INSERT INTO produced SELECT event_id FROM m;
-};
+my $produce = recorded_insert('errs');
 # Warm up: connected, producer id obtained, topic known, before errors are armed.
 $node->safe_psql('postgres', $produce);
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') eq '0' }, 30),

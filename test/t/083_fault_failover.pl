@@ -30,13 +30,7 @@ my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'bk', has_streaming => 1);
 $standby->start;
 
-my $produce = q{
-WITH m AS (
-    INSERT INTO outbox.messages (destination, key, payload)
-    SELECT 'fo', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
-    RETURNING event_id)
-INSERT INTO produced SELECT event_id FROM m;
-};
+my $produce = recorded_insert('fo');
 my $pgbench = start_pgbench($primary, clients => 2, rate => 200, seconds => 60, script => $produce);
 ok(wait_until(sub { $primary->safe_psql('postgres', 'SELECT count(*) FROM produced') > 500 }, 30),
     'the primary produces');
