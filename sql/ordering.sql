@@ -1,5 +1,6 @@
--- Per-key ordering: configuration, how producers' messages are numbered and held back, dead
--- letters that hold a key, outbox.skip, outbox.blocked_keys, and turning ordering off.
+-- Per-key ordering: configuration, how producers' messages are numbered and which one of a key
+-- may go (its head), dead letters that hold a key, outbox.skip, outbox.blocked_keys, and
+-- turning ordering off and on.
 CREATE EXTENSION outbox;
 \set SHOW_CONTEXT never
 
@@ -21,35 +22,59 @@ SELECT outbox.create_destination('bad', 'kafka', '{"bootstrap.servers": "b:9092"
 SELECT outbox.create_destination('ord', 'kafka', '{"bootstrap.servers": "b:9092", "topic": "t", "ordering": "key"}');
 SELECT outbox.create_destination('skipper', 'webhook', '{"url": "http://127.0.0.1:1/", "ordering": "key", "on_dead": "skip"}');
 
--- The first message of a key may go; the next ones of that key wait. Other keys and messages
--- without a key never wait. Within one statement too.
+-- A message's head: whether it is the first of its key, the only one of the key a claim takes
+-- (messages without a key are not ordered: NULL).
+CREATE FUNCTION pg_temp.messages(destination text)
+RETURNS TABLE (id bigint, key text, n text, head boolean) LANGUAGE sql AS $$
+    SELECT m.id, m.key, m.payload->>'n',
+           CASE WHEN m.order_key IS NOT NULL
+                THEN m.id IN (SELECT h.id FROM outbox._key_heads($1) AS h) END
+      FROM outbox.messages AS m WHERE m.destination = $1 ORDER BY m.id
+$$;
+
+-- The first message of a key may go; the next ones of that key wait for it. Other keys and
+-- messages without a key never wait. Within one statement too.
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'a', '{"n": 1}');
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'a', '{"n": 2}'), ('ord', 'b', '{"n": 1}'), ('ord', 'a', '{"n": 3}');
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', NULL, '{"n": 1}'), ('ord', NULL, '{"n": 2}');
-SELECT key, payload->>'n' AS n, waiting FROM outbox.messages ORDER BY id;
+SELECT key, n, head FROM pg_temp.messages('ord');
+-- The order key: the destination's hash in the high half (one range per destination), the
+-- key's in the low half.
+SELECT count(DISTINCT order_key) AS keys, count(DISTINCT order_key >> 32) AS ranges
+  FROM outbox.messages WHERE order_key IS NOT NULL;
+SELECT bool_and(order_key = outbox._order_key(destination, key)) AS order_keys
+  FROM outbox.messages WHERE order_key IS NOT NULL;
+-- A claim that looked at 'a' and 'b' takes their heads only; due_only leaves out heads that are
+-- in flight or waiting for a retry.
+SELECT m.key, m.payload->>'n' AS n FROM outbox._key_heads('ord', n => 10, due_only => true) AS h
+  JOIN outbox.messages AS m ON m.id = h.id ORDER BY m.key;
+SELECT count(*) AS limited FROM outbox._key_heads('ord', n => 1);
+SELECT count(*) AS other_destination FROM outbox._key_heads('skipper');
+SELECT count(*) AS no_destination FROM outbox._key_heads(NULL);
 SELECT bool_and(i.id < j.id) AS ids_follow_insert_order
   FROM outbox.messages i JOIN outbox.messages j ON i.key = j.key AND (i.payload->>'n')::int < (j.payload->>'n')::int;
 SELECT destination, pending, waiting, blocked_keys FROM outbox.stats() WHERE destination = 'ord';
 
--- The relay owns the flag.
-INSERT INTO outbox.messages (destination, key, payload, waiting) VALUES ('ord', 'c', '{}', true);
+-- The relay owns the order key.
+INSERT INTO outbox.messages (destination, key, payload, order_key) VALUES ('ord', 'c', '{}', 1);
 \echo :SQLSTATE
 
--- A dead letter holds its key (on_dead = block, the default): new messages of the key wait.
+-- A dead letter holds its key (on_dead = block, the default): the head of the key is not claimed
+-- while it exists; blocked_keys shows it and what waits behind it.
 INSERT INTO outbox.dead_letters (id, event_id, destination, key, payload, created_at, attempts, reason, last_error)
 VALUES (-1, '0190a8c0-0000-7000-8000-00000000000c', 'ord', 'c', '{"n": 0}', now(), 1, 'rejected', 'HTTP 400');
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'c', '{"n": 1}'), ('ord', 'c', '{"n": 2}');
-SELECT key, payload->>'n' AS n, waiting FROM outbox.messages WHERE key = 'c' ORDER BY id;
+SELECT key, n, head FROM pg_temp.messages('ord') WHERE key = 'c';
 SELECT key, blocked_by, reason, last_error, waiting FROM outbox.blocked_keys('ord');
+SELECT destination, pending, waiting, blocked_keys FROM outbox.stats() WHERE destination = 'ord';
 -- An expired dead letter does not hold its key.
 INSERT INTO outbox.dead_letters (id, event_id, destination, key, payload, created_at, attempts, reason, last_error)
 VALUES (-2, '0190a8c0-0000-7000-8000-00000000000d', 'ord', 'd', '{"n": 0}', now(), 0, 'expired', 'expired');
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'd', '{"n": 1}');
-SELECT key, waiting FROM outbox.messages WHERE key = 'd';
+SELECT key FROM outbox.blocked_keys('ord') WHERE key = 'd';
 
 -- outbox.skip lets the key go on; the dead letter stays, marked.
 SELECT outbox.skip(-1);
-SELECT key, payload->>'n' AS n, waiting FROM outbox.messages WHERE key = 'c' ORDER BY id;
 SELECT id, skipped_at IS NOT NULL AS skipped FROM outbox.dead_letters WHERE id = -1;
 SELECT count(*) AS blocked FROM outbox.blocked_keys('ord');
 SELECT outbox.skip(-1);
@@ -58,22 +83,26 @@ SELECT outbox.skip(12345);
 SELECT outbox.skip(NULL);
 \echo :SQLSTATE
 
--- A requeued dead letter goes ahead of the messages of its key that wait (it keeps its lower id).
+-- A requeued dead letter goes ahead of the messages of its key (it keeps its lower id).
 INSERT INTO outbox.dead_letters (id, event_id, destination, key, payload, created_at, attempts, reason, last_error)
 VALUES (-3, '0190a8c0-0000-7000-8000-00000000000e', 'ord', 'e', '{"n": 0}', now(), 1, 'rejected', 'HTTP 400');
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'e', '{"n": 1}');
 SELECT outbox.requeue(ARRAY[-3::bigint]);
-SELECT id, key, payload->>'n' AS n, waiting FROM outbox.messages WHERE key = 'e' ORDER BY id;
+SELECT id, key, n, head FROM pg_temp.messages('ord') WHERE key = 'e';
 
 -- With on_dead = skip a dead letter does not hold its key.
 INSERT INTO outbox.dead_letters (id, event_id, destination, key, payload, created_at, attempts, reason, last_error)
 VALUES (-4, '0190a8c0-0000-7000-8000-00000000000f', 'skipper', 'f', '{"n": 0}', now(), 1, 'rejected', 'HTTP 400');
 INSERT INTO outbox.messages (destination, key, payload) VALUES ('skipper', 'f', '{"n": 1}');
-SELECT key, waiting FROM outbox.messages WHERE destination = 'skipper';
+SELECT count(*) AS blocked FROM outbox.blocked_keys('skipper');
 
--- Turning ordering off lets every waiting message go.
-SELECT count(*) AS waiting_before FROM outbox.messages WHERE destination = 'ord' AND waiting;
+-- Turning ordering off lets every message go; turning it on orders the queued messages of a
+-- key from then on.
+SELECT count(*) AS ordered_before FROM outbox.messages WHERE destination = 'ord' AND order_key IS NOT NULL;
 SELECT outbox.alter_destination('ord', '{"ordering": "none"}');
-SELECT count(*) AS waiting_after FROM outbox.messages WHERE destination = 'ord' AND waiting;
+SELECT count(*) AS ordered_after FROM outbox.messages WHERE destination = 'ord' AND order_key IS NOT NULL;
+SELECT count(*) AS messages_due_index FROM outbox.messages WHERE destination = 'ord' AND order_key IS NULL;
+SELECT outbox.alter_destination('ord', '{"ordering": "key"}');
+SELECT key, n, head FROM pg_temp.messages('ord');
 
 DROP EXTENSION outbox;

@@ -61,19 +61,19 @@ CREATE TABLE outbox.messages (
     last_error      text,
     first_failed_at timestamptz,
     -- ordering = key: the message takes part in its key's order (it has a key, and its
-    -- destination orders by key), and is held back until the earlier ones are done
-    ordered         boolean NOT NULL DEFAULT false,
-    waiting         boolean NOT NULL DEFAULT false
+    -- destination orders by key); see outbox._order_key
+    order_key       bigint
 );
 COMMENT ON TABLE outbox.messages IS
     'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
 -- Not an identity column: OVERRIDING SYSTEM VALUE needs only INSERT, and a producer that chose
 -- ids could collide with queued or dead-lettered messages. The insert check numbers every row.
 CREATE SEQUENCE outbox.messages_id_seq OWNED BY outbox.messages.id;
-CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE NOT waiting;
--- Per-key ordering: the messages of a key in id order (is there an earlier one? which is next?).
--- Only ordered messages are in it: producers of other destinations pay nothing for it.
-CREATE INDEX messages_key_order ON outbox.messages (destination, key, id) WHERE ordered;
+CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE order_key IS NULL;
+-- Per-key ordering: the messages of each key in id order; the first one of a key is its head,
+-- the only one that may be claimed (outbox._key_heads walks the heads, one descent per key).
+-- Ordered messages are only here: nothing is written to let a key's next message go.
+CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;
 
 -- The destination must exist (checked against a per-backend cache, not a foreign key), the
 -- payload must be deliverable, and the workers are woken when the transaction commits.
@@ -222,15 +222,18 @@ BEGIN
         RAISE EXCEPTION 'destination "%" does not exist', alter_destination.name
             USING ERRCODE = 'undefined_object';
     END IF;
-    -- Without per-key ordering (or with on_dead = skip) nothing is held back any more.
+    -- Queued messages follow the new ordering: without it they all go at once; with it the
+    -- messages of a key go in id order from now on.
     IF new_config->>'ordering' IS DISTINCT FROM 'key' THEN
-        UPDATE outbox.messages AS m SET waiting = false
-         WHERE m.destination = alter_destination.name AND m.waiting;
-    ELSIF new_config->>'on_dead' = 'skip' THEN
-        PERFORM outbox._release_key(alter_destination.name, k.key)
-           FROM (SELECT DISTINCT m.key FROM outbox.messages AS m
-                  WHERE m.destination = alter_destination.name AND m.waiting) AS k;
+        UPDATE outbox.messages AS m SET order_key = NULL
+         WHERE m.destination = alter_destination.name AND m.order_key IS NOT NULL;
+    ELSE
+        UPDATE outbox.messages AS m SET order_key = outbox._order_key(m.destination, m.key)
+         WHERE m.destination = alter_destination.name AND m.key IS NOT NULL
+           AND m.order_key IS NULL;
     END IF;
+    -- Keys a dead letter held may go on (on_dead = skip), or messages changed queues.
+    PERFORM outbox.wake();
 END
 $$;
 COMMENT ON FUNCTION outbox.alter_destination(text, jsonb) IS
@@ -372,10 +375,19 @@ COMMENT ON FUNCTION outbox.purge_dead_letters(interval, text) IS
 --------------------------------------------------------------------------------------------------
 -- Per-key ordering: what is held back, and letting a key go on without its dead letter.
 --------------------------------------------------------------------------------------------------
--- Lets the next message of a key go (the worker does this as each message of a key is done;
--- outbox.skip and alter_destination call it when they release a key).
-CREATE FUNCTION outbox._release_key(destination text, key text) RETURNS void
-    AS 'MODULE_PATHNAME', 'outbox_release_key' LANGUAGE C STRICT;
+-- The order key of a message of (destination, key): the destination's hash in the high half,
+-- the key's in the low half, so that one destination's keys are one range of
+-- messages_key_order.
+CREATE FUNCTION outbox._order_key(destination text, key text) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'outbox_order_key' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+-- The head message of each key of a destination (its lowest id), by order key: one index
+-- descent per key. from_key/to_key bound the walk, n the number of heads; with due_only only
+-- heads due now (the claim's candidates; it locks them itself).
+CREATE FUNCTION outbox._key_heads(destination text, from_key bigint DEFAULT NULL,
+                                  to_key bigint DEFAULT NULL, n integer DEFAULT NULL,
+                                  due_only boolean DEFAULT false)
+RETURNS TABLE (order_key bigint, id bigint, tid tid)
+    AS 'MODULE_PATHNAME', 'outbox_key_heads' LANGUAGE C VOLATILE ROWS 100;
 -- Marks this transaction's inserts as requeued dead letters: they keep their id.
 CREATE FUNCTION outbox._requeueing() RETURNS void
     AS 'MODULE_PATHNAME', 'outbox_requeueing' LANGUAGE C;
@@ -392,9 +404,7 @@ BEGIN
      WHERE dl.id = skip.id AND dl.skipped_at IS NULL
     RETURNING dl.* INTO skipped;
     IF FOUND THEN
-        IF skipped.key IS NOT NULL THEN
-            PERFORM outbox._release_key(skipped.destination, skipped.key);
-        END IF;
+        PERFORM outbox.wake();  -- the key's next message may go now
     ELSE
         PERFORM FROM outbox.dead_letters AS dl WHERE dl.id = skip.id;
         IF FOUND THEN
@@ -421,26 +431,26 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
           FROM outbox.destinations AS d
          WHERE d.name = blocked_keys.destination AND d.config->>'ordering' = 'key'
     ), heads AS (
-        SELECT m.key, m.id, 'retrying'::text AS reason, m.first_failed_at AS since, m.last_error
-          FROM outbox.messages AS m, dest
-         WHERE m.destination = dest.name AND m.key IS NOT NULL AND m.attempts > 0
-           AND m.lease_token IS NULL AND m.available_at > now() AND NOT m.waiting
+        SELECT m.key, m.id, 'retrying'::text AS reason, m.first_failed_at AS since, m.last_error,
+               m.order_key
+          FROM dest, outbox._key_heads(dest.name) AS h
+          JOIN outbox.messages AS m ON m.ctid = h.tid
+         WHERE m.attempts > 0 AND m.lease_token IS NULL AND m.available_at > now()
         UNION ALL
-        (SELECT DISTINCT ON (dl.key) dl.key, dl.id, 'dead:' || dl.reason, dl.failed_at, dl.last_error
+        (SELECT DISTINCT ON (dl.key) dl.key, dl.id, 'dead:' || dl.reason, dl.failed_at,
+                dl.last_error, outbox._order_key(dl.destination, dl.key)
            FROM outbox.dead_letters AS dl, dest
           WHERE dest.block AND dl.destination = dest.name AND dl.key IS NOT NULL
             AND dl.skipped_at IS NULL AND dl.reason IN ('rejected', 'max_attempts', 'poison')
           ORDER BY dl.key, dl.id)
     )
-    SELECT h.key, h.id, h.reason, h.since, h.last_error,
-           (SELECT count(*) FROM outbox.messages AS w
-             WHERE w.destination = blocked_keys.destination AND w.ordered AND w.key = h.key
-               AND w.id > h.id)
+    SELECT h.key, h.id, h.reason, h.since, h.last_error, w.n
       FROM heads AS h
-     WHERE h.reason = 'retrying' OR EXISTS (
-           SELECT FROM outbox.messages AS w
-            WHERE w.destination = blocked_keys.destination AND w.ordered AND w.key = h.key
-              AND w.id > h.id)
+     CROSS JOIN LATERAL (
+           SELECT count(*) AS n FROM outbox.messages AS w
+            WHERE w.order_key = h.order_key AND w.id > h.id
+              AND w.destination = blocked_keys.destination AND w.key = h.key) AS w
+     WHERE h.reason = 'retrying' OR w.n > 0
      ORDER BY h.since, h.key
 $$;
 COMMENT ON FUNCTION outbox.blocked_keys(text) IS
@@ -460,15 +470,14 @@ RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAG
 -- every other write to outbox.messages goes through these triggers.
 CREATE FUNCTION outbox._messages_changed() RETURNS trigger
     AS 'MODULE_PATHNAME', 'outbox_messages_changed' LANGUAGE C;
-CREATE TRIGGER messages_changed AFTER DELETE OR UPDATE OF destination, waiting
+CREATE TRIGGER messages_changed AFTER DELETE OR UPDATE OF destination
     ON outbox.messages FOR EACH ROW EXECUTE FUNCTION outbox._messages_changed();
 CREATE TRIGGER messages_truncated AFTER TRUNCATE
     ON outbox.messages FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_changed();
--- Per destination: the queue size, how much of it waits behind its key, the size the counts
--- started from, and since then: produced, removed (deleted by SQL), delivered, dead-lettered,
--- expired.
+-- Per destination: the queue size, the size the counts started from, and since then:
+-- produced, removed (deleted by SQL), delivered, dead-lettered, expired.
 CREATE FUNCTION outbox._queue_counts(
-    OUT destination text, OUT queued bigint, OUT waiting bigint, OUT initial bigint,
+    OUT destination text, OUT queued bigint, OUT initial bigint,
     OUT produced bigint, OUT removed bigint, OUT delivered bigint, OUT dead_lettered bigint,
     OUT expired bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_queue_counts' LANGUAGE C;
@@ -477,9 +486,11 @@ CREATE FUNCTION outbox.recount() RETURNS void
 COMMENT ON FUNCTION outbox.recount() IS
     'count the queues again on the next outbox.stats() (after writes that skipped the outbox triggers)';
 
--- Gauges: queued and waiting from the kept counts; what is leased, retrying or scheduled from
--- the part of the claim index that is not due yet (small); pending is the rest. Nothing here
--- reads the whole queue.
+-- Gauges: queued from the kept counts; what is leased, retrying or scheduled from the part of
+-- the claim index that is not due yet (small) and, with ordering = key, from the head of each
+-- key (one index descent per key); waiting is what a key's head holds back while it cannot go
+-- (retrying, dead-lettered with on_dead = block, or scheduled for later); pending is the rest.
+-- Nothing here reads the whole queue.
 CREATE FUNCTION outbox.stats()
 RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
                retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
@@ -495,16 +506,17 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET jit = off AS $$
     WITH counts AS (SELECT * FROM outbox._queue_counts())
     SELECT d.name, d.kind, d.paused,
-           greatest(coalesce(q.queued, 0) - coalesce(q.waiting, 0)
-                    - ahead.in_flight - ahead.retrying - ahead.scheduled, 0),
-           ahead.in_flight, ahead.retrying, dead.n,
-           now() - least(head.created_at, ahead.oldest),
+           greatest(coalesce(q.queued, 0) - coalesce(blocked.waiting + keyed.behind_scheduled, 0)
+                    - ahead.in_flight - ahead.retrying - ahead.scheduled
+                    - coalesce(keyed.in_flight, 0) - coalesce(keyed.retrying, 0)
+                    - coalesce(keyed.scheduled, 0), 0),
+           ahead.in_flight + coalesce(keyed.in_flight, 0),
+           ahead.retrying + coalesce(keyed.retrying, 0), dead.n,
+           now() - least(head.created_at, ahead.oldest, keyed.oldest),
            coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
-           ahead.scheduled, coalesce(c.dead, 0), coalesce(c.expired, 0),
-           coalesce(c.deferred, 0), c.stats_reset,
-           CASE WHEN d.config->>'ordering' = 'key'
-                THEN (SELECT count(*) FROM outbox.blocked_keys(d.name)) END,
-           coalesce(q.waiting, 0),
+           ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
+           coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
+           blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
            -- false only where TLS certificate verification was switched off explicitly
            CASE d.kind WHEN 'webhook' THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
@@ -517,11 +529,34 @@ SET enable_seqscan = off SET jit = off AS $$
                  count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0) AS scheduled,
                  min(m.created_at) AS oldest
             FROM outbox.messages AS m
-           WHERE m.destination = d.name AND NOT m.waiting AND m.available_at > now()) AS ahead
+           WHERE m.destination = d.name AND m.order_key IS NULL
+             AND m.available_at > now()) AS ahead
       LEFT JOIN LATERAL (
           SELECT m.created_at FROM outbox.messages AS m
-           WHERE m.destination = d.name AND NOT m.waiting
+           WHERE m.destination = d.name AND m.order_key IS NULL
            ORDER BY m.available_at, m.id LIMIT 1) AS head ON true
+      -- ordering = key: the head of each key (the messages behind a head are pending or
+      -- waiting, never in flight)
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL AND m.available_at > now())
+                     AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0
+                                    AND m.available_at > now()) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0
+                                    AND m.available_at > now()) AS scheduled,
+                 min(m.created_at) AS oldest,
+                 coalesce(sum(behind.n), 0) AS behind_scheduled
+            FROM outbox._key_heads(d.name) AS h
+            JOIN outbox.messages AS m ON m.ctid = h.tid
+            LEFT JOIN LATERAL (
+                SELECT count(*) AS n FROM outbox.messages AS w
+                 WHERE m.lease_token IS NULL AND m.attempts = 0 AND m.available_at > now()
+                   AND w.order_key = m.order_key AND w.id > m.id) AS behind ON true) AS keyed
+        ON d.config->>'ordering' = 'key'
+      LEFT JOIN LATERAL (
+          SELECT count(*) AS keys, coalesce(sum(b.waiting), 0) AS waiting
+            FROM outbox.blocked_keys(d.name) AS b) AS blocked
+        ON d.config->>'ordering' = 'key'
       CROSS JOIN LATERAL (
           SELECT count(*) AS n FROM outbox.dead_letters AS dl WHERE dl.destination = d.name) AS dead
       LEFT JOIN outbox._destination_counters() AS c ON c.destination = d.name

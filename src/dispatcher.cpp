@@ -42,7 +42,6 @@ struct Dispatcher::Destination {
     struct InFlight {
         int64_t lease_token;  // 0: locked by the worker's open transaction (fast path)
         int attempts;
-        std::optional<std::string> key;  // ordering = key only
         int64_t submitted_ms;
     };
     std::unordered_map<int64_t, InFlight> in_flight;  // by id
@@ -151,8 +150,8 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         r.limit = limit;
         r.ordered = d.spec.config.ordering == Ordering::Key;
         r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;
-        r.hold_locks = !r.ordered && d.outage_failures == 0 && d.lease_seen &&
-                       d.ack_ms < kFastPathMaxAckMs && !stopping_;
+        r.hold_locks =
+            d.outage_failures == 0 && d.lease_seen && d.ack_ms < kFastPathMaxAckMs && !stopping_;
         return r;
     };
     std::vector<ClaimRequest> plan;
@@ -202,8 +201,6 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         r.id = m.id;
         r.lease_token = m.lease_token;
         r.action = Resolution::Action::Bury;
-        if (d.spec.config.ordering == Ordering::Key)
-            r.key = m.key;
         if (m.expires_at_ms != 0 && m.expires_at_ms <= now_ms) {
             r.dead_reason = DeadReason::Expired;
             r.error = "expired before it could be delivered";
@@ -216,9 +213,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
                       " times without an outcome (the worker stopped or crashed each time)";
             resolved.push_back(std::move(r));
         } else {
-            bool ordered = d.spec.config.ordering == Ordering::Key;
-            d.in_flight[m.id] = {m.lease_token, m.attempts,
-                                 ordered ? m.key : std::optional<std::string>(), now_ms};
+            d.in_flight[m.id] = {m.lease_token, m.attempts, now_ms};
             send.push_back(std::move(m));
         }
     }
@@ -332,7 +327,6 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
             Resolution r = Resolve(d, o, attempts, now_ms);
             // The claim's token as recorded here: the driver's copy may predate a re-lease.
             r.lease_token = a->second.lease_token;
-            r.key = std::move(a->second.key);
             if (r.lease_token != 0)
                 d.lease_seen = true;
             d.ack_ms = 0.9 * d.ack_ms + 0.1 * double(now_ms - a->second.submitted_ms);
@@ -479,13 +473,6 @@ void Dispatcher::TakeLog(std::vector<std::string> &lines) {
     for (std::string &l : log_)
         lines.push_back(std::move(l));
     log_.clear();
-}
-
-std::optional<OnDead> Dispatcher::KeyOrdering(const std::string &destination) const {
-    auto it = destinations_.find(destination);
-    if (it == destinations_.end() || it->second->spec.config.ordering != Ordering::Key)
-        return std::nullopt;
-    return it->second->spec.config.on_dead;
 }
 
 std::vector<std::pair<std::string, std::string>> Dispatcher::BuildErrors() const {

@@ -10,7 +10,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,9 +56,6 @@ struct Resolution {
     bool refund_attempt = false;
     DeadReason dead_reason = DeadReason::Rejected;
     std::string error;
-    // ordering = key: the message's key, so that the key's next message can be let go once
-    // this one is deleted or buried.
-    std::optional<std::string> key;
 };
 
 // Resolutions grouped by destination (the write-back runs one statement per destination and
@@ -141,9 +137,6 @@ class Dispatcher {
 
     // Lines for the server log, prefixed with the destination name.
     void TakeLog(std::vector<std::string> &lines);
-
-    // The per-key ordering of a destination: nullopt when it has none (or is unknown).
-    std::optional<OnDead> KeyOrdering(const std::string &destination) const;
 
     // Destinations whose driver cannot be built now, with the reason (for outbox.stats()).
     std::vector<std::pair<std::string, std::string>> BuildErrors() const;

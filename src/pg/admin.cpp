@@ -27,10 +27,8 @@ extern "C" {
 extern "C" {
 PGDLLEXPORT Datum outbox_destination_counters(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_workers(PG_FUNCTION_ARGS);
-PGDLLEXPORT Datum outbox_release_key(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_destination_counters);
 PG_FUNCTION_INFO_V1(outbox_workers);
-PG_FUNCTION_INFO_V1(outbox_release_key);
 }
 
 using namespace outbox::pg;
@@ -107,24 +105,4 @@ Datum outbox_workers(PG_FUNCTION_ARGS) {
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     return (Datum)0;
-}
-
-// outbox._release_key(destination, key): lets the next message of a key of an ordering = key
-// destination go (after outbox.skip, or when on_dead becomes skip). Waits for a producer that
-// holds the key.
-Datum outbox_release_key(PG_FUNCTION_ARGS) {
-    char *destination = text_to_cstring(PG_GETARG_TEXT_PP(0));
-    char *key = text_to_cstring(PG_GETARG_TEXT_PP(1));
-    const CachedDestination *found = LookupDestination(destination, int(strlen(destination)));
-    if (found == nullptr || !found->ordered)
-        PG_RETURN_VOID();
-    bool block = found->block_on_dead;
-    if (SPI_connect() != SPI_OK_CONNECT)
-        elog(ERROR, "outbox: SPI_connect failed");
-    CxxTry([&] {
-        std::vector<std::string> keys{key};
-        ReleaseKeys(destination, block, &keys, true);
-    });
-    SPI_finish();
-    PG_RETURN_VOID();
 }

@@ -36,7 +36,7 @@ extern "C" {
 }
 
 #include "outbox/pg/destination_cache.hpp"
-#include "outbox/pg/key_lock.hpp"
+#include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
@@ -115,17 +115,11 @@ void GenerateEventId(pg_uuid_t *out) {
 }
 
 // Attribute numbers of outbox.messages, looked up once per table incarnation.
-struct DeadLetterColumns {
-    Oid relid, key_index;
-    AttrNumber id, destination, key, reason, skipped_at;
-};
 struct MessageColumns {
     Oid relid;
     Oid id_sequence;
-    Oid key_index;  // messages_key_order
     int id, destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
-        created_at, attempts, lease_token, last_error, first_failed_at, ordered, waiting;
-    DeadLetterColumns dead_letters;
+        created_at, attempts, lease_token, last_error, first_failed_at, order_key;
 };
 
 static const MessageColumns &ColumnsOf(Relation rel) {
@@ -162,25 +156,7 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     c.lease_token = att("lease_token");
     c.last_error = att("last_error");
     c.first_failed_at = att("first_failed_at");
-    c.ordered = att("ordered");
-    c.waiting = att("waiting");
-    Oid nsp = RelationGetNamespace(rel);
-    auto relation = [nsp](const char *name) {
-        Oid oid = get_relname_relid(name, nsp);
-        if (!OidIsValid(oid))
-            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                            errmsg("outbox relation \"%s\" does not exist", name),
-                            errhint("Update the extension: ALTER EXTENSION outbox UPDATE;")));
-        return oid;
-    };
-    c.key_index = relation("messages_key_order");
-    c.dead_letters.relid = relation("dead_letters");
-    c.dead_letters.key_index = relation("dead_letters_key_order");
-    c.dead_letters.id = get_attnum(c.dead_letters.relid, "id");
-    c.dead_letters.destination = get_attnum(c.dead_letters.relid, "destination");
-    c.dead_letters.key = get_attnum(c.dead_letters.relid, "key");
-    c.dead_letters.reason = get_attnum(c.dead_letters.relid, "reason");
-    c.dead_letters.skipped_at = get_attnum(c.dead_letters.relid, "skipped_at");
+    c.order_key = att("order_key");
     c.relid = RelationGetRelid(rel);
     cols = c;
     return cols;
@@ -198,66 +174,19 @@ static int64 DeliveredJsonSize(Datum payload) {
     return size;
 }
 
-// Whether a row of (destination, key) exists in `relid` (through its (destination, key, id)
-// index `index`) that passes `accept`. SnapshotSelf: the latest committed state plus this
-// transaction's own rows, the current statement's included (a multi-row INSERT may repeat a key).
-template <typename Accept>
-static bool KeyRowExists(Oid relid, Oid index, AttrNumber dest_att, AttrNumber key_att,
-                         Datum destination, Datum key, Accept accept) {
-    Relation rel = table_open(relid, AccessShareLock);
-    Relation irel = index_open(index, AccessShareLock);
-    ScanKeyData keys[2];
-    ScanKeyEntryInitialize(&keys[0], 0, dest_att, BTEqualStrategyNumber, InvalidOid,
-                           irel->rd_indcollation[0], F_TEXTEQ, destination);
-    ScanKeyEntryInitialize(&keys[1], 0, key_att, BTEqualStrategyNumber, InvalidOid,
-                           irel->rd_indcollation[1], F_TEXTEQ, key);
-    index_close(irel, AccessShareLock);
-    SysScanDesc scan = systable_beginscan(rel, index, true, SnapshotSelf, 2, keys);
-    bool found = false;
-    HeapTuple tuple;
-    while (!found && (tuple = systable_getnext(scan)) != nullptr)
-        found = accept(tuple, RelationGetDescr(rel));
-    systable_endscan(scan);
-    table_close(rel, AccessShareLock);
-    return found;
-}
-
-// Per-key ordering: producers of one key take turns (key_lock.hpp) and a message is numbered
-// only once its producer holds the key, so ids follow commit order within a key. It waits when
-// an earlier message of its key is still queued, or a dead letter holds the key (on_dead =
-// block). A requeued dead letter keeps its id and goes ahead of the messages that wait.
-static void PlaceOrdered(const MessageColumns &c, const CachedDestination &dest, Datum destination,
-                         HeapTuple tuple, TupleDesc desc, bool requeued, int64 *id, bool *waiting) {
+// Per-key ordering: producers of one key take turns (key_order.hpp) and a message is numbered
+// only once its producer holds the key, so ids follow commit order within a key. A requeued
+// dead letter keeps its id, and so goes ahead of the messages of its key still queued.
+static int64 PlaceOrdered(const MessageColumns &c, const CachedDestination &dest, HeapTuple tuple,
+                          TupleDesc desc, bool requeued, int64 *id) {
     bool isnull;
     text *key = DatumGetTextPP(heap_getattr(tuple, c.key, desc, &isnull));
-    LockKey(dest.name, int(strlen(dest.name)), VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+    int64 order_key =
+        OrderKey(dest.name, std::string_view(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)));
+    LockOrderKey(order_key);
     *id = requeued ? DatumGetInt64(heap_getattr(tuple, c.id, desc, &isnull))
                    : nextval_internal(c.id_sequence, false);
-    Datum key_datum = PointerGetDatum(key);
-    int waiting_att = c.waiting;
-    *waiting =
-        KeyRowExists(c.relid, c.key_index, c.destination, c.key, destination, key_datum,
-                     [requeued, waiting_att](HeapTuple t, TupleDesc d) {
-                         bool null;
-                         // A requeued message only waits for a key's current head.
-                         return !requeued || !DatumGetBool(heap_getattr(t, waiting_att, d, &null));
-                     });
-    if (*waiting || !dest.block_on_dead)
-        return;
-    int64 below = requeued ? *id : PG_INT64_MAX;
-    const DeadLetterColumns &dl = c.dead_letters;
-    *waiting =
-        KeyRowExists(dl.relid, dl.key_index, dl.destination, dl.key, destination, key_datum,
-                     [&dl, below](HeapTuple t, TupleDesc d) {
-                         bool null;
-                         if (DatumGetInt64(heap_getattr(t, dl.id, d, &null)) >= below)
-                             return false;
-                         heap_getattr(t, dl.skipped_at, d, &null);
-                         if (!null)
-                             return false;
-                         char *reason = TextDatumGetCString(heap_getattr(t, dl.reason, d, &null));
-                         return strcmp(reason, "expired") != 0 && strcmp(reason, "dropped") != 0;
-                     });
+    return order_key;
 }
 
 // Headers must be a JSON object whose values are strings that can travel as HTTP or Kafka
@@ -329,12 +258,8 @@ static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const Mess
     }
     if (!attempts_null && DatumGetInt32(attempts) != 0)
         column = "attempts";
-    for (auto [att, name] : {std::pair{c.ordered, "ordered"}, {c.waiting, "waiting"}}) {
-        Datum flag = heap_getattr(tuple, att, desc, &isnull);
-        if (!isnull && DatumGetBool(flag))
-            column = name;
-    }
-    for (auto [att, name] : {std::pair{c.lease_token, "lease_token"},
+    for (auto [att, name] : {std::pair{c.order_key, "order_key"},
+                             {c.lease_token, "lease_token"},
                              {c.last_error, "last_error"},
                              {c.first_failed_at, "first_failed_at"}}) {
         heap_getattr(tuple, att, desc, &isnull);
@@ -449,7 +374,7 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errhint("Use a shorter identifier, such as a hash of the key.")));
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
-    // created_at, and the flags of an ordered message.
+    // created_at, and the order key of an ordered message.
     int replace_cols[7];
     Datum replace_values[7];
     bool replace_nulls[7] = {};
@@ -509,16 +434,13 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errhint("Leave expires_at NULL for messages that never expire.")));
 
     // Last, after every check: a refused row takes no lock and no number.
-    bool waiting = false;
     if (dest.ordered && has_key) {
         int64 id;
-        PlaceOrdered(c, dest, destination, tuple, desc, requeueing, &id, &waiting);
+        int64 order_key = PlaceOrdered(c, dest, tuple, desc, requeueing, &id);
         replace_cols[nreplace] = c.id;
         replace_values[nreplace++] = Int64GetDatum(id);
-        replace_cols[nreplace] = c.ordered;
-        replace_values[nreplace++] = BoolGetDatum(true);
-        replace_cols[nreplace] = c.waiting;
-        replace_values[nreplace++] = BoolGetDatum(waiting);
+        replace_cols[nreplace] = c.order_key;
+        replace_values[nreplace++] = Int64GetDatum(order_key);
     } else if (!requeueing) {
         replace_cols[nreplace] = c.id;
         replace_values[nreplace++] = Int64GetDatum(nextval_internal(c.id_sequence, false));
@@ -528,7 +450,7 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         replace_values[nreplace++] = TimestampTzGetDatum(now);
     }
 
-    CountQueueChange(dest.name, 1, waiting ? 1 : 0, 1, 0);
+    CountQueueChange(dest.name, 1, 1, 0);
     WakeAtCommit();
 
     if (nreplace == 0)

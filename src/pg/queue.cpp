@@ -4,6 +4,8 @@
 // makes the row due again, so one index (destination, available_at) serves new messages,
 // retries and lease recovery alike. Every write-back statement matches id AND lease_token, so a
 // worker whose lease lapsed cannot overwrite the outcome of the row's new owner.
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,7 +29,7 @@ extern "C" {
 
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
-#include "outbox/pg/key_lock.hpp"
+#include "outbox/pg/key_order.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/queue.hpp"
 
@@ -38,7 +40,7 @@ namespace {
 const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id FROM outbox.messages AS c"
-    "   WHERE c.destination = $1 AND c.available_at <= now() AND NOT c.waiting"
+    "   WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -56,7 +58,7 @@ const char *const kLockSql =
     "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid"
     "  FROM outbox.messages AS c"
-    " WHERE c.destination = $1 AND c.available_at <= now() AND NOT c.waiting"
+    " WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
     "   AND (c.available_at, c.id) > ($3, $4)"
     " ORDER BY c.available_at, c.id LIMIT $2"
     "   FOR UPDATE SKIP LOCKED";
@@ -68,20 +70,28 @@ const char *const kLeaseLockedSql =
     "       attempts = attempts + 1"
     " WHERE id = ANY ($1)";
 
-// ordering = key: after a key's message is delivered or buried, its next message (the lowest
-// id of the key) stops waiting, unless a dead letter holds the key ($3: on_dead = block).
-// Run only for keys whose lock the caller holds (key_lock.hpp).
-const char *const kReleaseKeysSql =
-    "UPDATE outbox.messages AS m SET waiting = false"
-    "  FROM unnest($2::text[]) AS k(key),"
-    "       LATERAL (SELECT x.id FROM outbox.messages AS x"
-    "                 WHERE x.destination = $1 AND x.ordered AND x.key = k.key"
-    "                 ORDER BY x.id LIMIT 1) AS h"
-    " WHERE m.id = h.id AND m.waiting"
-    "   AND NOT ($3 AND EXISTS (SELECT FROM outbox.dead_letters AS d"
-    "                            WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
-    "                              AND d.skipped_at IS NULL"
-    "                              AND d.reason IN ('rejected', 'max_attempts', 'poison')))";
+// ordering = key: the heads of the keys in order keys [$2, $3] that are due, at most $4 of them
+// (key_order.hpp), each locked unless another worker holds it or ($5: on_dead = block) a dead
+// letter holds its key. One row per head looked at, in order key order; the message columns
+// (as in kLockSql, with the ctid of the version locked) are NULL where it was not locked. The
+// head was found in this statement's snapshot: if its worker delivered it since, the lock
+// finds it gone (or changed: the ctid no longer matches) and the key is skipped this time —
+// never its next message.
+const char *const kHeadsSql =
+    "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
+    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.locked_tid,"
+    "       h.order_key"
+    "  FROM outbox._key_heads($1, $2, $3, $4, true) AS h"
+    "  LEFT JOIN LATERAL ("
+    "       SELECT m.*, m.ctid AS locked_tid FROM outbox.messages AS m"
+    "        WHERE m.ctid = h.tid AND m.order_key = h.order_key AND m.destination = $1"
+    "          AND m.available_at <= now()"
+    "          AND NOT ($5 AND EXISTS ("
+    "                  SELECT FROM outbox.dead_letters AS d"
+    "                   WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
+    "                     AND d.skipped_at IS NULL"
+    "                     AND d.reason IN ('rejected', 'max_attempts', 'poison')))"
+    "          FOR UPDATE SKIP LOCKED) AS c ON true";
 
 // Delivered rows that this transaction holds locked (the fast path) are deleted where they
 // are: nobody else can move a locked row, so its ctid from the claim still names it, and a
@@ -167,7 +177,7 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr claim_plan, lock_plan, lease_locked_plan, release_plan, delete_plan, delete_locked_plan,
+SPIPlanPtr claim_plan, lock_plan, heads_plan, lease_locked_plan, delete_plan, delete_locked_plan,
     archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
 
 // Where the rows locked by the current transaction are (the fast path), by id; valid only in
@@ -249,17 +259,22 @@ void ReadHeaders(Datum datum, RawRow *row) {
     row->nheaders = i;
 }
 
-// The claimed rows of the last SPI statement (columns as in kClaimSql), pointing into SPI memory.
+// The claimed rows of the last SPI statement (columns as in kClaimSql, then those of kLockSql:
+// its ctid is column 12), pointing into SPI memory. Rows whose id is NULL were not claimed.
 RawRow *ReadClaimedRows(uint64 *count) {
     uint64 n = SPI_processed;
-    *count = n;
+    *count = 0;
     auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
     TupleDesc desc = SPI_tuptable->tupdesc;
     for (uint64 i = 0; i < n; i++) {
         HeapTuple tuple = SPI_tuptable->vals[i];
-        RawRow *row = &rows[i];
+        RawRow *row = &rows[*count];
         bool isnull;
-        row->id = DatumGetInt64(heap_getattr(tuple, 1, desc, &isnull));
+        Datum id = heap_getattr(tuple, 1, desc, &isnull);
+        if (isnull)
+            continue;
+        (*count)++;
+        row->id = DatumGetInt64(id);
         FormatUuid(DatumGetUUIDP(heap_getattr(tuple, 2, desc, &isnull)), row->event_id);
         Datum d = heap_getattr(tuple, 3, desc, &isnull);
         if (!isnull) {
@@ -298,16 +313,20 @@ RawRow *ReadClaimedRows(uint64 *count) {
         d = heap_getattr(tuple, 9, desc, &isnull);
         row->expires_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d));
         row->attempts = DatumGetInt32(heap_getattr(tuple, 10, desc, &isnull));
+        if (desc->natts >= 12)
+            row->tid = *reinterpret_cast<ItemPointer>(
+                DatumGetPointer(heap_getattr(tuple, 12, desc, &isnull)));
     }
     return rows;
 }
 
 // Runs the lease claim; C-style code only (may ereport).
-RawRow *ClaimRaw(const ClaimRequest *request, int64 lease_ms, int64 token, uint64 *count) {
+RawRow *ClaimRaw(const ClaimRequest *request, int limit, int64 lease_ms, int64 token,
+                 uint64 *count) {
     Oid types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
     SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 4, types);
     Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
-                     Int64GetDatum(lease_ms), Int32GetDatum(request->limit)};
+                     Int64GetDatum(lease_ms), Int32GetDatum(limit)};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
@@ -315,12 +334,12 @@ RawRow *ClaimRaw(const ClaimRequest *request, int64 lease_ms, int64 token, uint6
 }
 
 // Runs the lock claim of the fast path; C-style code only (may ereport).
-RawRow *LockRaw(ClaimRequest *request, uint64 *count) {
+RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     Oid types[4] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID};
     SPIPlanPtr plan = Prepare(&lock_plan, kLockSql, 4, types);
-    Datum args[4] = {
-        CStringGetTextDatum(request->destination.c_str()), Int32GetDatum(request->limit),
-        TimestampTzGetDatum(request->after_available_at), Int64GetDatum(request->after_id)};
+    Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int32GetDatum(limit),
+                     TimestampTzGetDatum(request->after_available_at),
+                     Int64GetDatum(request->after_id)};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: locking rows failed: %s", SPI_result_code_string(rc));
@@ -332,12 +351,27 @@ RawRow *LockRaw(ClaimRequest *request, uint64 *count) {
             DatumGetTimestampTz(heap_getattr(last, 11, SPI_tuptable->tupdesc, &isnull));
         request->after_id = rows[*count - 1].id;
     }
-    for (uint64 i = 0; i < *count; i++) {
-        bool isnull;
-        rows[i].tid = *reinterpret_cast<ItemPointer>(DatumGetPointer(
-            heap_getattr(SPI_tuptable->vals[i], 12, SPI_tuptable->tupdesc, &isnull)));
-    }
     return rows;
+}
+
+// Runs the heads claim over order keys [from, to]; C-style code only (may ereport). *looked_at:
+// how many heads it looked at (at most n), *last_key: the order key of the last one.
+RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
+                 uint64 *looked_at, int64 *last_key) {
+    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, BOOLOID};
+    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 5, types);
+    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(from),
+                     Int64GetDatum(to), Int32GetDatum(n), BoolGetDatum(request->block_on_dead)};
+    int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "outbox: claiming key heads failed: %s", SPI_result_code_string(rc));
+    *looked_at = SPI_processed;
+    if (SPI_processed > 0) {
+        bool isnull;
+        *last_key = DatumGetInt64(heap_getattr(SPI_tuptable->vals[SPI_processed - 1], 13,
+                                               SPI_tuptable->tupdesc, &isnull));
+    }
+    return ReadClaimedRows(count);
 }
 
 Datum Int8Array(const std::vector<int64_t> &values) {
@@ -431,20 +465,15 @@ std::vector<DestinationSpec> LoadDestinations() {
     return specs;
 }
 
-std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
-    uint64 n = 0;
-    if (request.hold_locks)
-        lease_token = 0;
-    RawRow *rows = PgTry([&] {
-        return request.hold_locks ? LockRaw(&request, &n)
-                                  : ClaimRaw(&request, lease_ms, lease_token, &n);
-    });
-    std::vector<Message> messages;
-    messages.reserve(n);
+namespace {
+
+// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path).
+void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token,
+                    std::vector<Message> *out) {
     auto &tids = locked_rows.Current();
     for (uint64 i = 0; i < n; i++) {
         const RawRow &r = rows[i];
-        if (request.hold_locks)
+        if (locked)
             tids[r.id] = r.tid;
         Message m;
         m.id = r.id;
@@ -463,7 +492,85 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
         m.created_at_ms = r.created_ms;
         m.expires_at_ms = r.expires_ms;
         m.attempts = r.attempts;
-        messages.push_back(std::move(m));
+        out->push_back(std::move(m));
+    }
+}
+
+// ordering = key: where the walk over a destination's keys is. Each transaction walks from
+// where the previous one stopped to the end of the destination's order keys, then from their
+// start up to there: every key at most once per transaction, so a head this transaction holds
+// locked (the fast path) is never taken twice, and keys take turns across transactions.
+struct KeyWalk {
+    LocalTransactionId lxid = InvalidLocalTransactionId;
+    int64 next = 0, end = 0;        // this pass: [next, end]
+    std::optional<int64> wrap_end;  // then [lo, *wrap_end]
+    bool done = false;
+    std::optional<int64> cursor;  // where the next transaction starts
+};
+std::unordered_map<std::string, KeyWalk> key_walks;
+
+void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
+                std::vector<Message> *out) {
+    OrderKeyRange range = OrderKeysOf(request.destination);
+    KeyWalk &w = key_walks[request.destination];
+    if (w.lxid != MyProc->lxid) {
+        w.lxid = MyProc->lxid;
+        int64 start =
+            w.cursor && *w.cursor >= range.lo && *w.cursor <= range.hi ? *w.cursor : range.lo;
+        w.next = start;
+        w.end = range.hi;
+        w.wrap_end = start > range.lo ? std::optional<int64>(start - 1) : std::nullopt;
+        w.done = false;
+    }
+    size_t first = out->size();
+    while (!w.done && int(out->size()) < request.limit) {
+        int want = request.limit - int(out->size());
+        uint64 n = 0, looked_at = 0;
+        int64 last = 0;
+        RawRow *rows =
+            PgTry([&] { return HeadsRaw(&request, w.next, w.end, want, &n, &looked_at, &last); });
+        AppendMessages(rows, n, request.hold_locks, lease_token, out);
+        if (looked_at > 0)
+            w.cursor = last >= range.hi ? range.lo : last + 1;
+        if (int(looked_at) < want || last >= w.end) {  // this pass is over
+            if (w.wrap_end) {
+                w.next = range.lo;
+                w.end = *w.wrap_end;
+                w.wrap_end.reset();
+            } else {
+                w.done = true;
+            }
+        } else {
+            w.next = last + 1;
+        }
+    }
+    if (request.hold_locks || out->size() == first)
+        return;
+    // The leased path: the heads are locked; lease them before the commit.
+    std::vector<int64_t> ids;
+    for (size_t i = first; i < out->size(); i++)
+        ids.push_back((*out)[i].id);
+    LeaseLockedRows(ids, lease_ms, lease_token);
+}
+
+}  // namespace
+
+std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
+    if (request.hold_locks)
+        lease_token = 0;
+    std::vector<Message> messages;
+    messages.reserve(size_t(std::max(request.limit, 0)));
+    if (request.ordered)
+        ClaimHeads(request, lease_ms, lease_token, &messages);
+    // Messages without an order key: all of an unordered destination's, NULL keys of others.
+    int left = request.limit - int(messages.size());
+    if (left > 0) {
+        uint64 n = 0;
+        RawRow *rows = PgTry([&] {
+            return request.hold_locks ? LockRaw(&request, left, &n)
+                                      : ClaimRaw(&request, left, lease_ms, lease_token, &n);
+        });
+        AppendMessages(rows, n, request.hold_locks, lease_token, &messages);
     }
     return messages;
 }
@@ -558,40 +665,6 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
         }
     });
     return counts;
-}
-
-int64_t ReleaseKeys(const std::string &destination, bool block_on_dead,
-                    std::vector<std::string> *keys, bool wait) {
-    std::vector<const char *> locked;
-    std::vector<std::string> busy;
-    for (const std::string &key : *keys) {
-        bool got = PgTry([&] {
-            if (!wait)
-                return TryLockKey(destination.data(), int(destination.size()), key.data(),
-                                  int(key.size()));
-            LockKey(destination.data(), int(destination.size()), key.data(), int(key.size()));
-            return true;
-        });
-        if (got)
-            locked.push_back(key.c_str());
-        else
-            busy.push_back(key);
-    }
-    int64_t released = 0;
-    if (!locked.empty()) {
-        released = PgTry([&] {
-            Oid types[3] = {TEXTOID, TEXTARRAYOID, BOOLOID};
-            Datum args[3] = {CStringGetTextDatum(destination.c_str()), TextArray(locked, false),
-                             BoolGetDatum(block_on_dead)};
-            int rc = SPI_execute_plan(Prepare(&release_plan, kReleaseKeysSql, 3, types), args,
-                                      nullptr, false, 0);
-            if (rc != SPI_OK_UPDATE)
-                elog(ERROR, "outbox: releasing keys failed: %s", SPI_result_code_string(rc));
-            return int64(SPI_processed);
-        });
-    }
-    *keys = std::move(busy);
-    return released;
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {

@@ -44,7 +44,7 @@ namespace {
 struct Delta {
     int level;
     char destination[NAMEDATALEN];
-    int64 queued, waiting, produced, removed;
+    int64 queued, produced, removed;
 };
 Delta *deltas = nullptr;
 int ndeltas = 0, max_deltas = 0;
@@ -120,7 +120,6 @@ void ApplyDeltas() {
             continue;
         SpinLockAcquire(&c->mutex);
         c->queued += d.queued;
-        c->waiting += d.waiting;
         SpinLockRelease(&c->mutex);
     }
 }
@@ -179,17 +178,15 @@ bool TakeCounts(Oid relid) {
     if (!locked)
         return false;
     PushActiveSnapshot(GetLatestSnapshot());
-    int rc = SPI_execute(
-        "SELECT destination, count(*), count(*) FILTER (WHERE waiting) FROM outbox.messages "
-        "GROUP BY destination",
-        true, 0);
+    int rc = SPI_execute("SELECT destination, count(*) FROM outbox.messages GROUP BY destination",
+                         true, 0);
     PopActiveSnapshot();
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: counting the queue failed");
     // Every destination of this database starts from zero, then the counted ones.
     ForEachDestinationCounters(MyDatabaseId, [](DestinationCounters *entry) {
         SpinLockAcquire(&entry->mutex);
-        entry->queued = entry->waiting = entry->initial = 0;
+        entry->queued = entry->initial = 0;
         SetBase(entry);
         SpinLockRelease(&entry->mutex);
     });
@@ -199,13 +196,11 @@ bool TakeCounts(Oid relid) {
         bool isnull;
         char *name = SPI_getvalue(t, desc, 1);
         int64 queued = DatumGetInt64(heap_getattr(t, 2, desc, &isnull));
-        int64 waiting = DatumGetInt64(heap_getattr(t, 3, desc, &isnull));
         DestinationCounters *c = GetDestinationCounters(MyDatabaseId, name);
         if (c == nullptr)
             return false;  // more destinations than tracked: count every time
         SpinLockAcquire(&c->mutex);
         c->queued = c->initial = queued;
-        c->waiting = waiting;
         SetBase(c);
         SpinLockRelease(&c->mutex);
     }
@@ -221,14 +216,12 @@ void RegisterQueueCountCallbacks() {
     RegisterSubXactCallback(OnSubtransaction, nullptr);
 }
 
-void CountQueueChange(const char *destination, int64 queued, int64 waiting, int64 produced,
-                      int64 removed) {
+void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed) {
     int level = GetCurrentTransactionNestLevel();
     for (int i = 0; i < ndeltas; i++) {
         Delta &d = deltas[i];
         if (d.level == level && strcmp(d.destination, destination) == 0) {
             d.queued += queued;
-            d.waiting += waiting;
             d.produced += produced;
             d.removed += removed;
             return;
@@ -245,7 +238,6 @@ void CountQueueChange(const char *destination, int64 queued, int64 waiting, int6
     d.level = level;
     strlcpy(d.destination, destination, sizeof d.destination);
     d.queued = queued;
-    d.waiting = waiting;
     d.produced = produced;
     d.removed = removed;
 }
@@ -254,7 +246,7 @@ void CountQueueChange(const char *destination, int64 queued, int64 waiting, int6
 
 using namespace outbox::pg;
 
-// AFTER DELETE OR UPDATE OF destination, waiting FOR EACH ROW, and AFTER TRUNCATE FOR EACH
+// AFTER DELETE OR UPDATE OF destination FOR EACH ROW, and AFTER TRUNCATE FOR EACH
 // STATEMENT, on outbox.messages: what SQL (not the worker, whose session skips this trigger)
 // does to the queue sizes.
 Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
@@ -268,13 +260,10 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
     }
     TupleDesc desc = RelationGetDescr(td->tg_relation);
     int att_dest = SPI_fnumber(desc, "destination");
-    int att_waiting = SPI_fnumber(desc, "waiting");
     auto count = [&](HeapTuple tuple, int sign) {
         bool isnull;
         char *dest = TextDatumGetCString(heap_getattr(tuple, att_dest, desc, &isnull));
-        bool waiting = DatumGetBool(heap_getattr(tuple, att_waiting, desc, &isnull));
-        CountQueueChange(dest, sign, waiting ? sign : 0, 0,
-                         sign < 0 && TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 0);
+        CountQueueChange(dest, sign, 0, sign < 0 && TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 0);
     };
     count(td->tg_trigtuple, -1);
     if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
@@ -282,7 +271,7 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
     return PointerGetDatum(nullptr);
 }
 
-// outbox._queue_counts(): queued, waiting, produced, removed and the starting size of each
+// outbox._queue_counts(): queued, produced, removed and the starting size of each
 // destination of this database; exact (counted now if the kept counts are not valid).
 Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
     InitMaterializedSRF(fcinfo, 0);
@@ -294,27 +283,24 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
     if (!valid) {
         // Could not take the counts (a writer kept the table locked): count rows this time.
         int rc = SPI_execute(
-            "SELECT destination, count(*), count(*) FILTER (WHERE waiting) FROM outbox.messages "
-            "GROUP BY destination",
-            true, 0);
+            "SELECT destination, count(*) FROM outbox.messages GROUP BY destination", true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: counting the queue failed");
         for (uint64 i = 0; i < SPI_processed; i++) {
-            Datum values[9];
-            bool nulls[9] = {false, false, false, true, true, true, true, true, true};
+            Datum values[8];
+            bool nulls[8] = {false, false, true, true, true, true, true, true};
             bool isnull;
             HeapTuple t = SPI_tuptable->vals[i];
             values[0] = heap_getattr(t, 1, SPI_tuptable->tupdesc, &isnull);
             values[1] = heap_getattr(t, 2, SPI_tuptable->tupdesc, &isnull);
-            values[2] = heap_getattr(t, 3, SPI_tuptable->tupdesc, &isnull);
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         }
     } else {
         ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
-            Datum values[9];
-            bool nulls[9] = {false};
+            Datum values[8];
+            bool nulls[8] = {false};
             SpinLockAcquire(&entry->mutex);
-            int64 queued = entry->queued, waiting = entry->waiting, initial = entry->initial;
+            int64 queued = entry->queued, initial = entry->initial;
             uint64 base[5] = {entry->base_produced, entry->base_removed, entry->base_delivered,
                               entry->base_dead, entry->base_expired};
             SpinLockRelease(&entry->mutex);
@@ -322,10 +308,9 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
                                         &entry->dead, &entry->expired};
             values[0] = CStringGetTextDatum(entry->key.name);
             values[1] = Int64GetDatum(queued);
-            values[2] = Int64GetDatum(waiting);
-            values[3] = Int64GetDatum(initial);
+            values[2] = Int64GetDatum(initial);
             for (int k = 0; k < 5; k++)
-                values[4 + k] = Int64GetDatum(int64(pg_atomic_read_u64(now[k]) - base[k]));
+                values[3 + k] = Int64GetDatum(int64(pg_atomic_read_u64(now[k]) - base[k]));
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         });
     }

@@ -158,7 +158,7 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
              {&entry->delivered, &entry->failed, &entry->dead, &entry->expired, &entry->deferred,
               &entry->produced, &entry->removed})
             pg_atomic_init_u64(c, 0);
-        entry->queued = entry->waiting = entry->initial = 0;
+        entry->queued = entry->initial = 0;
         SpinLockInit(&entry->mutex);
         entry->last_success_at = 0;
         entry->last_error[0] = '\0';

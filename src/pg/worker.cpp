@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,7 +87,7 @@ void DebugPause(const char *phase) {
 
 // The worker's session skips the _messages_changed trigger: it counts its own removals.
 void CountRemoved(const std::string &destination, const WriteBackCounts &c) {
-    CountQueueChange(destination.c_str(), -(c.delivered + c.dead + c.expired), 0, 0, 0);
+    CountQueueChange(destination.c_str(), -(c.delivered + c.dead + c.expired), 0, 0);
 }
 
 DispatchSettings CurrentSettings() {
@@ -127,8 +126,6 @@ class Worker {
         return int64((lease_base_ + ++lease_counter_) & INT64CONST(0x7fffffffffffffff)) | 1;
     }
     void LogDriverLines();
-    void ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::string>> *releases);
-    bool ReleaseLeftoverKeys();
     void SetState(WorkerState state) { pg_atomic_write_u32(&slot_->state, state); }
     void SetDestination(const char *name);
 
@@ -136,8 +133,6 @@ class Worker {
     std::string database_;
     std::unique_ptr<Dispatcher> dispatcher_;
     Resolutions pending_;  // outcomes not yet written back
-    // ordering = key: keys whose next message is to be let go (a producer held the key's lock)
-    std::map<std::string, std::vector<std::string>> keys_to_release_;
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
     bool extension_missing_logged_ = false;
@@ -226,8 +221,6 @@ void Worker::WriteBackAndClaim(bool claim,
                                std::vector<ClaimRequest> *fast, bool sweep) {
     std::map<std::string, WriteBackCounts> counts;
     bool present = true;
-    // Changed only if the transaction commits.
-    std::map<std::string, std::vector<std::string>> releases = keys_to_release_;
     InTransaction("outbox: write back and claim", [&] {
         present = ExtensionInstalled();
         if (!present)
@@ -244,11 +237,7 @@ void Worker::WriteBackAndClaim(bool claim,
             WriteBackCounts written = WriteBack(resolutions);
             CountRemoved(destination, written);
             counts[destination] += written;
-            for (const Resolution &r : resolutions)
-                if (r.key && r.action != Resolution::Action::Reschedule)
-                    releases[destination].push_back(*r.key);
         }
-        ReleaseKeysOfDoneMessages(&releases);
         if (!pending_.empty())
             DebugPause("write-back");
         if (sweep)
@@ -280,7 +269,6 @@ void Worker::WriteBackAndClaim(bool claim,
         extension_missing_logged_ = true;
         SetState(kWorkerNoExtension);
         pending_.clear();
-        keys_to_release_.clear();
         dispatcher_->SetDestinations({});
         destinations_loaded_ = false;
         return;
@@ -294,58 +282,8 @@ void Worker::WriteBackAndClaim(bool claim,
                                        [](const auto &c) { return !c.second.empty(); });
     if (leased)
         PgTry([] { XLogFlush(XactLastCommitEnd); });
-    keys_to_release_ = std::move(releases);
     Publish(pending_, counts);
     pending_.clear();
-}
-
-// ordering = key: the keys one transaction could not release (its lock budget ran out) are
-// released in short transactions of their own now, not a turn later; true if any was. Keys a
-// producer holds stay for a later turn (its commit wakes the worker).
-bool Worker::ReleaseLeftoverKeys() {
-    auto count = [this] {
-        size_t n = 0;
-        for (const auto &[destination, keys] : keys_to_release_)
-            n += keys.size();
-        return n;
-    };
-    bool released = false;
-    for (size_t before = count(); before > 0;) {
-        std::map<std::string, std::vector<std::string>> releases = keys_to_release_;
-        InTransaction("outbox: release keys", [&] { ReleaseKeysOfDoneMessages(&releases); });
-        keys_to_release_ = std::move(releases);
-        size_t after = count();
-        if (after == before)
-            break;
-        released = true;
-        before = after;
-    }
-    return released;
-}
-
-// ordering = key: once a key's message is deleted or buried, its next message may go. A key
-// whose lock a producer holds right now is tried again on a later turn; at most kMaxKeyLocks
-// keys are locked per transaction, so the shared lock table is never crowded.
-void Worker::ReleaseKeysOfDoneMessages(std::map<std::string, std::vector<std::string>> *releases) {
-    constexpr size_t kMaxKeyLocks = 256;
-    size_t budget = kMaxKeyLocks;
-    for (auto it = releases->begin(); it != releases->end() && budget > 0;) {
-        std::optional<OnDead> ordering = dispatcher_->KeyOrdering(it->first);
-        std::vector<std::string> &keys = it->second;
-        if (!ordering) {  // no longer ordered (alter_destination releases everything then)
-            it = releases->erase(it);
-            continue;
-        }
-        std::sort(keys.begin(), keys.end());
-        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-        std::vector<std::string> batch(keys.begin(), keys.begin() + std::min(keys.size(), budget));
-        keys.erase(keys.begin(), keys.begin() + batch.size());
-        budget -= batch.size();
-        int64 released = ReleaseKeys(it->first, *ordering == OnDead::Block, &batch, false);
-        CountQueueChange(it->first.c_str(), 0, -released, 0, 0);  // the trigger skips the worker
-        keys.insert(keys.end(), batch.begin(), batch.end());      // the busy ones, for later
-        it = keys.empty() ? releases->erase(it) : std::next(it);
-    }
 }
 
 // After a committed write-back: the counters of outbox.stats() and outbox.workers().
@@ -417,7 +355,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     bool reload = pg_atomic_exchange_u32(&slot_->reload, 0) != 0;
     bool claim = reload || poll_due || !dispatcher_->PlanClaims(now).empty();
     bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
-    if (pending_.empty() && !claim && keys_to_release_.empty() && !sweep)
+    if (pending_.empty() && !claim && !sweep)
         return false;
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
@@ -428,16 +366,13 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // The crash tests pause in the phases of the leased path, which they need deterministic.
     bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
-        !debug_pause && !sweep && pending_.empty() && keys_to_release_.empty() &&
-        destinations_loaded_ && seen_generation_ == destinations_generation && !plan.empty() &&
+        !debug_pause && !sweep && pending_.empty() && destinations_loaded_ &&
+        seen_generation_ == destinations_generation && !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
-    bool released = false;
-    if (fast_only) {
+    if (fast_only)
         fast = std::move(plan);
-    } else {
+    else
         WriteBackAndClaim(claim, &claimed, &fast, sweep);
-        released = ReleaseLeftoverKeys();
-    }
     pg_atomic_fetch_add_u64(&slot_->cycles, 1);
     slot_->last_cycle_at = GetCurrentTimestamp();
 
@@ -455,7 +390,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (!fast.empty())
         full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
-    return full || released;  // released keys have new heads to claim
+    return full;
 }
 
 // The fast path, for destinations that acknowledge within milliseconds: rows are locked

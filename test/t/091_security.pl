@@ -192,7 +192,7 @@ for my $call ('outbox.stats()', 'outbox.workers()', 'outbox.wake()', q{outbox.pa
     'outbox.skip(1)', q{outbox.blocked_keys('hook_ok')},
     q{outbox.create_destination('mine', 'webhook', '{"url": "http://127.0.0.1:1/"}')},
     q{outbox.alter_destination('hook_ok', '{"url": "http://evil.example/"}')},
-    q{outbox.drop_destination('hook_ok', true)}, q{outbox._release_key('hook_ok', 'k')},
+    q{outbox.drop_destination('hook_ok', true)}, q{outbox._key_heads('hook_ok')},
     'outbox._requeueing()', 'outbox._destination_counters()') {
     denied('app', "SELECT $call", "call $call");
 }
@@ -224,7 +224,7 @@ denied('ops', q{SELECT outbox.create_destination('mine', 'webhook', '{"url": "ht
 denied('ops', q{SELECT outbox.alter_destination('hook_ok', '{"url": "http://evil.example/"}')}, 'alter a destination');
 denied('ops', q{SELECT outbox.drop_destination('hook_ok')}, 'drop a destination');
 denied('ops', q{SELECT outbox.skip(1)}, 'skip a dead letter (not in the operator GRANTs)');
-denied('ops', q{SELECT outbox._release_key('hook_ok', 'k')}, 'call internal functions');
+denied('ops', q{SELECT outbox._key_heads('hook_ok')}, 'call internal functions');
 sql('GRANT SELECT (name, config) ON outbox.destinations TO ops');
 allowed('ops', q{SELECT config FROM outbox.destinations}, 'read configs once granted explicitly');
 sql('REVOKE SELECT (name, config) ON outbox.destinations FROM ops');

@@ -218,7 +218,6 @@ TEST_F(DispatcherTest, DeliveredDeletesWithTheLeaseToken) {
     EXPECT_EQ(res.id, 8);
     EXPECT_EQ(res.lease_token, 7002);
     EXPECT_EQ(res.action, Resolution::Action::Delete);
-    EXPECT_FALSE(res.key.has_value());  // only ordering = key carries the key
     EXPECT_EQ(dispatcher_.InFlight(), 1u);
 
     driver.Finish(7, OutcomeKind::Delivered);
@@ -564,12 +563,12 @@ TEST_F(DispatcherTest, FastPathWaitsForALeasedOutcome) {
     EXPECT_TRUE(fast->hold_locks);
 }
 
-// 6b. Never for destinations with per-key ordering.
-TEST_F(DispatcherTest, NoFastPathForOrderedDestinations) {
+// 6b. Destinations with per-key ordering take the fast path too (the claim takes one head per
+// key, and never a key twice in one transaction), and say how they order.
+TEST_F(DispatcherTest, OrderedDestinationsClaimHeadsOnTheFastPath) {
     DestinationSpec spec = Spec("ordered", Ordering::Key);
     spec.config.on_dead = OnDead::Skip;
     dispatcher_.SetDestinations(Specs({spec}));
-    EXPECT_EQ(dispatcher_.KeyOrdering("ordered"), OnDead::Skip);
     ClaimRequest r = ClaimAndSubmit("ordered", {Row(1, 31)}, kT0);
     EXPECT_TRUE(r.ordered);
     EXPECT_FALSE(r.block_on_dead);
@@ -577,12 +576,19 @@ TEST_F(DispatcherTest, NoFastPathForOrderedDestinations) {
     DriverOf("ordered").Finish(1, OutcomeKind::Delivered);
     Resolution res = PollOne("ordered", kT0 + 1);
     EXPECT_EQ(res.lease_token, 31);
-    EXPECT_EQ(res.key, std::optional<std::string>("key-1"));
     const std::vector<ClaimRequest> next_plan = dispatcher_.PlanClaims(kT0 + 1);
     const ClaimRequest *next = Planned(next_plan, "ordered");
     ASSERT_NE(next, nullptr);
     EXPECT_TRUE(next->ordered);
-    EXPECT_FALSE(next->hold_locks);
+    EXPECT_TRUE(next->hold_locks);
+
+    spec.config.on_dead = OnDead::Block;
+    spec.config_json = R"({"ordering": "key", "on_dead": "block"})";  // a changed config
+    dispatcher_.SetDestinations(Specs({spec}));
+    const std::vector<ClaimRequest> block_plan = dispatcher_.PlanClaims(kT0 + 2);
+    const ClaimRequest *block = Planned(block_plan, "ordered");
+    ASSERT_NE(block, nullptr);
+    EXPECT_TRUE(block->block_on_dead);
 }
 
 // 6c. Never while the destination is unreachable; back once a probe gets through.

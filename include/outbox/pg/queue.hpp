@@ -20,7 +20,7 @@ std::vector<DestinationSpec> LoadDestinations();
 
 // Leases up to request.limit due rows of request.destination for `lease_ms` under
 // `lease_token`, counting an attempt on each; returns them ready for a driver. With per-key
-// ordering only the head message of each key is eligible.
+// ordering only the head message of each key is eligible (key_order.hpp).
 // With request.hold_locks (the fast path) the rows are locked for the rest of the transaction
 // instead, unchanged, and come back with lease token 0; the request then remembers where this
 // batch ended, so that claiming again in the same transaction takes the next rows.
@@ -58,11 +58,5 @@ struct WriteBackCounts {
 // Applies the resolutions of one destination: one statement per kind of action. Delivered
 // rows are deleted, or moved to outbox.archive while outbox.retention is above 0.
 WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions);
-
-// Per-key ordering: lets the next message of each key in *keys go, for the keys whose lock it
-// gets (all of them when `wait`; otherwise only those no producer holds right now). The keys
-// it could not lock are left in *keys, to try again later. Returns how many messages it let go.
-int64_t ReleaseKeys(const std::string &destination, bool block_on_dead,
-                    std::vector<std::string> *keys, bool wait);
 
 }  // namespace outbox::pg

@@ -17,10 +17,9 @@ namespace outbox::pg {
 // Registers the transaction callbacks. Called once from _PG_init.
 void RegisterQueueCountCallbacks();
 
-// Records that this transaction adds `queued` rows (and `waiting` of them waiting) to the queue
-// of `destination` (negative: removes); applied at commit, forgotten on rollback (also of a
-// subtransaction). `produced` and `removed` feed the conservation counters.
-void CountQueueChange(const char *destination, int64 queued, int64 waiting, int64 produced,
-                      int64 removed);
+// Records that this transaction adds `queued` rows to the queue of `destination` (negative:
+// removes); applied at commit, forgotten on rollback (also of a subtransaction). `produced` and
+// `removed` feed the conservation counters.
+void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed);
 
 }  // namespace outbox::pg

@@ -73,11 +73,9 @@ struct DestinationCounters {
     slock_t mutex;              // protects the fields below
     TimestampTz last_success_at;
     char last_error[256];
-    // The queue size (and how much of it waits behind its key), kept exact at every commit
-    // once its database's counts are valid (see queue_counts.hpp); `initial` is the size the
-    // counts started from.
+    // The queue size, kept exact at every commit once its database's counts are valid (see
+    // queue_counts.hpp); `initial` is the size the counts started from.
     int64 queued;
-    int64 waiting;
     int64 initial;
     // The cumulative counters when the counts started (for outbox.conservation()).
     uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;

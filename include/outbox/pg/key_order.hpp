@@ -1,0 +1,30 @@
+// Per-key ordering (see README "Per-key ordering").
+//
+// A message of an ordering = key destination carries its order key: the destination's 32-bit
+// hash in the high half, its key's in the low half. So the keys of one destination are one
+// contiguous range of messages_key_order (order_key, id), the head of a key is the first
+// visible entry of its order key, and a claim walks the range one key at a time (a skip scan,
+// _key_heads) without anything being written when a key's message is done. Two keys whose
+// hashes collide share one order; nothing else changes.
+//
+// Producers of one order key take turns under a lock held until commit, and a message is
+// numbered only once its producer holds it: ids follow commit order within a key.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace outbox::pg {
+
+int64_t OrderKey(std::string_view destination, std::string_view key);
+
+// The order keys of a destination: [lo, hi].
+struct OrderKeyRange {
+    int64_t lo, hi;
+};
+OrderKeyRange OrderKeysOf(std::string_view destination);
+
+// Takes the order key's lock (transaction-scoped), waiting for the producer that holds it.
+void LockOrderKey(int64_t order_key);
+
+}  // namespace outbox::pg
