@@ -51,6 +51,20 @@ SELECT m.key, m.payload->>'n' AS n FROM outbox._key_heads('ord', n => 10, due_on
 SELECT count(*) AS limited FROM outbox._key_heads('ord', n => 1);
 SELECT count(*) AS other_destination FROM outbox._key_heads('skipper');
 SELECT count(*) AS no_destination FROM outbox._key_heads(NULL);
+-- A head this transaction holds locked (the worker's fast path) is no candidate; the worker's
+-- hints pass a key whose head it holds, and entries it removed.
+BEGIN;
+SELECT payload->>'n' AS locked_n FROM outbox.messages WHERE destination = 'ord' AND key = 'a' ORDER BY id LIMIT 1 FOR UPDATE;
+SELECT m.key FROM outbox._key_heads('ord', due_only => true) AS h JOIN outbox.messages AS m ON m.id = h.id;
+ROLLBACK;
+SELECT m.key FROM outbox._key_heads('ord', skip_keys => ARRAY[outbox._order_key('ord', 'a')]) AS h
+  JOIN outbox.messages AS m ON m.id = h.id;
+SELECT m.key, m.payload->>'n' AS n
+  FROM outbox._key_heads('ord', done_keys => ARRAY[outbox._order_key('ord', 'a')],
+                         done_ids => ARRAY[(SELECT min(id) FROM outbox.messages WHERE key = 'a')]) AS h
+  JOIN outbox.messages AS m ON m.id = h.id ORDER BY m.key;
+SELECT count(*) FROM outbox._key_heads('ord', done_keys => ARRAY[1, 2], done_ids => ARRAY[1]);
+\echo :SQLSTATE
 SELECT bool_and(i.id < j.id) AS ids_follow_insert_order
   FROM outbox.messages i JOIN outbox.messages j ON i.key = j.key AND (i.payload->>'n')::int < (j.payload->>'n')::int;
 SELECT destination, pending, waiting, blocked_keys FROM outbox.stats() WHERE destination = 'ord';

@@ -380,12 +380,15 @@ COMMENT ON FUNCTION outbox.purge_dead_letters(interval, text) IS
 -- messages_key_order.
 CREATE FUNCTION outbox._order_key(destination text, key text) RETURNS bigint
     AS 'MODULE_PATHNAME', 'outbox_order_key' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
--- The head message of each key of a destination (its lowest id), by order key: one index
--- descent per key. from_key/to_key bound the walk, n the number of heads; with due_only only
--- heads due now (the claim's candidates; it locks them itself).
+-- The head message of each key of a destination (its lowest visible id), by order key, read
+-- from messages_key_order's leaf entries. from_key/to_key bound the walk, n the number of
+-- heads; with due_only only heads due now (the claim's candidates; it locks them itself).
+-- The worker's hints, sorted: skip_keys, keys whose head its transaction holds; done_keys and
+-- done_ids, the (order key, id) entries it deleted — passed without reading the heap.
 CREATE FUNCTION outbox._key_heads(destination text, from_key bigint DEFAULT NULL,
                                   to_key bigint DEFAULT NULL, n integer DEFAULT NULL,
-                                  due_only boolean DEFAULT false)
+                                  due_only boolean DEFAULT false, skip_keys bigint[] DEFAULT NULL,
+                                  done_keys bigint[] DEFAULT NULL, done_ids bigint[] DEFAULT NULL)
 RETURNS TABLE (order_key bigint, id bigint, tid tid)
     AS 'MODULE_PATHNAME', 'outbox_key_heads' LANGUAGE C VOLATILE ROWS 100;
 -- Marks this transaction's inserts as requeued dead letters: they keep their id.

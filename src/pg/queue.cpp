@@ -5,7 +5,8 @@
 // retries and lease recovery alike. Every write-back statement matches id AND lease_token, so a
 // worker whose lease lapsed cannot overwrite the outcome of the row's new owner.
 #include <algorithm>
-#include <optional>
+#include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +16,8 @@
 extern "C" {
 #include "postgres.h"
 #include "access/htup_details.h"
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -72,26 +75,28 @@ const char *const kLeaseLockedSql =
 
 // ordering = key: the heads of the keys in order keys [$2, $3] that are due, at most $4 of them
 // (key_order.hpp), each locked unless another worker holds it or ($5: on_dead = block) a dead
-// letter holds its key. One row per head looked at, in order key order; the message columns
-// (as in kLockSql, with the ctid of the version locked) are NULL where it was not locked. The
-// head was found in this statement's snapshot: if its worker delivered it since, the lock
-// finds it gone (or changed: the ctid no longer matches) and the key is skipped this time —
-// never its next message.
+// letter holds its key (looked up per key only if the destination has any). $6, $7, $8: what
+// this transaction did to heads (KeyHints). Columns as in kLockSql, then the order key; how
+// many heads were looked at and the last one's key come from LastKeyHeads(). The head was
+// found in this statement's snapshot: if its worker delivered it since, the lock finds it gone
+// (or changed: the ctid no longer matches) and the key is skipped this time — never its next
+// message.
 const char *const kHeadsSql =
-    "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
-    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.locked_tid,"
-    "       h.order_key"
-    "  FROM outbox._key_heads($1, $2, $3, $4, true) AS h"
-    "  LEFT JOIN LATERAL ("
-    "       SELECT m.*, m.ctid AS locked_tid FROM outbox.messages AS m"
-    "        WHERE m.ctid = h.tid AND m.order_key = h.order_key AND m.destination = $1"
-    "          AND m.available_at <= now()"
-    "          AND NOT ($5 AND EXISTS ("
-    "                  SELECT FROM outbox.dead_letters AS d"
-    "                   WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
-    "                     AND d.skipped_at IS NULL"
-    "                     AND d.reason IN ('rejected', 'max_attempts', 'poison')))"
-    "          FOR UPDATE SKIP LOCKED) AS c ON true";
+    "SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
+    "       m.created_at, m.expires_at, m.attempts + 1, m.available_at, m.ctid, m.order_key"
+    "  FROM outbox._key_heads($1, $2, $3, $4, true, $6, $7, $8) AS h"
+    "  JOIN outbox.messages AS m ON m.ctid = h.tid"
+    " WHERE m.order_key = h.order_key AND m.destination = $1 AND m.available_at <= now()"
+    "   AND NOT ((SELECT $5 AND EXISTS ("
+    "                 SELECT FROM outbox.dead_letters AS d"
+    "                  WHERE d.destination = $1 AND d.skipped_at IS NULL"
+    "                    AND d.reason IN ('rejected', 'max_attempts', 'poison')))"
+    "            AND EXISTS ("
+    "                SELECT FROM outbox.dead_letters AS d"
+    "                 WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
+    "                   AND d.skipped_at IS NULL"
+    "                   AND d.reason IN ('rejected', 'max_attempts', 'poison')))"
+    "   FOR UPDATE OF m SKIP LOCKED";
 
 // Delivered rows that this transaction holds locked (the fast path) are deleted where they
 // are: nobody else can move a locked row, so its ctid from the claim still names it, and a
@@ -196,6 +201,50 @@ struct LockedRows {
 };
 LockedRows locked_rows;
 
+// ordering = key, the fast path: what the current transaction did to the heads of a
+// destination's keys, so that its next walks pass them without reading the heap — the keys
+// whose head it holds (being delivered), and the heads it removed (delivered or buried: no
+// longer visible to it, but not dead to everyone before it commits).
+struct KeyHints {
+    LocalTransactionId lxid = InvalidLocalTransactionId;
+    std::unordered_map<int64_t, std::pair<std::string, int64_t>> held;  // id → destination, key
+    std::map<std::string, std::set<int64_t>> held_keys;
+    std::map<std::string, std::set<std::pair<int64_t, int64_t>>> removed;  // (key, id)
+
+    KeyHints &Current() {
+        if (lxid != MyProc->lxid) {
+            Forget();
+            lxid = MyProc->lxid;
+        }
+        return *this;
+    }
+    void Forget() {
+        held.clear();
+        held_keys.clear();
+        removed.clear();
+    }
+    void Hold(const std::string &destination, int64_t id, int64_t order_key) {
+        held[id] = {destination, order_key};
+        held_keys[destination].insert(order_key);
+    }
+    void Removed(int64_t id) {
+        auto found = held.find(id);
+        if (found == held.end())
+            return;
+        const auto &[destination, order_key] = found->second;
+        held_keys[destination].erase(order_key);
+        removed[destination].insert({order_key, id});
+        held.erase(found);
+    }
+    bool AnyRemoved() const {
+        for (const auto &[destination, pairs] : removed)
+            if (!pairs.empty())
+                return true;
+        return false;
+    }
+};
+KeyHints key_hints;
+
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
 }
@@ -220,6 +269,7 @@ struct RawRow {
     int64 expires_ms;
     int attempts;
     ItemPointerData tid;  // the fast path's locked rows only
+    int64 order_key;      // heads only
 };
 
 void FormatUuid(const pg_uuid_t *uuid, char out[37]) {
@@ -260,21 +310,17 @@ void ReadHeaders(Datum datum, RawRow *row) {
 }
 
 // The claimed rows of the last SPI statement (columns as in kClaimSql, then those of kLockSql:
-// its ctid is column 12), pointing into SPI memory. Rows whose id is NULL were not claimed.
+// its ctid is column 12, and kHeadsSql: the order key), pointing into SPI memory.
 RawRow *ReadClaimedRows(uint64 *count) {
     uint64 n = SPI_processed;
-    *count = 0;
+    *count = n;
     auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
     TupleDesc desc = SPI_tuptable->tupdesc;
     for (uint64 i = 0; i < n; i++) {
         HeapTuple tuple = SPI_tuptable->vals[i];
-        RawRow *row = &rows[*count];
+        RawRow *row = &rows[i];
         bool isnull;
-        Datum id = heap_getattr(tuple, 1, desc, &isnull);
-        if (isnull)
-            continue;
-        (*count)++;
-        row->id = DatumGetInt64(id);
+        row->id = DatumGetInt64(heap_getattr(tuple, 1, desc, &isnull));
         FormatUuid(DatumGetUUIDP(heap_getattr(tuple, 2, desc, &isnull)), row->event_id);
         Datum d = heap_getattr(tuple, 3, desc, &isnull);
         if (!isnull) {
@@ -316,6 +362,8 @@ RawRow *ReadClaimedRows(uint64 *count) {
         if (desc->natts >= 12)
             row->tid = *reinterpret_cast<ItemPointer>(
                 DatumGetPointer(heap_getattr(tuple, 12, desc, &isnull)));
+        if (desc->natts >= 13)
+            row->order_key = DatumGetInt64(heap_getattr(tuple, 13, desc, &isnull));
     }
     return rows;
 }
@@ -354,23 +402,35 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
+Datum Int8Array(const std::vector<int64_t> &values);
+
 // Runs the heads claim over order keys [from, to]; C-style code only (may ereport). *looked_at:
 // how many heads it looked at (at most n), *last_key: the order key of the last one.
 RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
                  uint64 *looked_at, int64 *last_key) {
-    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, BOOLOID};
-    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 5, types);
-    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(from),
-                     Int64GetDatum(to), Int32GetDatum(n), BoolGetDatum(request->block_on_dead)};
+    KeyHints &hints = key_hints.Current();
+    const std::set<int64_t> &held = hints.held_keys[request->destination];
+    std::vector<int64_t> held_keys(held.begin(), held.end()), removed_keys, removed_ids;
+    for (const auto &[order_key, id] : hints.removed[request->destination]) {
+        removed_keys.push_back(order_key);
+        removed_ids.push_back(id);
+    }
+    Oid types[8] = {TEXTOID, INT8OID,      INT8OID,      INT4OID,
+                    BOOLOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 8, types);
+    Datum args[8] = {CStringGetTextDatum(request->destination.c_str()),
+                     Int64GetDatum(from),
+                     Int64GetDatum(to),
+                     Int32GetDatum(n),
+                     BoolGetDatum(request->block_on_dead),
+                     Int8Array(held_keys),
+                     Int8Array(removed_keys),
+                     Int8Array(removed_ids)};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: claiming key heads failed: %s", SPI_result_code_string(rc));
-    *looked_at = SPI_processed;
-    if (SPI_processed > 0) {
-        bool isnull;
-        *last_key = DatumGetInt64(heap_getattr(SPI_tuptable->vals[SPI_processed - 1], 13,
-                                               SPI_tuptable->tupdesc, &isnull));
-    }
+    *looked_at = uint64(LastKeyHeads().heads);
+    *last_key = LastKeyHeads().last_key;
     return ReadClaimedRows(count);
 }
 
@@ -467,14 +527,17 @@ std::vector<DestinationSpec> LoadDestinations() {
 
 namespace {
 
-// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path).
+// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path),
+// heads of `heads_of`'s keys if given.
 void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token,
-                    std::vector<Message> *out) {
+                    std::vector<Message> *out, const std::string *heads_of = nullptr) {
     auto &tids = locked_rows.Current();
     for (uint64 i = 0; i < n; i++) {
         const RawRow &r = rows[i];
         if (locked)
             tids[r.id] = r.tid;
+        if (locked && heads_of)
+            key_hints.Current().Hold(*heads_of, r.id, r.order_key);
         Message m;
         m.id = r.id;
         m.lease_token = lease_token;
@@ -496,52 +559,35 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
     }
 }
 
-// ordering = key: where the walk over a destination's keys is. Each transaction walks from
-// where the previous one stopped to the end of the destination's order keys, then from their
-// start up to there: every key at most once per transaction, so a head this transaction holds
-// locked (the fast path) is never taken twice, and keys take turns across transactions.
-struct KeyWalk {
-    LocalTransactionId lxid = InvalidLocalTransactionId;
-    int64 next = 0, end = 0;        // this pass: [next, end]
-    std::optional<int64> wrap_end;  // then [lo, *wrap_end]
-    bool done = false;
-    std::optional<int64> cursor;  // where the next transaction starts
-};
-std::unordered_map<std::string, KeyWalk> key_walks;
+// ordering = key: where each destination's walk over its keys goes on from. A claim walks at
+// most once round the destination's order keys, from there to the end and then from the start:
+// keys take turns, and a key whose head was just claimed is the last one looked at again.
+std::unordered_map<std::string, int64> key_cursors;
 
 void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 std::vector<Message> *out) {
     OrderKeyRange range = OrderKeysOf(request.destination);
-    KeyWalk &w = key_walks[request.destination];
-    if (w.lxid != MyProc->lxid) {
-        w.lxid = MyProc->lxid;
-        int64 start =
-            w.cursor && *w.cursor >= range.lo && *w.cursor <= range.hi ? *w.cursor : range.lo;
-        w.next = start;
-        w.end = range.hi;
-        w.wrap_end = start > range.lo ? std::optional<int64>(start - 1) : std::nullopt;
-        w.done = false;
-    }
+    auto found = key_cursors.find(request.destination);
+    int64 start =
+        found != key_cursors.end() && found->second >= range.lo && found->second <= range.hi
+            ? found->second
+            : range.lo;
+    std::pair<int64, int64> passes[2] = {{start, range.hi}, {range.lo, start - 1}};
     size_t first = out->size();
-    while (!w.done && int(out->size()) < request.limit) {
-        int want = request.limit - int(out->size());
-        uint64 n = 0, looked_at = 0;
-        int64 last = 0;
-        RawRow *rows =
-            PgTry([&] { return HeadsRaw(&request, w.next, w.end, want, &n, &looked_at, &last); });
-        AppendMessages(rows, n, request.hold_locks, lease_token, out);
-        if (looked_at > 0)
-            w.cursor = last >= range.hi ? range.lo : last + 1;
-        if (int(looked_at) < want || last >= w.end) {  // this pass is over
-            if (w.wrap_end) {
-                w.next = range.lo;
-                w.end = *w.wrap_end;
-                w.wrap_end.reset();
-            } else {
-                w.done = true;
-            }
-        } else {
-            w.next = last + 1;
+    for (int p = 0; p < (start > range.lo ? 2 : 1); p++) {
+        for (int64 from = passes[p].first; int(out->size()) < request.limit;) {
+            int want = request.limit - int(out->size());
+            uint64 n = 0, looked_at = 0;
+            int64 last = 0;
+            RawRow *rows = PgTry([&] {
+                return HeadsRaw(&request, from, passes[p].second, want, &n, &looked_at, &last);
+            });
+            AppendMessages(rows, n, request.hold_locks, lease_token, out, &request.destination);
+            if (looked_at > 0)
+                key_cursors[request.destination] = last >= range.hi ? range.lo : last + 1;
+            if (int(looked_at) < want || last >= passes[p].second)
+                break;  // this pass is over
+            from = last + 1;
         }
     }
     if (request.hold_locks || out->size() == first)
@@ -664,7 +710,23 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
             }
         }
     });
+    // Heads this transaction held and removed: their keys' next messages are heads now.
+    for (const Resolution &r : resolutions)
+        if (r.lease_token == 0 && r.action != Resolution::Action::Reschedule)
+            key_hints.Current().Removed(r.id);
     return counts;
+}
+
+// A walk marks a removed head's index entry dead, so that no walk reads the heap for it again,
+// once the entry is dead to everyone — which PostgreSQL decides only once the removing commit is
+// on disk (hint bits wait for the WAL). The worker commits asynchronously: without this flush
+// every walk of the next ~wal_writer_delay fetched each key's recently delivered heads again,
+// and the ordered drain ran at half the speed.
+void TransactionEnded(bool committed) {
+    // Not Current(): the transaction is over, MyProc->lxid no longer names it.
+    if (committed && key_hints.AnyRemoved())
+        PgTry([] { XLogFlush(XactLastCommitEnd); });
+    key_hints.Forget();
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {

@@ -213,6 +213,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
         pgstat_report_stat(false);
         pgstat_report_activity(STATE_IDLE, nullptr);
     });
+    TransactionEnded(true);
     MemoryContextSwitchTo(turn_context_);
 }
 
@@ -467,6 +468,11 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 counts[destination] += written;
                 for (Resolution &r : mine)
                     done[destination].push_back(std::move(r));
+                // ordering = key: a head that is done lets its key's next message go, in this
+                // same transaction.
+                for (size_t i = 0; i < requests.size(); i++)
+                    if (requests[i].ordered && requests[i].destination == destination)
+                        exhausted[i] = false;
             }
             got.clear();
             bool more_to_claim = false;  // now, without waiting for acknowledgements first
@@ -562,6 +568,7 @@ void Worker::Run() {
             // Rows the fast path had locked are free again: their outcomes no longer belong
             // to anyone (they will be claimed and delivered again).
             PgTry([] { AbortCurrentTransaction(); });
+            TransactionEnded(false);
             dispatcher_->OrphanLocked();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;

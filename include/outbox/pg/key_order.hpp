@@ -27,4 +27,12 @@ OrderKeyRange OrderKeysOf(std::string_view destination);
 // Takes the order key's lock (transaction-scoped), waiting for the producer that holds it.
 void LockOrderKey(int64_t order_key);
 
+// What the last outbox._key_heads call of this process returned: how many heads, and the
+// order key of the last one (the claim locks only some of them, and goes on after the last).
+struct KeyHeadsReturned {
+    int64_t heads = 0;
+    int64_t last_key = 0;
+};
+KeyHeadsReturned &LastKeyHeads();
+
 }  // namespace outbox::pg

@@ -26,6 +26,10 @@ std::vector<DestinationSpec> LoadDestinations();
 // batch ended, so that claiming again in the same transaction takes the next rows.
 std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token);
 
+// The worker's transaction committed (or aborted). A commit that removed heads of keys on the
+// fast path is flushed, so that the next walks find their index entries dead (key_order.hpp).
+void TransactionEnded(bool committed);
+
 // The fast path ran out of time: rows this transaction holds locked become leased for
 // `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token);
