@@ -274,8 +274,9 @@ bool LockedByThisTransaction(TupleTableSlot *slot) {
            TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmax(tuple));
 }
 
-// After a key's head, its other entries are passed by their order key alone; past this many,
-// one descent to the next key costs less than reading on.
+// After a key's head the walk reads at most this many more of the key's entries (by their order
+// key alone) before it searches for the next key (within the leaf page, the next one, or by a
+// descent): reading on costs a cache miss per entry.
 constexpr int kPassBeforeSeek = 1;
 
 }  // namespace
@@ -288,9 +289,9 @@ constexpr int kPassBeforeSeek = 1;
 //
 // It reads the index's leaf level itself: an index scan evaluates every entry to the end of
 // the page at each descent, which made a walk over 1,000 keys cost ~9 us per key; reading the
-// leaf entries costs a few ns each, with one heap fetch per key for its head's visibility (and
-// a descent to pass a key with many messages). Rows are returned by ctid, to be locked (FOR
-// UPDATE SKIP LOCKED) by the calling statement, whose snapshot this is.
+// leaf entries costs a few ns each, with one heap fetch per key for its head's visibility. Rows are
+// returned by ctid, to be locked (FOR UPDATE SKIP LOCKED) by the calling statement, whose snapshot
+// this is.
 Datum outbox_key_heads(PG_FUNCTION_ARGS) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
