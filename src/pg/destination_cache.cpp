@@ -94,7 +94,6 @@ static void LoadCache() {
         entry->is_kafka = !isnull && strcmp(TextDatumGetCString(kind), "kafka") == 0;
         entry->has_topic = false;
         entry->ordered = false;
-        entry->block_on_dead = false;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -102,11 +101,6 @@ static void LoadCache() {
             entry->ordered = ordering && ordering->type == jbvString &&
                              ordering->val.string.len == 3 &&
                              memcmp(ordering->val.string.val, "key", 3) == 0;
-            JsonbValue *on_dead = getKeyJsonValueFromContainer(&jb->root, "on_dead", 7, nullptr);
-            entry->block_on_dead =
-                entry->ordered &&
-                !(on_dead && on_dead->type == jbvString && on_dead->val.string.len == 4 &&
-                  memcmp(on_dead->val.string.val, "skip", 4) == 0);
             JsonbValue *topic = getKeyJsonValueFromContainer(&jb->root, "topic", 5, nullptr);
             if (topic && topic->type == jbvString &&
                 topic->val.string.len < static_cast<int>(sizeof entry->topic)) {

@@ -458,13 +458,13 @@ Datum Int4Array(const std::vector<int> &values) {
         construct_array(datums, int(values.size()), INT4OID, 4, true, TYPALIGN_INT));
 }
 
-// A text[]; with empty_is_null an empty string becomes NULL (no error to record).
-Datum TextArray(const std::vector<const char *> &values, bool empty_is_null = true) {
+// A text[]; an empty string becomes NULL (no error to record).
+Datum TextArray(const std::vector<const char *> &values) {
     size_t n = values.size();
     Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (n + 1)));
     bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (n + 1)));
     for (size_t i = 0; i < n; i++) {
-        nulls[i] = empty_is_null && values[i][0] == '\0';
+        nulls[i] = values[i][0] == '\0';
         datums[i] = nulls[i] ? Datum(0) : CStringGetTextDatum(values[i]);
     }
     int dims[1] = {int(n)};

@@ -17,9 +17,8 @@ struct CachedDestination {
     char name[NAMEDATALEN];
     bool is_kafka;
     bool has_topic;
-    char topic[256];     // default topic ("topic" in config), valid when has_topic
-    bool ordered;        // "ordering": "key"
-    bool block_on_dead;  // ordered, and "on_dead" is "block" (the default)
+    char topic[256];  // default topic ("topic" in config), valid when has_topic
+    bool ordered;     // "ordering": "key"
 };
 
 // The destination called name[0..len), or nullptr when there is none. May ereport(ERROR).
