@@ -71,7 +71,7 @@ COMMENT ON TABLE outbox.messages IS
 CREATE SEQUENCE outbox.messages_id_seq OWNED BY outbox.messages.id;
 CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE order_key IS NULL;
 -- Per-key ordering: the messages of each key in id order; the first one of a key is its head,
--- the only one that may be claimed (outbox._key_heads walks the heads, one descent per key).
+-- the only one that may be claimed (outbox._key_heads walks the heads, key by key).
 -- Ordered messages are only here: nothing is written to let a key's next message go.
 CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;
 
@@ -491,7 +491,7 @@ COMMENT ON FUNCTION outbox.recount() IS
 
 -- Gauges: queued from the kept counts; what is leased, retrying or scheduled from the part of
 -- the claim index that is not due yet (small) and, with ordering = key, from the head of each
--- key (one index descent per key); waiting is what a key's head holds back while it cannot go
+-- key (outbox._key_heads); waiting is what a key's head holds back while it cannot go
 -- (retrying, dead-lettered with on_dead = block, or scheduled for later); pending is the rest.
 -- Nothing here reads the whole queue.
 CREATE FUNCTION outbox.stats()

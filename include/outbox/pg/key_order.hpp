@@ -3,9 +3,9 @@
 // A message of an ordering = key destination carries its order key: the destination's 32-bit
 // hash in the high half, its key's in the low half. So the keys of one destination are one
 // contiguous range of messages_key_order (order_key, id), the head of a key is the first
-// visible entry of its order key, and a claim walks the range one key at a time (a skip scan,
-// _key_heads) without anything being written when a key's message is done. Two keys whose
-// hashes collide share one order; nothing else changes.
+// visible entry of its order key, and a claim walks the range one key at a time (outbox.
+// _key_heads, which reads the index's leaf entries) without anything being written when a
+// key's message is done. Two keys whose hashes collide share one order; nothing else changes.
 //
 // Producers of one order key take turns under a lock held until commit, and a message is
 // numbered only once its producer holds it: ids follow commit order within a key.
