@@ -14,6 +14,7 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
@@ -109,6 +110,10 @@ struct LeafWalk {
     OffsetNumber off = InvalidOffsetNumber;
     int posting = 0;  // which TID of a deduplicated entry
     bool killed = false;
+    // On a standby, entries the primary marked dead may still be visible to this snapshot, and
+    // this server's horizon may not mark any: LP_DEAD is neither trusted nor set (as index
+    // scans do).
+    bool in_recovery = RecoveryInProgress();
 
     Page CurrentPage() const { return BufferGetPage(buf); }
 
@@ -196,7 +201,7 @@ struct LeafWalk {
                 continue;
             }
             ItemId iid = PageGetItemId(page, off);
-            if (ItemIdIsDead(iid)) {  // a removed message (the line pointers alone are read)
+            if (ItemIdIsDead(iid) && !in_recovery) {  // removed (only the line pointer is read)
                 off = OffsetNumberNext(off);
                 posting = 0;
                 continue;
@@ -224,6 +229,8 @@ struct LeafWalk {
     // The current entry's heap tuple is dead to every transaction: mark the entry LP_DEAD so
     // that no walk fetches it again (a hint, as index scans set it; vacuum removes it).
     void KillCurrent() {
+        if (in_recovery)
+            return;
         Page page = CurrentPage();
         ItemId iid = PageGetItemId(page, off);
         auto *itup = reinterpret_cast<IndexTuple>(PageGetItem(page, iid));
