@@ -76,7 +76,7 @@ const char *const kLeaseLockedSql =
 // ordering = key: the heads of the keys in order keys [$2, $3] that are due, at most $4 of them
 // (key_order.hpp), each locked unless another worker holds it or ($5: on_dead = block) a dead
 // letter holds its key (looked up per key only if the destination has any). $6, $7, $8: what
-// this transaction did to heads (KeyHints). Columns as in kLockSql, then the order key; how
+// this transaction did to heads (FastPathState). Columns as in kLockSql, then the order key; how
 // many heads were looked at and the last one's key come from LastKeyHeads(). The head was
 // found in this statement's snapshot: if its worker delivered it since, the lock finds it gone
 // (or changed: the ctid no longer matches) and the key is skipped this time — never its next
@@ -185,33 +185,20 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
 SPIPlanPtr claim_plan, lock_plan, heads_plan, lease_locked_plan, delete_plan, delete_locked_plan,
     archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
 
-// Where the rows locked by the current transaction are (the fast path), by id; valid only in
-// the transaction that locked them.
-struct LockedRows {
+// The fast path: what the current transaction holds locked and what it removed, valid only in
+// that transaction (forgotten when the worker says it ended, or when another one is seen).
+struct FastPathState {
     LocalTransactionId lxid = InvalidLocalTransactionId;
+    // where its locked rows are, by id
     std::unordered_map<int64_t, ItemPointerData> tids;
-
-    std::unordered_map<int64_t, ItemPointerData> &Current() {
-        if (lxid != MyProc->lxid) {
-            tids.clear();
-            lxid = MyProc->lxid;
-        }
-        return tids;
-    }
-};
-LockedRows locked_rows;
-
-// ordering = key, the fast path: what the current transaction did to the heads of a
-// destination's keys, so that its next walks pass them without reading the heap — the keys
-// whose head it holds (being delivered), and the heads it removed (delivered or buried: no
-// longer visible to it, but not dead to everyone before it commits).
-struct KeyHints {
-    LocalTransactionId lxid = InvalidLocalTransactionId;
-    std::unordered_map<int64_t, std::pair<std::string, int64_t>> held;  // id → destination, key
+    // ordering = key: the heads it holds (id -> destination, order key) and their keys, and the
+    // (order key, id) of heads it removed (delivered or buried: no longer visible to it, but not
+    // dead to everyone before it commits) — its next walks pass them without reading the heap
+    std::unordered_map<int64_t, std::pair<std::string, int64_t>> held;
     std::map<std::string, std::set<int64_t>> held_keys;
-    std::map<std::string, std::set<std::pair<int64_t, int64_t>>> removed;  // (key, id)
+    std::map<std::string, std::set<std::pair<int64_t, int64_t>>> removed;
 
-    KeyHints &Current() {
+    FastPathState &Current() {
         if (lxid != MyProc->lxid) {
             Forget();
             lxid = MyProc->lxid;
@@ -219,6 +206,7 @@ struct KeyHints {
         return *this;
     }
     void Forget() {
+        tids.clear();
         held.clear();
         held_keys.clear();
         removed.clear();
@@ -243,7 +231,7 @@ struct KeyHints {
         return false;
     }
 };
-KeyHints key_hints;
+FastPathState fast_path;
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -408,7 +396,7 @@ Datum Int8Array(const std::vector<int64_t> &values);
 // how many heads it looked at (at most n), *last_key: the order key of the last one.
 RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
                  uint64 *looked_at, int64 *last_key) {
-    KeyHints &hints = key_hints.Current();
+    FastPathState &hints = fast_path.Current();
     const std::set<int64_t> &held = hints.held_keys[request->destination];
     std::vector<int64_t> held_keys(held.begin(), held.end()), removed_keys, removed_ids;
     for (const auto &[order_key, id] : hints.removed[request->destination]) {
@@ -531,13 +519,13 @@ namespace {
 // heads of `heads_of`'s keys if given.
 void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token,
                     std::vector<Message> *out, const std::string *heads_of = nullptr) {
-    auto &tids = locked_rows.Current();
+    FastPathState &state = fast_path.Current();
     for (uint64 i = 0; i < n; i++) {
         const RawRow &r = rows[i];
         if (locked)
-            tids[r.id] = r.tid;
+            state.tids[r.id] = r.tid;
         if (locked && heads_of)
-            key_hints.Current().Hold(*heads_of, r.id, r.order_key);
+            state.Hold(*heads_of, r.id, r.order_key);
         Message m;
         m.id = r.id;
         m.lease_token = lease_token;
@@ -627,7 +615,8 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
     std::vector<const char *> re_errors, dead_reasons, dead_errors;
     std::vector<ItemPointerData> del_tids;
     bool archive = setting_retention_s > 0;
-    auto &tids = locked_rows.Current();
+    FastPathState &state = fast_path.Current();
+    auto &tids = state.tids;
     for (const Resolution &r : resolutions) {
         switch (r.action) {
             case Resolution::Action::Delete:
@@ -713,7 +702,7 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
     // Heads this transaction held and removed: their keys' next messages are heads now.
     for (const Resolution &r : resolutions)
         if (r.lease_token == 0 && r.action != Resolution::Action::Reschedule)
-            key_hints.Current().Removed(r.id);
+            state.Removed(r.id);
     return counts;
 }
 
@@ -724,9 +713,9 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
 // and the ordered drain ran at half the speed.
 void TransactionEnded(bool committed) {
     // Not Current(): the transaction is over, MyProc->lxid no longer names it.
-    if (committed && key_hints.AnyRemoved())
+    if (committed && fast_path.AnyRemoved())
         PgTry([] { XLogFlush(XactLastCommitEnd); });
-    key_hints.Forget();
+    fast_path.Forget();
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {
