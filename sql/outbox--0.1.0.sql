@@ -224,6 +224,7 @@ BEGIN
     END IF;
     -- Queued messages follow the new ordering: without it they all go at once; with it the
     -- messages of a key go in id order from now on.
+    PERFORM outbox._reordering_keys();
     IF new_config->>'ordering' IS DISTINCT FROM 'key' THEN
         UPDATE outbox.messages AS m SET order_key = NULL
          WHERE m.destination = alter_destination.name AND m.order_key IS NOT NULL;
@@ -383,17 +384,17 @@ CREATE FUNCTION outbox._order_key(destination text, key text) RETURNS bigint
 -- The head message of each key of a destination (its lowest visible id), by order key, read
 -- from messages_key_order's leaf entries. from_key/to_key bound the walk, n the number of
 -- heads; with due_only only heads due now (the claim's candidates; it locks them itself).
--- The worker's hints, sorted: skip_keys, keys whose head its transaction holds; done_keys and
--- done_ids, the (order key, id) entries it deleted — passed without reading the heap.
 CREATE FUNCTION outbox._key_heads(destination text, from_key bigint DEFAULT NULL,
                                   to_key bigint DEFAULT NULL, n integer DEFAULT NULL,
-                                  due_only boolean DEFAULT false, skip_keys bigint[] DEFAULT NULL,
-                                  done_keys bigint[] DEFAULT NULL, done_ids bigint[] DEFAULT NULL)
+                                  due_only boolean DEFAULT false)
 RETURNS TABLE (order_key bigint, id bigint, tid tid)
     AS 'MODULE_PATHNAME', 'outbox_key_heads' LANGUAGE C VOLATILE ROWS 100;
 -- Marks this transaction's inserts as requeued dead letters: they keep their id.
 CREATE FUNCTION outbox._requeueing() RETURNS void
     AS 'MODULE_PATHNAME', 'outbox_requeueing' LANGUAGE C;
+-- This transaction gives queued messages order keys (key_order.hpp: ReorderingKeys).
+CREATE FUNCTION outbox._reordering_keys() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_reordering_keys' LANGUAGE C;
 
 CREATE FUNCTION outbox.skip(id bigint)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -20,9 +20,9 @@ extern "C" {
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/bufmgr.h"
 #include "storage/lock.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -31,13 +31,17 @@ extern "C" {
 #include "utils/tuplestore.h"
 }
 
+#include "outbox/key_floors.hpp"
 #include "outbox/pg/key_order.hpp"
+#include "outbox/pg/shmem.hpp"
 
 extern "C" {
 PGDLLEXPORT Datum outbox_order_key(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_key_heads(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_reordering_keys(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_order_key);
 PG_FUNCTION_INFO_V1(outbox_key_heads);
+PG_FUNCTION_INFO_V1(outbox_reordering_keys);
 }
 
 namespace outbox::pg {
@@ -77,6 +81,113 @@ KeyHeadsReturned &LastKeyHeads() {
 
 using namespace outbox::pg;
 
+namespace outbox::pg {
+
+// Key floors. Why a walk never passes a message put back below a floor: a reordering
+// transaction R (1) counts itself reordering and bumps the generation, (2) writes its rows,
+// (3) commits, (4) bumps the generation and stops counting. Floors are learnt from a walk W
+// only if the generation read before W's snapshot (g0) equals the one read after W (g1) with
+// nothing reordering then. If R's rows were not visible to W, R's step 1 came after that read
+// (had it come before, R would be counted, or g1 != g0, or R's step 4 and so its commit came
+// before g0 was read and W saw its rows), so the generation moved past g0 before R's rows
+// become visible to any later walk, which then drops the floors learnt under g0. A floor is
+// also raised past a head whose removal by this worker committed, and all are dropped when a
+// transaction of this process aborts (its walks passed rows it had removed).
+static KeyFloors key_floors;
+static bool walk_learns = false;      // the running statement is the worker's heads claim
+static bool reordering_here = false;  // this transaction counts itself reordering
+
+void ReorderingKeys() {
+    if (reordering_here || shared == nullptr)
+        return;
+    pg_atomic_fetch_add_u32(&shared->keys_reordering, 1);
+    pg_atomic_fetch_add_u64(&shared->key_order_generation, 1);
+    reordering_here = true;
+}
+
+static void ReorderingEnded() {
+    if (!reordering_here)
+        return;
+    pg_atomic_fetch_add_u64(&shared->key_order_generation, 1);
+    pg_atomic_fetch_sub_u32(&shared->keys_reordering, 1);
+    reordering_here = false;
+}
+
+uint64_t BeginKeyWalk() {
+    walk_learns = shared != nullptr;
+    pg_memory_barrier();
+    return walk_learns ? pg_atomic_read_u64(&shared->key_order_generation) : 0;
+}
+
+static int64 NowMs() {
+    return GetCurrentTimestamp() / 1000;
+}
+
+static uint32 IndexStorage(Relation index) {
+    return index->rd_node.relNode;
+}
+
+// The generation and whether anything is reordering, read after the caller's snapshot.
+static std::pair<uint64, bool> KeyOrderState() {
+    pg_memory_barrier();
+    bool reordering = pg_atomic_read_u32(&shared->keys_reordering) > 0;
+    pg_read_barrier();
+    return {pg_atomic_read_u64(&shared->key_order_generation), reordering};
+}
+
+static uint32 learnt_index = 0;  // the storage of the index the last walk read
+
+void EndKeyWalk(uint64_t generation_before) {
+    if (!walk_learns)
+        return;
+    walk_learns = false;
+    auto [generation, reordering] = KeyOrderState();
+    key_floors.Learn(generation_before, generation, reordering, learnt_index, NowMs());
+}
+
+void KeyHeadRemoved(int64_t order_key, int64_t id) {
+    key_floors.Removed(order_key, id);
+}
+
+static void OnKeyOrderTransaction(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_PRE_PREPARE:
+            if (reordering_here)
+                ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                                errmsg("cannot PREPARE a transaction that requeued messages of a "
+                                       "destination with ordering = key or changed its ordering"),
+                                errhint("Run outbox.requeue and outbox.alter_destination in a "
+                                        "transaction that is committed directly.")));
+            break;
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PARALLEL_ABORT:
+            key_floors.Clear();
+            walk_learns = false;
+            ReorderingEnded();
+            break;
+        case XACT_EVENT_COMMIT:  // called once the commit is visible to other snapshots
+        case XACT_EVENT_PARALLEL_COMMIT:
+        case XACT_EVENT_PREPARE:
+            ReorderingEnded();
+            break;
+        default:
+            break;
+    }
+}
+
+static void OnKeyOrderSubtransaction(SubXactEvent event, SubTransactionId, SubTransactionId,
+                                     void *) {
+    if (event == SUBXACT_EVENT_ABORT_SUB)
+        key_floors.Clear();
+}
+
+void RegisterKeyOrderCallbacks() {
+    RegisterXactCallback(OnKeyOrderTransaction, nullptr);
+    RegisterSubXactCallback(OnKeyOrderSubtransaction, nullptr);
+}
+
+}  // namespace outbox::pg
+
 static std::string_view TextView(text *t) {
     return std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 }
@@ -84,6 +195,12 @@ static std::string_view TextView(text *t) {
 // outbox._order_key(destination, key): the order key a message of (destination, key) gets.
 Datum outbox_order_key(PG_FUNCTION_ARGS) {
     PG_RETURN_INT64(OrderKey(TextView(PG_GETARG_TEXT_PP(0)), TextView(PG_GETARG_TEXT_PP(1))));
+}
+
+// outbox._reordering_keys(): this transaction gives queued messages order keys.
+Datum outbox_reordering_keys(PG_FUNCTION_ARGS) {
+    ReorderingKeys();
+    PG_RETURN_VOID();
 }
 
 static Oid OutboxRelation(Oid nsp, const char *name) {
@@ -103,7 +220,11 @@ namespace {
 struct LeafWalk {
     Relation index;
     Snapshot snapshot;
-    BTScanInsert insert;  // order_key >= the value being looked for
+    BTScanInsert insert;  // (order_key, id) >= the entry being looked for
+    // The worker's key floors when they hold: on reaching a key, the walk moves on to its floor.
+    const outbox::KeyFloors *floors = nullptr;
+    bool floor_checked = false;  // the floor of floor_key was looked up
+    int64 floor_key = 0;
     Buffer buf = InvalidBuffer;
     OffsetNumber off = InvalidOffsetNumber;
     int posting = 0;  // which TID of a deduplicated entry
@@ -115,18 +236,25 @@ struct LeafWalk {
 
     Page CurrentPage() const { return BufferGetPage(buf); }
 
-    int64 KeyAt(Page page, OffsetNumber o) const {
+    int64 AttrAt(Page page, OffsetNumber o, int attr) const {
         bool isnull;
         auto *itup = reinterpret_cast<IndexTuple>(PageGetItem(page, PageGetItemId(page, o)));
-        return DatumGetInt64(index_getattr(itup, 1, RelationGetDescr(index), &isnull));
+        return DatumGetInt64(index_getattr(itup, attr, RelationGetDescr(index), &isnull));
+    }
+    int64 KeyAt(Page page, OffsetNumber o) const { return AttrAt(page, o, 1); }
+
+    // Whether the entry at o comes before (key, id); id PG_INT64_MIN: before key's first one.
+    bool Before(Page page, OffsetNumber o, int64 key, int64 id) const {
+        int64 at = KeyAt(page, o);
+        return at < key || (at == key && id != PG_INT64_MIN && AttrAt(page, o, 2) < id);
     }
 
-    // The first offset in [low, maxoff + 1) of the page whose order key is >= from.
-    OffsetNumber Search(Page page, OffsetNumber low, int64 from) const {
+    // The first offset in [low, maxoff + 1) of the page not before (key, id).
+    OffsetNumber Search(Page page, OffsetNumber low, int64 key, int64 id) const {
         OffsetNumber high = OffsetNumberNext(PageGetMaxOffsetNumber(page));
         while (low < high) {
             OffsetNumber mid = low + (high - low) / 2;
-            if (KeyAt(page, mid) < from)
+            if (Before(page, mid, key, id))
                 low = OffsetNumberNext(mid);
             else
                 high = mid;
@@ -134,69 +262,88 @@ struct LeafWalk {
         return low;
     }
 
-    // Moves on to the first entry whose order key is >= from (> the current one): within this
-    // page or the next when it is there (no descent), else by a descent.
-    bool SeekForward(int64 from) {
+    // Moves on to the first entry not before (key, id) (which is after the current one):
+    // within this page or the next when it is there (no descent), else by a descent.
+    bool SeekForward(int64 key, int64 id = PG_INT64_MIN) {
         for (int step = 0; step < 2; step++) {
             Page page = CurrentPage();
-            BTPageOpaque opaque = BTPageGetOpaque(page);
             OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-            if (off <= maxoff && KeyAt(page, maxoff) >= from) {
-                off = Search(page, off, from);
+            if (off <= maxoff && !Before(page, maxoff, key, id)) {
+                off = Search(page, off, key, id);
                 posting = 0;
                 return true;
             }
-            if (step == 1 || P_RIGHTMOST(opaque))
+            if (step == 1 || !NextPage())
                 break;
-            off = OffsetNumberNext(maxoff);  // Current() moves right from here
-            posting = 0;
-            int64 key, id;
-            ItemPointerData tid;
-            if (!Current(&key, &id, &tid))
-                return false;
         }
-        return Seek(from);
+        return Seek(key, id);
     }
 
-    // Positions on the first entry whose order key is >= from; false when the index is empty.
-    bool Seek(int64 from) {
+    // Positions on the first entry not before (key, id); false when the index is empty.
+    bool Seek(int64 key, int64 id = PG_INT64_MIN) {
         Release();
-        insert->scankeys[0].sk_argument = Int64GetDatum(from);
+        insert->scankeys[0].sk_argument = Int64GetDatum(key);
         insert->scankeys[0].sk_flags &= ~SK_ISNULL;
         insert->keysz = 1;
+        if (id != PG_INT64_MIN) {
+            insert->scankeys[1].sk_argument = Int64GetDatum(id);
+            insert->scankeys[1].sk_flags &= ~SK_ISNULL;
+            insert->keysz = 2;
+        }
         insert->nextkey = false;
         _bt_freestack(_bt_search(index, insert, &buf, BT_READ, snapshot));
         if (!BufferIsValid(buf))
             return false;
         Page page = CurrentPage();
-        off = Search(page, P_FIRSTDATAKEY(BTPageGetOpaque(page)), from);
+        off = Search(page, P_FIRSTDATAKEY(BTPageGetOpaque(page)), key, id);
         posting = 0;
         return true;
     }
 
-    // The entry (order key, id, heap TID) at the position, moving right past the page's end;
-    // false at the end of the index.
+    // Moves to the first entry of the next page (pages deleted meanwhile are passed); false
+    // at the end of the index.
+    bool NextPage() {
+        BTPageOpaque opaque = BTPageGetOpaque(CurrentPage());
+        if (P_RIGHTMOST(opaque))
+            return false;
+        BlockNumber next = opaque->btpo_next;
+        MarkKilled();
+        for (;;) {
+            buf = _bt_relandgetbuf(index, buf, next, BT_READ);
+            opaque = BTPageGetOpaque(CurrentPage());
+            if (!P_IGNORE(opaque))
+                break;
+            if (P_RIGHTMOST(opaque))
+                return false;
+            next = opaque->btpo_next;
+        }
+        off = P_FIRSTDATAKEY(opaque);
+        posting = 0;
+        return true;
+    }
+
+    // The entry (order key, id, heap TID) at the position, moving right past the page's end
+    // and, on reaching a key with a floor, to its floor; false at the end of the index.
     bool Current(int64 *key, int64 *id, ItemPointerData *tid) {
         for (;;) {
             Page page = CurrentPage();
-            BTPageOpaque opaque = BTPageGetOpaque(page);
             if (off > PageGetMaxOffsetNumber(page)) {
-                if (P_RIGHTMOST(opaque))
+                if (!NextPage())
                     return false;
-                BlockNumber next = opaque->btpo_next;
-                MarkKilled();
-                for (;;) {  // pages deleted meanwhile are passed
-                    buf = _bt_relandgetbuf(index, buf, next, BT_READ);
-                    opaque = BTPageGetOpaque(CurrentPage());
-                    if (!P_IGNORE(opaque))
-                        break;
-                    if (P_RIGHTMOST(opaque))
-                        return false;
-                    next = opaque->btpo_next;
-                }
-                off = P_FIRSTDATAKEY(opaque);
-                posting = 0;
                 continue;
+            }
+            if (floors) {
+                int64 at = KeyAt(page, off);
+                if (!floor_checked || at != floor_key) {
+                    floor_checked = true;
+                    floor_key = at;
+                    int64 floor = floors->Floor(at);
+                    if (floor != outbox::KeyFloors::kNone && AttrAt(page, off, 2) < floor) {
+                        if (!SeekForward(at, floor))
+                            return false;
+                        continue;
+                    }
+                }
             }
             ItemId iid = PageGetItemId(page, off);
             if (ItemIdIsDead(iid) && !in_recovery) {  // removed (only the line pointer is read)
@@ -255,22 +402,6 @@ struct LeafWalk {
     }
 };
 
-// A bigint[] argument (NULL: empty); the worker passes them sorted.
-std::vector<int64> Int8ArrayArg(FunctionCallInfo fcinfo, int arg) {
-    std::vector<int64> out;
-    if (PG_NARGS() <= arg || PG_ARGISNULL(arg))
-        return out;
-    ArrayType *array = PG_GETARG_ARRAYTYPE_P(arg);
-    Datum *values;
-    bool *nulls;
-    int n;
-    deconstruct_array(array, INT8OID, 8, true, TYPALIGN_DOUBLE, &values, &nulls, &n);
-    for (int i = 0; i < n; i++)
-        if (!nulls[i])
-            out.push_back(DatumGetInt64(values[i]));
-    return out;
-}
-
 bool LockedByThisTransaction(TupleTableSlot *slot) {
     HeapTupleHeader tuple = ExecFetchSlotHeapTuple(slot, false, nullptr)->t_data;
     uint16 infomask = tuple->t_infomask;
@@ -294,7 +425,8 @@ constexpr int kPassBeforeSeek = 1;
 //
 // It reads the index's leaf level itself: an index scan evaluates every entry to the end of
 // the page at each descent, which made a walk over 1,000 keys cost ~9 us per key; reading the
-// leaf entries costs a few ns each, with one heap fetch per key for its head's visibility. Rows are
+// leaf entries costs a few ns each, with one heap fetch per key for its head's visibility. In the
+// worker's claim (BeginKeyWalk) it starts each key at its floor, when the floors hold. Rows are
 // returned by ctid, to be locked (FOR UPDATE SKIP LOCKED) by the calling statement, whose snapshot
 // this is.
 Datum outbox_key_heads(PG_FUNCTION_ARGS) {
@@ -331,43 +463,26 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
     walk.index = index;
     walk.snapshot = snapshot;
     walk.insert = _bt_mkscankey(index, nullptr);
+    // The worker's heads claim starts each key at its floor when the floors hold, and learns
+    // the heads it finds.
+    bool learn = walk_learns && !walk.in_recovery;
+    if (learn) {
+        learnt_index = IndexStorage(index);
+        auto [generation, reordering] = KeyOrderState();
+        if (key_floors.Usable(generation, reordering, learnt_index, NowMs()))
+            walk.floors = &key_floors;
+    }
     IndexFetchTableData *fetch = table_index_fetch_begin(heap);
     TupleTableSlot *slot = table_slot_create(heap, nullptr);
     int64 emitted = 0;
     bool have_head = false;  // the head of order key `head_key` was found
     int64 head_key = 0;
     int passed = 0;  // entries of head_key passed since
-    std::vector<int64> skip_keys = Int8ArrayArg(fcinfo, 5);
-    std::vector<int64> done_keys = Int8ArrayArg(fcinfo, 6), done_ids = Int8ArrayArg(fcinfo, 7);
-    if (done_ids.size() != done_keys.size())
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("done_keys and done_ids must be of the same length")));
-    size_t skip_at = 0, done_at = 0;
     int64 order_key, id;
     ItemPointerData tid;
     bool positioned = from <= to && walk.Seek(from);
     while (positioned && emitted < limit && walk.Current(&order_key, &id, &tid) &&
            order_key <= to) {
-        // The worker's hints: a key whose head it holds is passed like a key whose head was
-        // found; an entry it deleted is passed without a heap fetch.
-        while (skip_at < skip_keys.size() && skip_keys[skip_at] < order_key)
-            skip_at++;
-        if (skip_at < skip_keys.size() && skip_keys[skip_at] == order_key &&
-            !(have_head && head_key == order_key)) {
-            have_head = true;
-            head_key = order_key;
-            passed = 0;
-            continue;
-        }
-        while (done_at < done_keys.size() &&
-               (done_keys[done_at] < order_key ||
-                (done_keys[done_at] == order_key && done_ids[done_at] < id)))
-            done_at++;
-        if (done_at < done_keys.size() && done_keys[done_at] == order_key &&
-            done_ids[done_at] == id) {
-            walk.Advance();
-            continue;
-        }
         if (have_head && order_key == head_key) {
             if (++passed > kPassBeforeSeek) {
                 positioned = head_key < to && walk.SeekForward(head_key + 1);
@@ -388,6 +503,8 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
         have_head = true;
         head_key = order_key;
         passed = 0;
+        if (learn)
+            key_floors.Found(order_key, id);
         bool isnull;
         text *dest = DatumGetTextPP(slot_getattr(slot, att_destination, &isnull));
         bool wanted = TextView(dest) == name;

@@ -177,6 +177,8 @@ static int64 PlaceOrdered(const MessageColumns &c, const CachedDestination &dest
     int64 order_key =
         OrderKey(dest.name, std::string_view(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)));
     LockOrderKey(order_key);
+    if (requeued)
+        ReorderingKeys();  // back ahead of its key's queued messages
     *id = requeued ? DatumGetInt64(heap_getattr(tuple, c.id, desc, &isnull))
                    : nextval_internal(c.id_sequence, false);
     return order_key;

@@ -5,8 +5,6 @@
 // retries and lease recovery alike. Every write-back statement matches id AND lease_token, so a
 // worker whose lease lapsed cannot overwrite the outcome of the row's new owner.
 #include <algorithm>
-#include <map>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,7 +15,6 @@ extern "C" {
 #include "postgres.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -75,18 +72,18 @@ const char *const kLeaseLockedSql =
 
 // ordering = key: the heads of the keys in order keys [$2, $3] that are due, at most $4 of them
 // (key_order.hpp), each locked unless another worker holds it or ($5: on_dead = block) a dead
-// letter holds its key (looked up per key only if the destination has any). $6, $7, $8: what
-// this transaction did to heads (FastPathState). Columns as in kLockSql, then the order key; how
-// many heads were looked at and the last one's key come from LastKeyHeads(). The head was
-// found in this statement's snapshot: if its worker delivered it since, the lock finds it gone
-// (or changed: the ctid no longer matches) and the key is skipped this time — never its next
-// message.
+// letter holds its key (looked up per key only if the destination has any). Columns as in
+// kLockSql, then the order key; how many heads were looked at and the last one's key come from
+// LastKeyHeads(). The heads are found in this statement's snapshot and fetched by ctid all at
+// once (one TID scan): if a head's worker delivered it since, the lock finds it gone and the key
+// is skipped this time — never its next message; a head changed since (a retry scheduled) is
+// the same message, checked again as it is now.
 const char *const kHeadsSql =
     "SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
     "       m.created_at, m.expires_at, m.attempts + 1, m.available_at, m.ctid, m.order_key"
-    "  FROM outbox._key_heads($1, $2, $3, $4, true, $6, $7, $8) AS h"
-    "  JOIN outbox.messages AS m ON m.ctid = h.tid"
-    " WHERE m.order_key = h.order_key AND m.destination = $1 AND m.available_at <= now()"
+    "  FROM outbox.messages AS m"
+    " WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM outbox._key_heads($1, $2, $3, $4, true) AS h))"
+    "   AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= now()"
     "   AND NOT ((SELECT $5 AND EXISTS ("
     "                 SELECT FROM outbox.dead_letters AS d"
     "                  WHERE d.destination = $1 AND d.skipped_at IS NULL"
@@ -185,18 +182,14 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
 SPIPlanPtr claim_plan, lock_plan, heads_plan, lease_locked_plan, delete_plan, delete_locked_plan,
     archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
 
-// The fast path: what the current transaction holds locked and what it removed, valid only in
-// that transaction (forgotten when the worker says it ended, or when another one is seen).
+// The fast path: what the current transaction holds locked, valid only in that transaction
+// (forgotten when the worker says it ended, or when another one is seen).
 struct FastPathState {
     LocalTransactionId lxid = InvalidLocalTransactionId;
     // where its locked rows are, by id
     std::unordered_map<int64_t, ItemPointerData> tids;
-    // ordering = key: the heads it holds (id -> destination, order key) and their keys, and the
-    // (order key, id) of heads it removed (delivered or buried: no longer visible to it, but not
-    // dead to everyone before it commits) — its next walks pass them without reading the heap
-    std::unordered_map<int64_t, std::pair<std::string, int64_t>> held;
-    std::map<std::string, std::set<int64_t>> held_keys;
-    std::map<std::string, std::set<std::pair<int64_t, int64_t>>> removed;
+    // ordering = key: the order keys of the heads it holds, by id
+    std::unordered_map<int64_t, int64_t> head_keys;
 
     FastPathState &Current() {
         if (lxid != MyProc->lxid) {
@@ -207,28 +200,16 @@ struct FastPathState {
     }
     void Forget() {
         tids.clear();
-        held.clear();
-        held_keys.clear();
-        removed.clear();
+        head_keys.clear();
     }
-    void Hold(const std::string &destination, int64_t id, int64_t order_key) {
-        held[id] = {destination, order_key};
-        held_keys[destination].insert(order_key);
-    }
+    // A head it held is removed (delivered or buried): its key's next walk starts past it
+    // (should the transaction abort, key_order.cpp forgets every floor).
     void Removed(int64_t id) {
-        auto found = held.find(id);
-        if (found == held.end())
+        auto found = head_keys.find(id);
+        if (found == head_keys.end())
             return;
-        const auto &[destination, order_key] = found->second;
-        held_keys[destination].erase(order_key);
-        removed[destination].insert({order_key, id});
-        held.erase(found);
-    }
-    bool AnyRemoved() const {
-        for (const auto &[destination, pairs] : removed)
-            if (!pairs.empty())
-                return true;
-        return false;
+        KeyHeadRemoved(found->second, id);
+        head_keys.erase(found);
     }
 };
 FastPathState fast_path;
@@ -396,27 +377,15 @@ Datum Int8Array(const std::vector<int64_t> &values);
 // how many heads it looked at (at most n), *last_key: the order key of the last one.
 RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
                  uint64 *looked_at, int64 *last_key) {
-    FastPathState &hints = fast_path.Current();
-    const std::set<int64_t> &held = hints.held_keys[request->destination];
-    std::vector<int64_t> held_keys(held.begin(), held.end()), removed_keys, removed_ids;
-    for (const auto &[order_key, id] : hints.removed[request->destination]) {
-        removed_keys.push_back(order_key);
-        removed_ids.push_back(id);
-    }
-    Oid types[8] = {TEXTOID, INT8OID,      INT8OID,      INT4OID,
-                    BOOLOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
-    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 8, types);
-    Datum args[8] = {CStringGetTextDatum(request->destination.c_str()),
-                     Int64GetDatum(from),
-                     Int64GetDatum(to),
-                     Int32GetDatum(n),
-                     BoolGetDatum(request->block_on_dead),
-                     Int8Array(held_keys),
-                     Int8Array(removed_keys),
-                     Int8Array(removed_ids)};
+    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, BOOLOID};
+    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 5, types);
+    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(from),
+                     Int64GetDatum(to), Int32GetDatum(n), BoolGetDatum(request->block_on_dead)};
+    uint64 generation = BeginKeyWalk();
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: claiming key heads failed: %s", SPI_result_code_string(rc));
+    EndKeyWalk(generation);
     *looked_at = uint64(LastKeyHeads().heads);
     *last_key = LastKeyHeads().last_key;
     return ReadClaimedRows(count);
@@ -515,17 +484,17 @@ std::vector<DestinationSpec> LoadDestinations() {
 
 namespace {
 
-// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path),
-// heads of `heads_of`'s keys if given.
+// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path);
+// `heads`: heads of their keys (ordering = key).
 void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token,
-                    std::vector<Message> *out, const std::string *heads_of = nullptr) {
+                    std::vector<Message> *out, bool heads = false) {
     FastPathState &state = fast_path.Current();
     for (uint64 i = 0; i < n; i++) {
         const RawRow &r = rows[i];
         if (locked)
             state.tids[r.id] = r.tid;
-        if (locked && heads_of)
-            state.Hold(*heads_of, r.id, r.order_key);
+        if (locked && heads)
+            state.head_keys[r.id] = r.order_key;
         Message m;
         m.id = r.id;
         m.lease_token = lease_token;
@@ -570,7 +539,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
             RawRow *rows = PgTry([&] {
                 return HeadsRaw(&request, from, passes[p].second, want, &n, &looked_at, &last);
             });
-            AppendMessages(rows, n, request.hold_locks, lease_token, out, &request.destination);
+            AppendMessages(rows, n, request.hold_locks, lease_token, out, true);
             if (looked_at > 0)
                 key_cursors[request.destination] = last >= range.hi ? range.lo : last + 1;
             if (int(looked_at) < want || last >= passes[p].second)
@@ -706,15 +675,8 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
     return counts;
 }
 
-// A walk marks a removed head's index entry dead, so that no walk reads the heap for it again,
-// once the entry is dead to everyone — which PostgreSQL decides only once the removing commit is
-// on disk (hint bits wait for the WAL). The worker commits asynchronously: without this flush
-// every walk of the next ~wal_writer_delay fetched each key's recently delivered heads again,
-// and the ordered drain ran at half the speed.
-void TransactionEnded(bool committed) {
+void TransactionEnded() {
     // Not Current(): the transaction is over, MyProc->lxid no longer names it.
-    if (committed && fast_path.AnyRemoved())
-        PgTry([] { XLogFlush(XactLastCommitEnd); });
     fast_path.Forget();
 }
 

@@ -213,7 +213,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
         pgstat_report_stat(false);
         pgstat_report_activity(STATE_IDLE, nullptr);
     });
-    TransactionEnded(true);
+    TransactionEnded();
     MemoryContextSwitchTo(turn_context_);
 }
 
@@ -568,7 +568,7 @@ void Worker::Run() {
             // Rows the fast path had locked are free again: their outcomes no longer belong
             // to anyone (they will be claimed and delivered again).
             PgTry([] { AbortCurrentTransaction(); });
-            TransactionEnded(false);
+            TransactionEnded();
             dispatcher_->OrphanLocked();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;

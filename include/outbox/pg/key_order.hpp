@@ -35,4 +35,22 @@ struct KeyHeadsReturned {
 };
 KeyHeadsReturned &LastKeyHeads();
 
+// Key floors (outbox/key_floors.hpp): the worker's walks start each key where its delivered
+// messages end. A transaction about to put messages of ordered keys back ahead of their key's
+// others (a requeue keeps the dead letter's id; an ordering change gives queued messages an
+// order key) calls ReorderingKeys() before it writes them; its end is seen to here. It cannot
+// be prepared (its commit would become visible where this backend cannot announce it).
+void ReorderingKeys();
+
+// Around the worker's heads claim: the walk of that statement uses and learns key floors.
+// BeginKeyWalk() returns the generation read before the statement's snapshot is taken.
+uint64_t BeginKeyWalk();
+void EndKeyWalk(uint64_t generation_before);
+
+// The removal of a head the worker claimed committed: its key's floor moves past it.
+void KeyHeadRemoved(int64_t order_key, int64_t id);
+
+// Registers the transaction callbacks (floors are dropped on abort). Called from _PG_init.
+void RegisterKeyOrderCallbacks();
+
 }  // namespace outbox::pg

@@ -26,9 +26,8 @@ std::vector<DestinationSpec> LoadDestinations();
 // batch ended, so that claiming again in the same transaction takes the next rows.
 std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token);
 
-// The worker's transaction committed (or aborted). A commit that removed heads of keys on the
-// fast path is flushed, so that the next walks find their index entries dead (key_order.hpp).
-void TransactionEnded(bool committed);
+// The worker's transaction ended (committed or aborted): what the fast path held is forgotten.
+void TransactionEnded();
 
 // The fast path ran out of time: rows this transaction holds locked become leased for
 // `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
