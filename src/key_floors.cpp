@@ -18,7 +18,7 @@ bool KeyFloors::Usable(uint64_t generation, bool reordering, uint32_t index, int
 
 void KeyFloors::Learn(uint64_t before, uint64_t after, bool reordering, uint32_t index,
                       int64_t now_ms) {
-    std::vector<std::pair<int64_t, int64_t>> found;
+    std::vector<std::pair<int64_t, Floor>> found;
     found.swap(found_);
     if (before != after || reordering)
         return;
@@ -29,19 +29,19 @@ void KeyFloors::Learn(uint64_t before, uint64_t after, bool reordering, uint32_t
         index_ = index;
         since_ms_ = now_ms;
     }
-    for (const auto &[key, head_id] : found) {
+    for (const auto &[key, floor] : found) {
         auto it = floors_.find(key);
         if (it != floors_.end())
-            it->second = head_id;  // the walk started at the floor: the head is not below it
+            it->second = floor;  // the walk started at the floor: the head is not below it
         else if (floors_.size() < kMaxKeys)
-            floors_.emplace(key, head_id);
+            floors_.emplace(key, floor);
     }
 }
 
 void KeyFloors::Removed(int64_t key, int64_t id) {
     auto it = floors_.find(key);
-    if (it != floors_.end() && it->second == id)
-        it->second = id + 1;
+    if (it != floors_.end() && it->second.id == id)
+        it->second.id = id + 1;  // its entry stays where it was: a hint still
 }
 
 void KeyFloors::Clear() {

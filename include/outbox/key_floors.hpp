@@ -12,7 +12,8 @@
 // snapshot was taken after `before` was read and while nothing was reordering, and hold only
 // while the generation is the one they were learnt under (see the comments in key_order.cpp for
 // why no reordered message can then be passed). This class is the bookkeeping; the generation
-// lives in shared memory.
+// lives in shared memory. Each floor also keeps where the walk found the head and where the next
+// key began (leaf page and offset): hints that spare a search when still right, checked there.
 #pragma once
 
 #include <cstddef>
@@ -25,25 +26,45 @@ namespace outbox {
 
 class KeyFloors {
   public:
-    static constexpr int64_t kNone = INT64_MIN;
+    // A leaf position (block, offset); offset 0 is none.
+    struct Position {
+        uint32_t block = 0;
+        uint16_t offset = 0;
+        bool known() const { return offset != 0; }
+    };
+    struct Floor {
+        int64_t id;     // nothing of the key below this id can appear again
+        Position head;  // where the head it was learnt from was found
+        Position next;  // where the next key began after it
+    };
+
     // At most this many keys have a floor (a key without one is only slower to walk).
     static constexpr size_t kMaxKeys = 65536;
     // Floors are learnt afresh this often: the safety net for what no transaction announces
-    // (a sequence reset below the ids of a live queue).
-    static constexpr int64_t kMaxAgeMs = 10000;
+    // (a sequence reset below the ids of a live queue). Learning them again costs a walk that
+    // reads the heap for each message delivered since (their index entries were passed, not
+    // marked dead), so not often.
+    static constexpr int64_t kMaxAgeMs = 60000;
 
     // Whether a walk whose snapshot was taken before these were read may use the floors;
     // drops them when they no longer hold (`index` names the index's storage: a truncate or
     // reindex gives it a new one).
     bool Usable(uint64_t generation, bool reordering, uint32_t index, int64_t now_ms);
-    // The floor of `key`, or kNone.
-    int64_t Floor(int64_t key) const {
+    // The floor of `key`, or nullptr.
+    const Floor *Find(int64_t key) const {
         auto found = floors_.find(key);
-        return found == floors_.end() ? kNone : found->second;
+        return found == floors_.end() ? nullptr : &found->second;
     }
 
-    // A walk found `head_id`, the lowest visible id of `key`: kept by Learn().
-    void Found(int64_t key, int64_t head_id) { found_.emplace_back(key, head_id); }
+    // A walk found `head_id`, the lowest visible id of `key`, at `at`: kept by Learn().
+    void Found(int64_t key, int64_t head_id, Position at) {
+        found_.push_back({key, {head_id, at, {}}});
+    }
+    // ... and the next key begins at `at`.
+    void NextKeyAt(Position at) {
+        if (!found_.empty())
+            found_.back().second.next = at;
+    }
     // After the walk: keeps what it found if its snapshot was taken after `before` was read
     // and `after` (read after the walk) is the same generation with nothing reordering.
     void Learn(uint64_t before, uint64_t after, bool reordering, uint32_t index, int64_t now_ms);
@@ -56,8 +77,8 @@ class KeyFloors {
     size_t size() const { return floors_.size(); }
 
   private:
-    std::unordered_map<int64_t, int64_t> floors_;
-    std::vector<std::pair<int64_t, int64_t>> found_;
+    std::unordered_map<int64_t, Floor> floors_;
+    std::vector<std::pair<int64_t, Floor>> found_;
     uint64_t generation_ = 0;
     uint32_t index_ = 0;
     int64_t since_ms_ = 0;

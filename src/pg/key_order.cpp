@@ -223,6 +223,7 @@ struct LeafWalk {
     BTScanInsert insert;  // (order_key, id) >= the entry being looked for
     // The worker's key floors when they hold: on reaching a key, the walk moves on to its floor.
     const outbox::KeyFloors *floors = nullptr;
+    BlockNumber nblocks = 0;     // the index's size when the walk began (hints are below it)
     bool floor_checked = false;  // the floor of floor_key was looked up
     int64 floor_key = 0;
     Buffer buf = InvalidBuffer;
@@ -279,6 +280,71 @@ struct LeafWalk {
         return Seek(key, id);
     }
 
+    // Like SeekForward, starting from where a hint says the entry is (KeyFloors::Position): read
+    // there directly, and taken only if the entries there show it is the place — an entry
+    // before (key, id) at or just before it, and none before it after — else searched for.
+    bool SeekHinted(int64 key, int64 id, outbox::KeyFloors::Position hint) {
+        if (hint.block >= nblocks)
+            return SeekForward(key, id);
+        bool moved = false;
+        if (hint.block != BufferGetBlockNumber(buf)) {
+            MarkKilled();
+            buf = _bt_relandgetbuf(index, buf, hint.block, BT_READ);
+            moved = true;
+        }
+        Page page = CurrentPage();
+        BTPageOpaque opaque = BTPageGetOpaque(page);
+        OffsetNumber first = P_FIRSTDATAKEY(opaque), maxoff = PageGetMaxOffsetNumber(page);
+        OffsetNumber o = hint.offset;
+        if (!P_IGNORE(opaque) && P_ISLEAF(opaque) && o >= first && o <= maxoff) {
+            posting = 0;
+            if (!Before(page, o, key, id)) {
+                if (o > first && Before(page, OffsetNumberPrev(o), key, id)) {
+                    off = o;
+                    return true;
+                }
+                // The page's first entry (pages often begin with a key: splits prefer to cut
+                // between keys): the last one of the page on its left must come before.
+                if (o == first)
+                    return P_LEFTMOST(opaque) ? (off = o, true) : FromLeftOf(hint.block, key, id);
+            } else {
+                // Entries added since (a producer appending to the key) push it on a little.
+                for (int step = 0; step < kHintSteps && o <= maxoff; step++, o++)
+                    if (!Before(page, o, key, id)) {
+                        off = o;
+                        return true;
+                    }
+                off = o;  // still before it
+                return SeekForward(key, id);
+            }
+        }
+        return moved ? Seek(key, id) : SeekForward(key, id);
+    }
+    static constexpr int kHintSteps = 8;
+
+    // Whether the first entry not before (key, id) is the first of page `block`: the page on
+    // its left (read after this one is let go, as a walk to the left must) still links to it and
+    // ends before (key, id). If so the walk moves right from there onto the entry; else it
+    // descends.
+    bool FromLeftOf(BlockNumber block, int64 key, int64 id) {
+        BlockNumber left = BTPageGetOpaque(CurrentPage())->btpo_prev;
+        MarkKilled();
+        buf = _bt_relandgetbuf(index, buf, left, BT_READ);
+        Page page = CurrentPage();
+        BTPageOpaque opaque = BTPageGetOpaque(page);
+        OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+        if (P_IGNORE(opaque) || !P_ISLEAF(opaque) || opaque->btpo_next != block ||
+            P_FIRSTDATAKEY(opaque) > maxoff || !Before(page, maxoff, key, id))
+            return Seek(key, id);
+        return NextPage() || Seek(key, id);
+    }
+
+    outbox::KeyFloors::Position Here() const {
+        if (off > PageGetMaxOffsetNumber(CurrentPage()))
+            return {};
+        return {BufferGetBlockNumber(buf), off};
+    }
+
     // Positions on the first entry not before (key, id); false when the index is empty.
     bool Seek(int64 key, int64 id = PG_INT64_MIN) {
         Release();
@@ -297,6 +363,11 @@ struct LeafWalk {
         Page page = CurrentPage();
         off = Search(page, P_FIRSTDATAKEY(BTPageGetOpaque(page)), key, id);
         posting = 0;
+        // A descent for a key that begins a page lands on the page before (its high key is the
+        // key, truncated): the entry is the first of the next page. (At the end of the index
+        // the walk stays past the last entry.)
+        if (off > PageGetMaxOffsetNumber(page))
+            NextPage();
         return true;
     }
 
@@ -337,9 +408,10 @@ struct LeafWalk {
                 if (!floor_checked || at != floor_key) {
                     floor_checked = true;
                     floor_key = at;
-                    int64 floor = floors->Floor(at);
-                    if (floor != outbox::KeyFloors::kNone && AttrAt(page, off, 2) < floor) {
-                        if (!SeekForward(at, floor))
+                    const outbox::KeyFloors::Floor *floor = floors->Find(at);
+                    if (floor && AttrAt(page, off, 2) < floor->id) {
+                        if (!(floor->head.known() ? SeekHinted(at, floor->id, floor->head)
+                                                  : SeekForward(at, floor->id)))
                             return false;
                         continue;
                     }
@@ -469,8 +541,10 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
     if (learn) {
         learnt_index = IndexStorage(index);
         auto [generation, reordering] = KeyOrderState();
-        if (key_floors.Usable(generation, reordering, learnt_index, NowMs()))
+        if (key_floors.Usable(generation, reordering, learnt_index, NowMs())) {
             walk.floors = &key_floors;
+            walk.nblocks = RelationGetNumberOfBlocks(index);
+        }
     }
     IndexFetchTableData *fetch = table_index_fetch_begin(heap);
     TupleTableSlot *slot = table_slot_create(heap, nullptr);
@@ -485,7 +559,15 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
            order_key <= to) {
         if (have_head && order_key == head_key) {
             if (++passed > kPassBeforeSeek) {
-                positioned = head_key < to && walk.SeekForward(head_key + 1);
+                // Where the next key began last time, if the walk knows.
+                const outbox::KeyFloors::Floor *floor =
+                    walk.floors ? walk.floors->Find(head_key) : nullptr;
+                positioned =
+                    head_key < to && (floor && floor->next.known()
+                                          ? walk.SeekHinted(head_key + 1, PG_INT64_MIN, floor->next)
+                                          : walk.SeekForward(head_key + 1));
+                if (positioned && learn)
+                    key_floors.NextKeyAt(walk.Here());
                 passed = 0;
             } else {
                 walk.Advance();
@@ -504,7 +586,7 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
         head_key = order_key;
         passed = 0;
         if (learn)
-            key_floors.Found(order_key, id);
+            key_floors.Found(order_key, id, walk.Here());
         bool isnull;
         text *dest = DatumGetTextPP(slot_getattr(slot, att_destination, &isnull));
         bool wanted = TextView(dest) == name;

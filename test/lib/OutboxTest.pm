@@ -17,7 +17,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
-                 worker_pids stats_row);
+                 worker_pids stats_row check_key_order);
 
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
 
@@ -82,6 +82,39 @@ sub check_server_log {
 }
 
 sub kafka_broker { return OutboxTest::Broker->start(@_) }
+
+# Per-key ordering as a consumer sees it: $sent_sql selects (event_id, id, key) of every
+# message the test committed; $messages are what kcat read from the topic. Asserts that every
+# message arrived, that each key went to one partition and that, for every key, first
+# arrivals follow id order. Returns the number of repeats.
+sub check_key_order {
+    my ($node, $sent_sql, $messages, $what) = @_;
+    my (%id_of, %key_of);
+    for (split /\n/, $node->safe_psql('postgres', $sent_sql)) {
+        my ($e, $id, $k) = split /\|/;
+        $id_of{$e} = $id;
+        $key_of{$e} = $k;
+    }
+    my (%first_seen, %last_id, %out_of_order, %partitions);
+    for my $m (sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} }
+        @$messages) {
+        my $e = $m->{headers}{ce_id};
+        next if $first_seen{$e}++;
+        my $k = $m->{key};
+        $partitions{$k}{ $m->{partition} } = 1;
+        $out_of_order{$k}++ if defined $last_id{$k} && $id_of{$e} < $last_id{$k};
+        $last_id{$k} = $id_of{$e} if !defined $last_id{$k} || $id_of{$e} > $last_id{$k};
+    }
+    my @missing = sort { $id_of{$a} <=> $id_of{$b} } grep { !$first_seen{$_} } keys %id_of;
+    is(scalar(@missing), 0, "$what: every one of the " . scalar(keys %id_of) . ' messages arrived')
+      or diag(join("\n", map { "missing id $id_of{$_} key $key_of{$_} event $_" }
+            @missing[0 .. ($#missing < 9 ? $#missing : 9)]));
+    is(scalar(grep { keys %{ $partitions{$_} } > 1 } keys %partitions), 0,
+        "$what: each key went to one partition");
+    is(scalar(keys %out_of_order), 0, "$what: for every key, first arrivals are in id order")
+      or diag(explain(\%out_of_order));
+    return scalar(@$messages) - scalar(keys %first_seen);
+}
 sub webhook_sink { return OutboxTest::Sink->start(@_) }
 
 #-------------------------------------------------------------------------------------------
