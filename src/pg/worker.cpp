@@ -433,10 +433,16 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 n += dispatcher_->LockedInFlight(request.destination).size();
             return n;
         };
+        // Claims stop after kFastClaimMs, and once a destination changed (its new settings are
+        // read by the next turn, in a new transaction): no message is claimed under the old
+        // ones, such as a dead letter requeued right after its destination got a new URL.
+        auto may_claim = [&](int64 now) {
+            return now - start < kFastClaimMs && pg_atomic_read_u32(&slot_->reload) == 0;
+        };
         Resolutions got;
         for (;;) {
             int64 now = NowMs();
-            bool claiming = now - start < kFastClaimMs;
+            bool claiming = may_claim(now);
             for (size_t i = 0; claiming && i < requests.size(); i++) {
                 ClaimRequest &request = requests[i];
                 if (exhausted[i] ||
@@ -475,14 +481,14 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                         exhausted[i] = false;
             }
             got.clear();
+            claiming = may_claim(now);
             bool more_to_claim = false;  // now, without waiting for acknowledgements first
-            for (size_t i = 0; i < requests.size() && now - start < kFastClaimMs; i++)
+            for (size_t i = 0; i < requests.size() && claiming; i++)
                 more_to_claim = more_to_claim ||
                                 (!exhausted[i] && dispatcher_->Capacity(requests[i].destination) >=
                                                       size_t(requests[i].limit));
             bool claimable =
-                now - start < kFastClaimMs &&
-                std::find(exhausted.begin(), exhausted.end(), false) != exhausted.end();
+                claiming && std::find(exhausted.begin(), exhausted.end(), false) != exhausted.end();
             if ((locked() == 0 && !claimable) || now - start >= kFastBatchMs)
                 break;
             int64 timeout = dispatcher_->NextTimeoutMs(now);
