@@ -77,12 +77,6 @@ KeyHeadsReturned &LastKeyHeads() {
     return last;
 }
 
-}  // namespace outbox::pg
-
-using namespace outbox::pg;
-
-namespace outbox::pg {
-
 // Key floors. Why a walk never passes a message put back below a floor: a reordering
 // transaction R (1) counts itself reordering and bumps the generation, (2) writes its rows,
 // (3) commits, (4) bumps the generation and stops counting. Floors are learnt from a walk W
@@ -187,6 +181,8 @@ void RegisterKeyOrderCallbacks() {
 }
 
 }  // namespace outbox::pg
+
+using namespace outbox::pg;
 
 static std::string_view TextView(text *t) {
     return std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
