@@ -1,8 +1,8 @@
 // Key floors: for an order key of a per-key ordered destination, an id below which the key has
 // no message left. A walk over key heads (outbox._key_heads) starts each key at its floor
 // instead of at the key's first index entry: the entries of a key's delivered messages stay in
-// the index (dead) until VACUUM, and crossing them cost the ordered drain more than everything
-// else together.
+// the index (dead) until VACUUM, and crossing them (their line pointers, and the heap for
+// those not marked dead yet) cost more with every message delivered.
 //
 // Ids of a key follow commit order (producers of a key take turns), so once a walk found a
 // key's head, nothing below it can appear again — except a message put back with its old id:
@@ -68,8 +68,9 @@ class KeyFloors {
     // After the walk: keeps what it found if its snapshot was taken after `before` was read
     // and `after` (read after the walk) is the same generation with nothing reordering.
     void Learn(uint64_t before, uint64_t after, bool reordering, uint32_t index, int64_t now_ms);
-    // The removal of `key`'s head `id` committed: the key's floor, if it was learnt from that
-    // head, moves past it.
+    // The worker removed `key`'s head `id` (its transaction no longer sees it; should that
+    // transaction abort, Clear()): the key's floor, if it was learnt from that head, moves
+    // past it.
     void Removed(int64_t key, int64_t id);
     // Forgets every floor (an aborted transaction may bring back what its walks passed).
     void Clear();

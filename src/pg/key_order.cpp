@@ -85,8 +85,9 @@ KeyHeadsReturned &LastKeyHeads() {
 // (had it come before, R would be counted, or g1 != g0, or R's step 4 and so its commit came
 // before g0 was read and W saw its rows), so the generation moved past g0 before R's rows
 // become visible to any later walk, which then drops the floors learnt under g0. A floor is
-// also raised past a head whose removal by this worker committed, and all are dropped when a
-// transaction of this process aborts (its walks passed rows it had removed).
+// also raised past a head this worker removes (its own transaction no longer sees it, others
+// once it commits), and all are dropped when a transaction of this process aborts (its walks
+// passed rows it had removed, which come back).
 static KeyFloors key_floors;
 static bool walk_learns = false;      // the running statement is the worker's heads claim
 static bool reordering_here = false;  // this transaction counts itself reordering

@@ -47,7 +47,8 @@ void ReorderingKeys();
 uint64_t BeginKeyWalk();
 void EndKeyWalk(uint64_t generation_before);
 
-// The removal of a head the worker claimed committed: its key's floor moves past it.
+// The worker's transaction removed a head it held: its key's floor moves past it (and every
+// floor is dropped if that transaction aborts).
 void KeyHeadRemoved(int64_t order_key, int64_t id);
 
 // Registers the transaction callbacks (floors are dropped on abort). Called from _PG_init.
