@@ -12,8 +12,8 @@
 // snapshot was taken after `before` was read and while nothing was reordering, and hold only
 // while the generation is the one they were learnt under (see the comments in key_order.cpp for
 // why no reordered message can then be passed). This class is the bookkeeping; the generation
-// lives in shared memory. Each floor also keeps where the walk found the head and where the next
-// key began (leaf page and offset): hints that spare a search when still right, checked there.
+// lives in shared memory. Each floor also keeps where the walk found the head and the key's last
+// entry (leaf page and offset): hints that spare a search when still right, checked there.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +35,7 @@ class KeyFloors {
     struct Floor {
         int64_t id;     // nothing of the key below this id can appear again
         Position head;  // where the head it was learnt from was found
-        Position next;  // where the next key began after it
+        Position last;  // where its last entry was (the next key begins after it)
     };
 
     // At most this many keys have a floor (a key without one is only slower to walk).
@@ -60,10 +60,10 @@ class KeyFloors {
     void Found(int64_t key, int64_t head_id, Position at) {
         found_.push_back({key, {head_id, at, {}}});
     }
-    // ... and the next key begins at `at`.
-    void NextKeyAt(Position at) {
+    // ... and its last entry is at `at`.
+    void LastEntryAt(Position at) {
         if (!found_.empty())
-            found_.back().second.next = at;
+            found_.back().second.last = at;
     }
     // After the walk: keeps what it found if its snapshot was taken after `before` was read
     // and `after` (read after the walk) is the same generation with nothing reordering.

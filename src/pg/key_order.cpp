@@ -227,6 +227,9 @@ struct LeafWalk {
     OffsetNumber off = InvalidOffsetNumber;
     int posting = 0;  // which TID of a deduplicated entry
     bool killed = false;
+    // The walk reached this page from the one on its left, whose last entry is came_from.
+    bool after_next_page = false;
+    outbox::KeyFloors::Position came_from;
     // On a standby, entries the primary marked dead may still be visible to this snapshot, and
     // this server's horizon may not mark any: LP_DEAD is neither trusted nor set (as index
     // scans do).
@@ -287,6 +290,7 @@ struct LeafWalk {
         if (hint.block != BufferGetBlockNumber(buf)) {
             MarkKilled();
             buf = _bt_relandgetbuf(index, buf, hint.block, BT_READ);
+            after_next_page = false;
             moved = true;
         }
         Page page = CurrentPage();
@@ -327,6 +331,7 @@ struct LeafWalk {
         BlockNumber left = BTPageGetOpaque(CurrentPage())->btpo_prev;
         MarkKilled();
         buf = _bt_relandgetbuf(index, buf, left, BT_READ);
+        after_next_page = false;
         Page page = CurrentPage();
         BTPageOpaque opaque = BTPageGetOpaque(page);
         OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
@@ -336,15 +341,61 @@ struct LeafWalk {
         return NextPage() || Seek(key, id);
     }
 
+    // After a key whose last entry is at `hint`, on to the next key: its first entry, or its
+    // floor when the page that ends this key names it (its high key) and it has one — keys
+    // between would have been on that page. Positions as SeekForward(key + 1) would otherwise.
+    bool NextKeyHinted(int64 key, outbox::KeyFloors::Position hint) {
+        int64 next = key + 1;
+        if (hint.block >= nblocks)
+            return SeekForward(next);
+        bool moved = false;
+        if (hint.block != BufferGetBlockNumber(buf)) {
+            MarkKilled();
+            buf = _bt_relandgetbuf(index, buf, hint.block, BT_READ);
+            after_next_page = false;
+            moved = true;
+        }
+        Page page = CurrentPage();
+        BTPageOpaque opaque = BTPageGetOpaque(page);
+        OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+        OffsetNumber o = hint.offset;
+        if (P_IGNORE(opaque) || !P_ISLEAF(opaque) || o < P_FIRSTDATAKEY(opaque) || o > maxoff ||
+            !Before(page, o, next, PG_INT64_MIN))
+            return moved ? Seek(next) : SeekForward(next);
+        posting = 0;
+        off = Search(page, OffsetNumberNext(o), next, PG_INT64_MIN);
+        if (off <= maxoff)
+            return true;  // the next key begins on this page
+        if (!P_RIGHTMOST(opaque)) {
+            int64 high = KeyAt(page, P_HIKEY);
+            const outbox::KeyFloors::Floor *floor = floors->Find(high);
+            if (high >= next && floor && floor->head.known())
+                return SeekHinted(high, floor->id, floor->head);
+        }
+        return SeekForward(next);
+    }
+
     outbox::KeyFloors::Position Here() const {
         if (off > PageGetMaxOffsetNumber(CurrentPage()))
             return {};
         return {BufferGetBlockNumber(buf), off};
     }
 
+    // The entry just before the position, if the walk knows where it is: on this page, or the
+    // last of the page it came from.
+    outbox::KeyFloors::Position JustBefore() const {
+        BTPageOpaque opaque = BTPageGetOpaque(CurrentPage());
+        if (off > P_FIRSTDATAKEY(opaque) && off <= PageGetMaxOffsetNumber(CurrentPage()))
+            return {BufferGetBlockNumber(buf), OffsetNumberPrev(off)};
+        if (off == P_FIRSTDATAKEY(opaque) && after_next_page)
+            return came_from;
+        return {};
+    }
+
     // Positions on the first entry not before (key, id); false when the index is empty.
     bool Seek(int64 key, int64 id = PG_INT64_MIN) {
         Release();
+        after_next_page = false;
         insert->scankeys[0].sk_argument = Int64GetDatum(key);
         insert->scankeys[0].sk_flags &= ~SK_ISNULL;
         insert->keysz = 1;
@@ -375,6 +426,9 @@ struct LeafWalk {
         if (P_RIGHTMOST(opaque))
             return false;
         BlockNumber next = opaque->btpo_next;
+        OffsetNumber maxoff = PageGetMaxOffsetNumber(CurrentPage());
+        after_next_page = maxoff >= P_FIRSTDATAKEY(opaque);
+        came_from = {BufferGetBlockNumber(buf), maxoff};
         MarkKilled();
         for (;;) {
             buf = _bt_relandgetbuf(index, buf, next, BT_READ);
@@ -556,15 +610,14 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
            order_key <= to) {
         if (have_head && order_key == head_key) {
             if (++passed > kPassBeforeSeek) {
-                // Where the next key began last time, if the walk knows.
+                // On to the next key, from where this key's last entry was if the walk knows.
                 const outbox::KeyFloors::Floor *floor =
                     walk.floors ? walk.floors->Find(head_key) : nullptr;
-                positioned =
-                    head_key < to && (floor && floor->next.known()
-                                          ? walk.SeekHinted(head_key + 1, PG_INT64_MIN, floor->next)
-                                          : walk.SeekForward(head_key + 1));
+                positioned = head_key < to && (floor && floor->last.known()
+                                                   ? walk.NextKeyHinted(head_key, floor->last)
+                                                   : walk.SeekForward(head_key + 1));
                 if (positioned && learn)
-                    key_floors.NextKeyAt(walk.Here());
+                    key_floors.LastEntryAt(walk.JustBefore());
                 passed = 0;
             } else {
                 walk.Advance();

@@ -111,20 +111,20 @@ TEST(KeyFloorsTest, ALaterWalkMovesAFloorEitherWay) {
     EXPECT_EQ(FloorOf(f, 1), 140);
 }
 
-TEST(KeyFloorsTest, KeepsWhereTheHeadAndTheNextKeyWere) {
+TEST(KeyFloorsTest, KeepsWhereTheHeadAndTheLastEntryWere) {
     KeyFloors f;
     f.Found(1, 100, {7, 3});
-    f.NextKeyAt({8, 1});
-    f.Found(2, 200, {8, 5});  // the last key: no next one seen
+    f.LastEntryAt({8, 1});
+    f.Found(2, 200, {8, 5});  // its last entry not seen
     f.Learn(7, 7, false, kIndex, 0);
     const KeyFloors::Floor *one = f.Find(1);
     ASSERT_NE(one, nullptr);
     EXPECT_EQ(one->head.block, 7u);
     EXPECT_EQ(one->head.offset, 3);
-    EXPECT_EQ(one->next.block, 8u);
-    EXPECT_EQ(one->next.offset, 1);
+    EXPECT_EQ(one->last.block, 8u);
+    EXPECT_EQ(one->last.offset, 1);
     EXPECT_TRUE(f.Find(2)->head.known());
-    EXPECT_FALSE(f.Find(2)->next.known());
+    EXPECT_FALSE(f.Find(2)->last.known());
     // A removed head leaves the hints as they were (its entry stays until VACUUM).
     f.Removed(1, 100);
     EXPECT_EQ(f.Find(1)->id, 101);
@@ -133,7 +133,7 @@ TEST(KeyFloorsTest, KeepsWhereTheHeadAndTheNextKeyWere) {
     f.Found(1, 101, {7, 4});
     f.Learn(7, 7, false, kIndex, 1);
     EXPECT_EQ(f.Find(1)->head.offset, 4);
-    EXPECT_FALSE(f.Find(1)->next.known());
+    EXPECT_FALSE(f.Find(1)->last.known());
 }
 
 TEST(KeyFloorsTest, ClearForgetsFloorsAndWhatAWalkFound) {
