@@ -286,18 +286,12 @@ struct LeafWalk {
     bool SeekHinted(int64 key, int64 id, outbox::KeyFloors::Position hint) {
         if (hint.block >= nblocks)
             return SeekForward(key, id);
-        bool moved = false;
-        if (hint.block != BufferGetBlockNumber(buf)) {
-            MarkKilled();
-            buf = _bt_relandgetbuf(index, buf, hint.block, BT_READ);
-            after_next_page = false;
-            moved = true;
-        }
+        bool moved = JumpTo(hint.block);
         Page page = CurrentPage();
         BTPageOpaque opaque = BTPageGetOpaque(page);
         OffsetNumber first = P_FIRSTDATAKEY(opaque), maxoff = PageGetMaxOffsetNumber(page);
         OffsetNumber o = hint.offset;
-        if (!P_IGNORE(opaque) && P_ISLEAF(opaque) && o >= first && o <= maxoff) {
+        if (HoldsEntry(o)) {
             posting = 0;
             if (!Before(page, o, key, id)) {
                 if (o > first && Before(page, OffsetNumberPrev(o), key, id)) {
@@ -323,20 +317,34 @@ struct LeafWalk {
     }
     static constexpr int kHintSteps = 8;
 
+    // Reads page `block` in place of the current one, not coming from its left; whether the
+    // walk moved (it was not already there).
+    bool JumpTo(BlockNumber block) {
+        if (block == BufferGetBlockNumber(buf))
+            return false;
+        MarkKilled();
+        buf = _bt_relandgetbuf(index, buf, block, BT_READ);
+        after_next_page = false;
+        return true;
+    }
+
+    // Whether the current page is a live leaf page with an entry at `o`.
+    bool HoldsEntry(OffsetNumber o) const {
+        BTPageOpaque opaque = BTPageGetOpaque(CurrentPage());
+        return !P_IGNORE(opaque) && P_ISLEAF(opaque) && o >= P_FIRSTDATAKEY(opaque) &&
+               o <= PageGetMaxOffsetNumber(CurrentPage());
+    }
+
     // Whether the first entry not before (key, id) is the first of page `block`: the page on
     // its left (read after this one is let go, as a walk to the left must) still links to it and
     // ends before (key, id). If so the walk moves right from there onto the entry; else it
     // descends.
     bool FromLeftOf(BlockNumber block, int64 key, int64 id) {
-        BlockNumber left = BTPageGetOpaque(CurrentPage())->btpo_prev;
-        MarkKilled();
-        buf = _bt_relandgetbuf(index, buf, left, BT_READ);
-        after_next_page = false;
+        JumpTo(BTPageGetOpaque(CurrentPage())->btpo_prev);
         Page page = CurrentPage();
-        BTPageOpaque opaque = BTPageGetOpaque(page);
         OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-        if (P_IGNORE(opaque) || !P_ISLEAF(opaque) || opaque->btpo_next != block ||
-            P_FIRSTDATAKEY(opaque) > maxoff || !Before(page, maxoff, key, id))
+        if (!HoldsEntry(maxoff) || BTPageGetOpaque(page)->btpo_next != block ||
+            !Before(page, maxoff, key, id))
             return Seek(key, id);
         return NextPage() || Seek(key, id);
     }
@@ -348,19 +356,12 @@ struct LeafWalk {
         int64 next = key + 1;
         if (hint.block >= nblocks)
             return SeekForward(next);
-        bool moved = false;
-        if (hint.block != BufferGetBlockNumber(buf)) {
-            MarkKilled();
-            buf = _bt_relandgetbuf(index, buf, hint.block, BT_READ);
-            after_next_page = false;
-            moved = true;
-        }
+        bool moved = JumpTo(hint.block);
         Page page = CurrentPage();
         BTPageOpaque opaque = BTPageGetOpaque(page);
         OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
         OffsetNumber o = hint.offset;
-        if (P_IGNORE(opaque) || !P_ISLEAF(opaque) || o < P_FIRSTDATAKEY(opaque) || o > maxoff ||
-            !Before(page, o, next, PG_INT64_MIN))
+        if (!HoldsEntry(o) || !Before(page, o, next, PG_INT64_MIN))
             return moved ? Seek(next) : SeekForward(next);
         posting = 0;
         off = Search(page, OffsetNumberNext(o), next, PG_INT64_MIN);

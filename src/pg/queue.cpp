@@ -371,8 +371,6 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
-Datum Int8Array(const std::vector<int64_t> &values);
-
 // Runs the heads claim over order keys [from, to]; C-style code only (may ereport). *looked_at:
 // how many heads it looked at (at most n), *last_key: the order key of the last one.
 RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
