@@ -26,10 +26,13 @@ namespace outbox {
 
 class KeyFloors {
   public:
-    // A leaf position (block, offset); offset 0 is none.
+    // A leaf position (block, offset); offset 0 is none. `buffer` is the shared buffer that
+    // held the block then (0: not known): reading it again there, after checking that it still
+    // holds the block, spares a lookup in the buffer mapping table.
     struct Position {
         uint32_t block = 0;
         uint16_t offset = 0;
+        int32_t buffer = 0;
         bool known() const { return offset != 0; }
     };
     struct Floor {

@@ -230,6 +230,7 @@ struct LeafWalk {
     // The walk reached this page from the one on its left, whose last entry is came_from.
     bool after_next_page = false;
     outbox::KeyFloors::Position came_from;
+    outbox::KeyFloors::Position key_end;  // see KeyEnd()
     // On a standby, entries the primary marked dead may still be visible to this snapshot, and
     // this server's horizon may not mark any: LP_DEAD is neither trusted nor set (as index
     // scans do).
@@ -286,7 +287,7 @@ struct LeafWalk {
     bool SeekHinted(int64 key, int64 id, outbox::KeyFloors::Position hint) {
         if (hint.block >= nblocks)
             return SeekForward(key, id);
-        bool moved = JumpTo(hint.block);
+        bool moved = JumpTo(hint.block, hint.buffer);
         Page page = CurrentPage();
         BTPageOpaque opaque = BTPageGetOpaque(page);
         OffsetNumber first = P_FIRSTDATAKEY(opaque), maxoff = PageGetMaxOffsetNumber(page);
@@ -318,12 +319,21 @@ struct LeafWalk {
     static constexpr int kHintSteps = 8;
 
     // Reads page `block` in place of the current one, not coming from its left; whether the
-    // walk moved (it was not already there).
-    bool JumpTo(BlockNumber block) {
+    // walk moved (it was not already there). `recent`: the buffer that held it when a hint was
+    // taken, tried first (ReadRecentBuffer checks that it still holds the block).
+    bool JumpTo(BlockNumber block, Buffer recent = InvalidBuffer) {
         if (block == BufferGetBlockNumber(buf))
             return false;
         MarkKilled();
-        buf = _bt_relandgetbuf(index, buf, block, BT_READ);
+        _bt_relbuf(index, buf);
+        if (recent > 0 && recent <= NBuffers &&
+            ReadRecentBuffer(index->rd_node, MAIN_FORKNUM, block, recent)) {
+            buf = recent;
+            _bt_lockbuf(index, buf, BT_READ);
+            _bt_checkpage(index, buf);
+        } else {
+            buf = _bt_getbuf(index, block, BT_READ);
+        }
         after_next_page = false;
         return true;
     }
@@ -349,6 +359,18 @@ struct LeafWalk {
         return NextPage() || Seek(key, id);
     }
 
+    // On to the key after `key` (whose floor is `floor`, if any): as SeekForward(key + 1), from
+    // where its last entry was when the floor knows. KeyEnd() then tells where `key` ended.
+    bool NextKey(int64 key, const outbox::KeyFloors::Floor *floor) {
+        key_end = {};
+        if (!floor || !floor->last.known())
+            return SeekForward(key + 1);
+        return NextKeyHinted(key, floor->last);
+    }
+
+    // The position of the last entry of the key the walk just left (NextKey), if known.
+    outbox::KeyFloors::Position KeyEnd() const { return key_end.known() ? key_end : JustBefore(); }
+
     // After a key whose last entry is at `hint`, on to the next key: its first entry, or its
     // floor when the page that ends this key names it (its high key) and it has one — keys
     // between would have been on that page. Positions as SeekForward(key + 1) would otherwise.
@@ -356,7 +378,7 @@ struct LeafWalk {
         int64 next = key + 1;
         if (hint.block >= nblocks)
             return SeekForward(next);
-        bool moved = JumpTo(hint.block);
+        bool moved = JumpTo(hint.block, hint.buffer);
         Page page = CurrentPage();
         BTPageOpaque opaque = BTPageGetOpaque(page);
         OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
@@ -370,8 +392,10 @@ struct LeafWalk {
         if (!P_RIGHTMOST(opaque)) {
             int64 high = KeyAt(page, P_HIKEY);
             const outbox::KeyFloors::Floor *floor = floors->Find(high);
-            if (high >= next && floor && floor->head.known())
+            if (high >= next && floor && floor->head.known()) {
+                key_end = {BufferGetBlockNumber(buf), maxoff, buf};  // not just before the floor
                 return SeekHinted(high, floor->id, floor->head);
+            }
         }
         return SeekForward(next);
     }
@@ -379,7 +403,7 @@ struct LeafWalk {
     outbox::KeyFloors::Position Here() const {
         if (off > PageGetMaxOffsetNumber(CurrentPage()))
             return {};
-        return {BufferGetBlockNumber(buf), off};
+        return {BufferGetBlockNumber(buf), off, buf};
     }
 
     // The entry just before the position, if the walk knows where it is: on this page, or the
@@ -387,7 +411,7 @@ struct LeafWalk {
     outbox::KeyFloors::Position JustBefore() const {
         BTPageOpaque opaque = BTPageGetOpaque(CurrentPage());
         if (off > P_FIRSTDATAKEY(opaque) && off <= PageGetMaxOffsetNumber(CurrentPage()))
-            return {BufferGetBlockNumber(buf), OffsetNumberPrev(off)};
+            return {BufferGetBlockNumber(buf), OffsetNumberPrev(off), buf};
         if (off == P_FIRSTDATAKEY(opaque) && after_next_page)
             return came_from;
         return {};
@@ -429,7 +453,7 @@ struct LeafWalk {
         BlockNumber next = opaque->btpo_next;
         OffsetNumber maxoff = PageGetMaxOffsetNumber(CurrentPage());
         after_next_page = maxoff >= P_FIRSTDATAKEY(opaque);
-        came_from = {BufferGetBlockNumber(buf), maxoff};
+        came_from = {BufferGetBlockNumber(buf), maxoff, buf};
         MarkKilled();
         for (;;) {
             buf = _bt_relandgetbuf(index, buf, next, BT_READ);
@@ -614,11 +638,9 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
                 // On to the next key, from where this key's last entry was if the walk knows.
                 const outbox::KeyFloors::Floor *floor =
                     walk.floors ? walk.floors->Find(head_key) : nullptr;
-                positioned = head_key < to && (floor && floor->last.known()
-                                                   ? walk.NextKeyHinted(head_key, floor->last)
-                                                   : walk.SeekForward(head_key + 1));
+                positioned = head_key < to && walk.NextKey(head_key, floor);
                 if (positioned && learn)
-                    key_floors.LastEntryAt(walk.JustBefore());
+                    key_floors.LastEntryAt(walk.KeyEnd());
                 passed = 0;
             } else {
                 walk.Advance();
