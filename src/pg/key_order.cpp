@@ -560,7 +560,8 @@ bool LockedByThisTransaction(TupleTableSlot *slot) {
 
 // After a key's head the walk reads at most this many more of the key's entries (by their order
 // key alone) before it searches for the next key (within the leaf page, the next one, or by a
-// descent): reading on costs a cache miss per entry.
+// descent): reading on costs a cache miss per entry. (When the key's floor knows where the key
+// ends, the walk goes there at once.)
 constexpr int kPassBeforeSeek = 1;
 
 }  // namespace
@@ -631,20 +632,21 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
     int64 order_key, id;
     ItemPointerData tid;
     bool positioned = from <= to && walk.Seek(from);
+    auto head_floor = [&] { return walk.floors ? walk.floors->Find(head_key) : nullptr; };
+    // On to the key after head_key, from where its last entry was if the floor knows.
+    auto next_key = [&](const outbox::KeyFloors::Floor *floor) {
+        positioned = head_key < to && walk.NextKey(head_key, floor);
+        if (positioned && learn)
+            key_floors.LastEntryAt(walk.KeyEnd());
+        passed = 0;
+    };
     while (positioned && emitted < limit && walk.Current(&order_key, &id, &tid) &&
            order_key <= to) {
         if (have_head && order_key == head_key) {
-            if (++passed > kPassBeforeSeek) {
-                // On to the next key, from where this key's last entry was if the walk knows.
-                const outbox::KeyFloors::Floor *floor =
-                    walk.floors ? walk.floors->Find(head_key) : nullptr;
-                positioned = head_key < to && walk.NextKey(head_key, floor);
-                if (positioned && learn)
-                    key_floors.LastEntryAt(walk.KeyEnd());
-                passed = 0;
-            } else {
+            if (++passed > kPassBeforeSeek)
+                next_key(head_floor());
+            else
                 walk.Advance();
-            }
             continue;
         }
         // The first visible entry of an order key (they are in id order) is its head.
@@ -681,7 +683,12 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
             emitted++;
             LastKeyHeads() = {emitted, order_key};
         }
-        walk.Advance();
+        // The rest of the key is passed at once when its floor knows where the key ends.
+        const outbox::KeyFloors::Floor *floor = head_floor();
+        if (floor && floor->last.known() && emitted < limit)
+            next_key(floor);
+        else
+            walk.Advance();
     }
     walk.Release();
     ExecDropSingleTupleTableSlot(slot);
