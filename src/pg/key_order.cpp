@@ -393,17 +393,21 @@ struct LeafWalk {
             int64 high = KeyAt(page, P_HIKEY);
             const outbox::KeyFloors::Floor *floor = floors->Find(high);
             if (high >= next && floor && floor->head.known()) {
-                key_end = {BufferGetBlockNumber(buf), maxoff, buf};  // not just before the floor
+                key_end = At(maxoff);  // not just before the floor
                 return SeekHinted(high, floor->id, floor->head);
             }
         }
         return SeekForward(next);
     }
 
+    // Entry `o` of the current page as a position (hint).
+    outbox::KeyFloors::Position At(OffsetNumber o) const {
+        return {BufferGetBlockNumber(buf), o, buf};
+    }
+
     outbox::KeyFloors::Position Here() const {
-        if (off > PageGetMaxOffsetNumber(CurrentPage()))
-            return {};
-        return {BufferGetBlockNumber(buf), off, buf};
+        return off > PageGetMaxOffsetNumber(CurrentPage()) ? outbox::KeyFloors::Position{}
+                                                           : At(off);
     }
 
     // The entry just before the position, if the walk knows where it is: on this page, or the
@@ -411,7 +415,7 @@ struct LeafWalk {
     outbox::KeyFloors::Position JustBefore() const {
         BTPageOpaque opaque = BTPageGetOpaque(CurrentPage());
         if (off > P_FIRSTDATAKEY(opaque) && off <= PageGetMaxOffsetNumber(CurrentPage()))
-            return {BufferGetBlockNumber(buf), OffsetNumberPrev(off), buf};
+            return At(OffsetNumberPrev(off));
         if (off == P_FIRSTDATAKEY(opaque) && after_next_page)
             return came_from;
         return {};
@@ -453,7 +457,7 @@ struct LeafWalk {
         BlockNumber next = opaque->btpo_next;
         OffsetNumber maxoff = PageGetMaxOffsetNumber(CurrentPage());
         after_next_page = maxoff >= P_FIRSTDATAKEY(opaque);
-        came_from = {BufferGetBlockNumber(buf), maxoff, buf};
+        came_from = At(maxoff);
         MarkKilled();
         for (;;) {
             buf = _bt_relandgetbuf(index, buf, next, BT_READ);
