@@ -132,4 +132,11 @@ SELECT count(*) AS messages_due_index FROM outbox.messages WHERE destination = '
 SELECT outbox.alter_destination('ord', '{"ordering": "key"}');
 SELECT key, n, head FROM pg_temp.messages('ord');
 
+-- With nothing queued the keys are not walked, and the gauges of an ordered destination say 0
+-- (an unordered one has no blocked_keys).
+SELECT outbox.create_destination('quiet', 'kafka', '{"bootstrap.servers": "b:9092", "ordering": "key"}');
+SELECT outbox.create_destination('plain', 'kafka', '{"bootstrap.servers": "b:9092"}');
+SELECT destination, pending, waiting, blocked_keys FROM outbox.stats()
+ WHERE destination IN ('quiet', 'plain') ORDER BY destination;
+
 DROP EXTENSION outbox;

@@ -494,7 +494,10 @@ COMMENT ON FUNCTION outbox.recount() IS
 -- the claim index that is not due yet (small) and, with ordering = key, from the head of each
 -- key (outbox._key_heads); waiting is what a key's head holds back while it cannot go
 -- (retrying, dead-lettered with on_dead = block, or scheduled for later); pending is the rest.
--- Nothing here reads the whole queue.
+-- Nothing here reads the whole queue. The heads of an empty queue are not walked (NULL instead
+-- of its name): after a big ordered drain, until VACUUM, that walk would still cross every
+-- delivered message's entry, fetching each from the heap the first time. (A key is blocked only
+-- while messages wait behind its head.)
 CREATE FUNCTION outbox.stats()
 RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
                retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
@@ -550,7 +553,7 @@ SET enable_seqscan = off SET jit = off AS $$
                                     AND m.available_at > now()) AS scheduled,
                  min(m.created_at) AS oldest,
                  coalesce(sum(behind.n), 0) AS behind_scheduled
-            FROM outbox._key_heads(d.name) AS h
+            FROM outbox._key_heads(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS h
             JOIN outbox.messages AS m ON m.ctid = h.tid
             LEFT JOIN LATERAL (
                 SELECT count(*) AS n FROM outbox.messages AS w
@@ -559,7 +562,8 @@ SET enable_seqscan = off SET jit = off AS $$
         ON d.config->>'ordering' = 'key'
       LEFT JOIN LATERAL (
           SELECT count(*) AS keys, coalesce(sum(b.waiting), 0) AS waiting
-            FROM outbox.blocked_keys(d.name) AS b) AS blocked
+            FROM outbox.blocked_keys(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS b)
+          AS blocked
         ON d.config->>'ordering' = 'key'
       CROSS JOIN LATERAL (
           SELECT count(*) AS n FROM outbox.dead_letters AS dl WHERE dl.destination = d.name) AS dead
