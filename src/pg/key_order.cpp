@@ -221,8 +221,9 @@ struct LeafWalk {
     // The worker's key floors when they hold: on reaching a key, the walk moves on to its floor.
     const outbox::KeyFloors *floors = nullptr;
     BlockNumber nblocks = 0;     // the index's size when the walk began (hints are below it)
-    bool floor_checked = false;  // the floor of floor_key was looked up
+    bool floor_checked = false;  // the floor of floor_key was looked up: key_floor
     int64 floor_key = 0;
+    const outbox::KeyFloors::Floor *key_floor = nullptr;
     Buffer buf = InvalidBuffer;
     OffsetNumber off = InvalidOffsetNumber;
     int posting = 0;  // which TID of a deduplicated entry
@@ -400,6 +401,14 @@ struct LeafWalk {
         return SeekForward(next);
     }
 
+    // The floor of `key` (nullptr: none, or the walk has no floors); the one Current() looked up
+    // when it reached the key, if that is the key.
+    const outbox::KeyFloors::Floor *FloorOf(int64 key) const {
+        if (floor_checked && key == floor_key)
+            return key_floor;
+        return floors ? floors->Find(key) : nullptr;
+    }
+
     // Entry `o` of the current page as a position (hint).
     outbox::KeyFloors::Position At(OffsetNumber o) const {
         return {BufferGetBlockNumber(buf), o, buf};
@@ -488,7 +497,8 @@ struct LeafWalk {
                 if (!floor_checked || at != floor_key) {
                     floor_checked = true;
                     floor_key = at;
-                    const outbox::KeyFloors::Floor *floor = floors->Find(at);
+                    key_floor = floors->Find(at);
+                    const outbox::KeyFloors::Floor *floor = key_floor;
                     if (floor && AttrAt(page, off, 2) < floor->id) {
                         if (!(floor->head.known() ? SeekHinted(at, floor->id, floor->head)
                                                   : SeekForward(at, floor->id)))
@@ -636,7 +646,6 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
     int64 order_key, id;
     ItemPointerData tid;
     bool positioned = from <= to && walk.Seek(from);
-    auto head_floor = [&] { return walk.floors ? walk.floors->Find(head_key) : nullptr; };
     // On to the key after head_key, from where its last entry was if the floor knows.
     auto next_key = [&](const outbox::KeyFloors::Floor *floor) {
         positioned = head_key < to && walk.NextKey(head_key, floor);
@@ -648,7 +657,7 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
            order_key <= to) {
         if (have_head && order_key == head_key) {
             if (++passed > kPassBeforeSeek)
-                next_key(head_floor());
+                next_key(walk.FloorOf(head_key));
             else
                 walk.Advance();
             continue;
@@ -688,7 +697,7 @@ Datum outbox_key_heads(PG_FUNCTION_ARGS) {
             LastKeyHeads() = {emitted, order_key};
         }
         // The rest of the key is passed at once when its floor knows where the key ends.
-        const outbox::KeyFloors::Floor *floor = head_floor();
+        const outbox::KeyFloors::Floor *floor = walk.FloorOf(head_key);
         if (floor && floor->last.known() && emitted < limit)
             next_key(floor);
         else
