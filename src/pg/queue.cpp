@@ -517,6 +517,11 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
 // ordering = key: where each destination's walk over its keys goes on from. A claim walks at
 // most once round the destination's order keys, from there to the end and then from the start:
 // keys take turns, and a key whose head was just claimed is the last one looked at again.
+//
+// A claim takes heads only. Taking a few of each key's next messages with its head (sent one
+// by one as each was delivered) cut the walk's cost per message from 3.4 to 1.2 us, but not the
+// drain's time: a key's messages then went one round trip after another at the end of every
+// fast-path transaction, and outcomes came back in smaller write-backs (measured in stop 14).
 std::unordered_map<std::string, int64> key_cursors;
 
 void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
