@@ -545,6 +545,8 @@ void Worker::Run() {
             ProcessConfigFile(PGC_SIGHUP);
             dispatcher_->SetSettings(CurrentSettings());
             latch_set = true;
+            // A shorter poll_interval applies now, not once the longer one has passed.
+            next_poll = std::min(next_poll, NowMs() + setting_poll_interval_ms);
         }
         if (DatabaseIsHeld(MyDatabaseId))
             break;
