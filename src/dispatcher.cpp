@@ -147,6 +147,7 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
     auto Request = [this](const Destination &d, int limit) {
         ClaimRequest r;
         r.destination = d.spec.name;
+        r.config_json = d.spec.config_json;
         r.limit = limit;
         r.ordered = d.spec.config.ordering == Ordering::Key;
         r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;

@@ -64,6 +64,9 @@ using Resolutions = std::map<std::string, std::vector<Resolution>>;
 
 struct ClaimRequest {
     std::string destination;
+    // The destination's stored config the worker delivers with: the claim takes nothing if the
+    // stored one differs by then (the worker loads the new one first).
+    std::string config_json;
     int limit = 0;
     bool ordered = false;        // ordering = key: claim only the head message of each key
     bool block_on_dead = false;  // ordering = key, on_dead = block

@@ -37,10 +37,20 @@ namespace outbox::pg {
 
 namespace {
 
+// Every claim takes rows only while the destination's config is the one the worker loaded
+// (ClaimRequest::config_json), checked in the claim's own snapshot: a change committed together
+// with messages (alter_destination and requeue in one transaction) is then either not visible
+// to the claim, or visible along with them, and the claim takes nothing; the change's
+// invalidation and wake-up make the worker load the new config first. (A constant condition:
+// checked once, before the scan.)
+#define CONFIG_UNCHANGED(param) \
+    "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1) = " param "::text"
+
 const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id FROM outbox.messages AS c"
     "   WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
+    "     AND " CONFIG_UNCHANGED("$5")
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -59,7 +69,7 @@ const char *const kLockSql =
     "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid"
     "  FROM outbox.messages AS c"
     " WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
-    "   AND (c.available_at, c.id) > ($3, $4)"
+    "   AND (c.available_at, c.id) > ($3, $4) AND " CONFIG_UNCHANGED("$5")
     " ORDER BY c.available_at, c.id LIMIT $2"
     "   FOR UPDATE SKIP LOCKED";
 
@@ -82,7 +92,8 @@ const char *const kHeadsSql =
     "SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
     "       m.created_at, m.expires_at, m.attempts + 1, m.available_at, m.ctid, m.order_key"
     "  FROM outbox.messages AS m"
-    " WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM outbox._key_heads($1, $2, $3, $4, true) AS h))"
+    " WHERE " CONFIG_UNCHANGED("$6")
+    "   AND m.ctid = ANY (ARRAY(SELECT h.tid FROM outbox._key_heads($1, $2, $3, $4, true) AS h))"
     "   AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= now()"
     "   AND NOT ((SELECT $5 AND EXISTS ("
     "                 SELECT FROM outbox.dead_letters AS d"
@@ -340,10 +351,11 @@ RawRow *ReadClaimedRows(uint64 *count) {
 // Runs the lease claim; C-style code only (may ereport).
 RawRow *ClaimRaw(const ClaimRequest *request, int limit, int64 lease_ms, int64 token,
                  uint64 *count) {
-    Oid types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
-    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 4, types);
-    Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
-                     Int64GetDatum(lease_ms), Int32GetDatum(limit)};
+    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID};
+    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 5, types);
+    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
+                     Int64GetDatum(lease_ms), Int32GetDatum(limit),
+                     CStringGetTextDatum(request->config_json.c_str())};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
@@ -352,11 +364,12 @@ RawRow *ClaimRaw(const ClaimRequest *request, int limit, int64 lease_ms, int64 t
 
 // Runs the lock claim of the fast path; C-style code only (may ereport).
 RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
-    Oid types[4] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID};
-    SPIPlanPtr plan = Prepare(&lock_plan, kLockSql, 4, types);
-    Datum args[4] = {CStringGetTextDatum(request->destination.c_str()), Int32GetDatum(limit),
+    Oid types[5] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID};
+    SPIPlanPtr plan = Prepare(&lock_plan, kLockSql, 5, types);
+    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int32GetDatum(limit),
                      TimestampTzGetDatum(request->after_available_at),
-                     Int64GetDatum(request->after_id)};
+                     Int64GetDatum(request->after_id),
+                     CStringGetTextDatum(request->config_json.c_str())};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: locking rows failed: %s", SPI_result_code_string(rc));
@@ -375,10 +388,14 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
 // how many heads it looked at (at most n), *last_key: the order key of the last one.
 RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
                  uint64 *looked_at, int64 *last_key) {
-    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, BOOLOID};
-    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 5, types);
-    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(from),
-                     Int64GetDatum(to), Int32GetDatum(n), BoolGetDatum(request->block_on_dead)};
+    Oid types[6] = {TEXTOID, INT8OID, INT8OID, INT4OID, BOOLOID, TEXTOID};
+    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 6, types);
+    Datum args[6] = {CStringGetTextDatum(request->destination.c_str()),
+                     Int64GetDatum(from),
+                     Int64GetDatum(to),
+                     Int32GetDatum(n),
+                     BoolGetDatum(request->block_on_dead),
+                     CStringGetTextDatum(request->config_json.c_str())};
     uint64 generation = BeginKeyWalk();
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)

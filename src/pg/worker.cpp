@@ -245,6 +245,7 @@ void Worker::WriteBackAndClaim(bool claim,
             SweepArchiveOnce();
         if (!claim)
             return;
+        DebugPause("before-claim");
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {

@@ -84,6 +84,38 @@ ok(wait_until(sub { scalar(@{ requests_for('/good') }) == 5 }, 30), 'after alter
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq'}) eq '5' }, 30),
     'the requeued 400s fail again, back in the dead letters');
 
+# 2b. The same change racing a claim: alter_destination and requeue, in a transaction that began
+# before the worker's claim transaction, commit while that transaction holds before claiming
+# (the test-only outbox.debug_pause), with the old config loaded. Its claim sees the requeued
+# message as due, so it must take nothing under the old config: the message goes to the new
+# URL, once.
+hook('swap', '/swap_old;status=410');
+hook('pacer', '/pacer');
+$node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) VALUES ('swap', '{"n": 1}')});
+ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}) eq '1' }, 30),
+    'swap: dead-lettered by its old URL');
+$node->append_conf('postgresql.conf',
+    "outbox.debug_pause = 'before-claim'\noutbox.debug_pause_ms = 3000\noutbox.poll_interval = '1h'\n");
+$node->reload;
+sleep 4;    # past the claim transaction the reload itself starts (and its pause)
+my $swap_new = $sink->url('/swap_new');
+my $change = $node->background_psql('postgres');
+$change->query_safe(qq{BEGIN; SELECT outbox.alter_destination('swap', '{"url": "$swap_new"}'); SELECT outbox.requeue('swap')});
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) VALUES ('pacer', '{"n": 1}')});
+ok($node->wait_for_log(qr/outbox: pausing 3000 ms in phase "before-claim"/, $offset),
+    'a claim transaction (woken by a commit) holds before claiming');
+$change->query_safe('COMMIT');
+$change->quit;
+ok(wait_until(sub { scalar(@{ requests_for('/swap_new') }) == 1 }, 30),
+    'the message requeued during that claim transaction went to the new URL');
+is(scalar(@{ requests_for('/swap_old;status=410') }), 1, 'and never again to the old one');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}), '0',
+    'nothing of it left in the dead letters');
+$node->append_conf('postgresql.conf', "outbox.debug_pause = ''\noutbox.poll_interval = '1s'\n");
+$node->reload;
+sleep 4;    # past the last pause
+
 # 3. Connection refused for 20 s, max_attempts 2: nothing dead-lettered, all delivered after.
 my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1) or die $!;
 my $late_port = $probe->sockport;

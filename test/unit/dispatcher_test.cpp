@@ -209,6 +209,7 @@ TEST_F(DispatcherTest, DeliveredDeletesWithTheLeaseToken) {
     EXPECT_EQ(r.limit, 32);  // min(driver capacity, batch_size 500)
     EXPECT_FALSE(r.ordered);
     EXPECT_FALSE(r.block_on_dead);
+    EXPECT_EQ(r.config_json, Spec("hooks").config_json);  // the claim's fence (queue.cpp)
     ScriptedDriver &driver = DriverOf("hooks");
     ASSERT_EQ(driver.submitted.size(), 2u);
     EXPECT_EQ(dispatcher_.InFlight(), 2u);
