@@ -257,6 +257,8 @@ void Worker::WriteBackAndClaim(bool claim,
             }
             SetDestination(request.destination.c_str());
             std::vector<Message> rows = ClaimRows(request, lease_ms, NextLeaseToken());
+            if (request.config_changed)
+                destinations_loaded_ = false;  // the next turn loads them again
             claimed->emplace_back(std::move(request), std::move(rows));
         }
         if (!claimed->empty() && !claimed->back().second.empty())
@@ -452,6 +454,8 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 SetState(kWorkerClaiming);
                 SetDestination(request.destination.c_str());
                 std::vector<Message> rows = ClaimRows(request, lease_ms, 0);
+                if (request.config_changed)
+                    destinations_loaded_ = false;  // the next turn loads them again
                 exhausted[i] = int(rows.size()) < request.limit;
                 claimed_full = claimed_full || !exhausted[i];
                 total += rows.size();
