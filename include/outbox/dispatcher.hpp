@@ -67,8 +67,6 @@ struct ClaimRequest {
     // The destination's stored config the worker delivers with: the claim takes nothing if the
     // stored one differs by then (the worker loads the new one first).
     std::string config_json;
-    // Set by the claim: it took nothing because the stored config is no longer config_json.
-    bool config_changed = false;
     int limit = 0;
     bool ordered = false;        // ordering = key: claim only the head message of each key
     bool block_on_dead = false;  // ordering = key, on_dead = block

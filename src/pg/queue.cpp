@@ -40,9 +40,9 @@ namespace {
 // Every claim takes rows only while the destination's config is the one the worker loaded
 // (ClaimRequest::config_json), checked in the claim's own snapshot: a change committed together
 // with messages (alter_destination and requeue in one transaction) is then either not visible
-// to the claim, or visible along with them, and the claim takes nothing; the change's
-// invalidation and wake-up make the worker load the new config first. (An InitPlan: read once
-// per claim.)
+// to the claim, or visible along with them, and the claim takes nothing; the change's wake-up
+// (the reload flag) makes the worker load the new config first. (An InitPlan: read once per
+// claim.)
 #define CONFIG_UNCHANGED(param) \
     "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1) = " param "::text"
 
@@ -172,9 +172,6 @@ const char *const kBurySql =
     "   FROM moved"
     " RETURNING reason = 'expired'";
 
-const char *const kConfigChangedSql =
-    "SELECT FROM outbox.destinations AS d WHERE d.name = $1 AND d.config::text = $2::text";
-
 const char *const kLoadSql =
     "SELECT name, kind, config::text, paused FROM outbox.destinations ORDER BY name";
 
@@ -193,8 +190,8 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr config_changed_plan, claim_plan, lock_plan, heads_plan, lease_locked_plan, delete_plan,
-    delete_locked_plan, archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
+SPIPlanPtr claim_plan, lock_plan, heads_plan, lease_locked_plan, delete_plan, delete_locked_plan,
+    archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
 
 // The fast path: what the current transaction holds locked, valid only in that transaction
 // (forgotten when the worker says it ended, or when another one is seen).
@@ -581,20 +578,6 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
 
 }  // namespace
 
-// Whether the destination's stored config is no longer the one the request carries (the claims
-// take nothing then, see CONFIG_UNCHANGED); C-style code only (may ereport).
-bool ConfigChangedRaw(const ClaimRequest *request) {
-    Oid types[2] = {TEXTOID, TEXTOID};
-    Datum args[2] = {CStringGetTextDatum(request->destination.c_str()),
-                     CStringGetTextDatum(request->config_json.c_str())};
-    int rc = SPI_execute_plan(Prepare(&config_changed_plan, kConfigChangedSql, 2, types), args,
-                              nullptr, true, 0);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "outbox: checking the destination's config failed: %s",
-             SPI_result_code_string(rc));
-    return SPI_processed == 0;
-}
-
 std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
     if (request.hold_locks)
         lease_token = 0;
@@ -612,10 +595,6 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
         });
         AppendMessages(rows, n, request.hold_locks, lease_token, &messages);
     }
-    // A short claim may have been refused by the config check: say so, so that the worker
-    // loads the new config even if it missed the change's invalidation.
-    if (int(messages.size()) < request.limit)
-        request.config_changed = PgTry([&] { return ConfigChangedRaw(&request); });
     return messages;
 }
 

@@ -257,8 +257,6 @@ void Worker::WriteBackAndClaim(bool claim,
             }
             SetDestination(request.destination.c_str());
             std::vector<Message> rows = ClaimRows(request, lease_ms, NextLeaseToken());
-            if (request.config_changed)
-                destinations_loaded_ = false;  // the next turn loads them again
             claimed->emplace_back(std::move(request), std::move(rows));
         }
         if (!claimed->empty() && !claimed->back().second.empty())
@@ -357,6 +355,11 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // A transaction is needed to read changed destinations (and on every poll, the safety
     // net), or to claim; a commit that only added messages for a paused destination needs none.
     bool reload = pg_atomic_exchange_u32(&slot_->reload, 0) != 0;
+    // A change to outbox.destinations committed: load them in this turn. (Their relcache
+    // invalidation alone has been seen to leave the worker on the old config; the claims' config
+    // check then refuses every claim until the destinations are loaded again.)
+    if (reload)
+        destinations_loaded_ = false;
     bool claim = reload || poll_due || !dispatcher_->PlanClaims(now).empty();
     bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
     if (pending_.empty() && !claim && !sweep)
@@ -454,8 +457,6 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 SetState(kWorkerClaiming);
                 SetDestination(request.destination.c_str());
                 std::vector<Message> rows = ClaimRows(request, lease_ms, 0);
-                if (request.config_changed)
-                    destinations_loaded_ = false;  // the next turn loads them again
                 exhausted[i] = int(rows.size()) < request.limit;
                 claimed_full = claimed_full || !exhausted[i];
                 total += rows.size();
