@@ -1,0 +1,611 @@
+-- outbox 0.2.0: the transactional outbox, delivered from inside PostgreSQL.
+-- Producers INSERT into outbox.messages in their own transaction; the outbox background workers
+-- (started by the module, see README.md) deliver the rows and record the outcome.
+
+\echo Use "CREATE EXTENSION outbox" to load this file. \quit
+
+--------------------------------------------------------------------------------------------------
+-- Destinations: where messages go. Configs may hold secrets, so the table is readable only by
+-- its owner; operators use outbox.stats().
+--------------------------------------------------------------------------------------------------
+CREATE TABLE outbox.destinations (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL,
+    config      jsonb NOT NULL,
+    paused      boolean NOT NULL DEFAULT false,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.destinations IS
+    'Kafka clusters and webhook endpoints messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+
+-- Every row is validated on its way in, with the parser the worker uses (librdkafka itself for
+-- Kafka properties); all problems are reported in one error.
+CREATE FUNCTION outbox._destinations_check() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_destinations_check' LANGUAGE C;
+CREATE TRIGGER destinations_check BEFORE INSERT OR UPDATE OF name, kind, config
+    ON outbox.destinations FOR EACH ROW EXECUTE FUNCTION outbox._destinations_check();
+
+-- Any change reaches every backend's copy of this table at commit, and wakes the workers.
+CREATE FUNCTION outbox._destinations_changed() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_destinations_changed' LANGUAGE C;
+CREATE TRIGGER destinations_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON outbox.destinations FOR EACH STATEMENT EXECUTE FUNCTION outbox._destinations_changed();
+ALTER TABLE outbox.destinations ENABLE ALWAYS TRIGGER destinations_check;
+ALTER TABLE outbox.destinations ENABLE ALWAYS TRIGGER destinations_changed;
+
+--------------------------------------------------------------------------------------------------
+-- Messages: the queue. Producers set the first group of columns; the relay owns the rest.
+-- While a worker holds a row, available_at is the end of its lease: an expired lease makes the
+-- row due again, so one index serves claims, retries and lease recovery.
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.uuid_generate_v7() RETURNS uuid
+    AS 'MODULE_PATHNAME', 'outbox_uuid_generate_v7' LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION outbox.uuid_generate_v7() IS 'a new UUIDv7 (time ordered); the default event_id';
+
+CREATE TABLE outbox.messages (
+    id              bigint PRIMARY KEY,  -- assigned at INSERT from messages_id_seq
+    event_id        uuid NOT NULL DEFAULT outbox.uuid_generate_v7(),
+    destination     text NOT NULL,
+    topic           text,
+    key             text,
+    payload         jsonb,
+    payload_bytes   bytea,
+    headers         jsonb,
+    available_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at      timestamptz,
+    -- owned by the relay (set at INSERT; a producer that sets them is refused)
+    created_at      timestamptz NOT NULL,
+    attempts        integer NOT NULL DEFAULT 0,
+    lease_token     bigint,
+    last_error      text,
+    first_failed_at timestamptz,
+    -- ordering = key: the message takes part in its key's order (it has a key, and its
+    -- destination orders by key); see outbox._order_key
+    order_key       bigint
+);
+COMMENT ON TABLE outbox.messages IS
+    'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
+-- Not an identity column: OVERRIDING SYSTEM VALUE needs only INSERT, and a producer that chose
+-- ids could collide with queued or dead-lettered messages. The insert check numbers every row.
+CREATE SEQUENCE outbox.messages_id_seq OWNED BY outbox.messages.id;
+CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE order_key IS NULL;
+-- Per-key ordering: the messages of each key in id order; the first one of a key is its head,
+-- the only one that may be claimed (outbox._key_heads walks the heads, key by key).
+-- Ordered messages are only here: nothing is written to let a key's next message go.
+CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;
+
+-- The destination must exist (checked against a per-backend cache, not a foreign key), the
+-- payload must be deliverable, and the workers are woken when the transaction commits.
+CREATE FUNCTION outbox._messages_check() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_messages_check' LANGUAGE C;
+CREATE TRIGGER messages_check BEFORE INSERT ON outbox.messages
+    FOR EACH ROW EXECUTE FUNCTION outbox._messages_check();
+-- Fires under session_replication_role = replica too: nothing unchecked enters the queue.
+ALTER TABLE outbox.messages ENABLE ALWAYS TRIGGER messages_check;
+
+--------------------------------------------------------------------------------------------------
+-- Dead letters: messages that stopped, why and when, with everything needed to requeue them.
+--------------------------------------------------------------------------------------------------
+CREATE TABLE outbox.dead_letters (
+    id              bigint PRIMARY KEY,
+    event_id        uuid NOT NULL,
+    destination     text NOT NULL,
+    topic           text,
+    key             text,
+    payload         jsonb,
+    payload_bytes   bytea,
+    headers         jsonb,
+    expires_at      timestamptz,
+    created_at      timestamptz NOT NULL,
+    attempts        integer NOT NULL,
+    reason          text NOT NULL
+        CHECK (reason IN ('rejected', 'max_attempts', 'expired', 'poison', 'dropped')),
+    last_error      text NOT NULL,
+    first_failed_at timestamptz,
+    failed_at       timestamptz NOT NULL DEFAULT now(),
+    -- set by outbox.skip(): with ordering = key and on_dead = block, this dead letter no longer
+    -- holds back the later messages of its key
+    skipped_at      timestamptz
+);
+COMMENT ON TABLE outbox.dead_letters IS
+    'messages that will not be delivered without help; bring them back with outbox.requeue';
+CREATE INDEX dead_letters_destination ON outbox.dead_letters (destination, failed_at);
+CREATE INDEX dead_letters_key_order ON outbox.dead_letters (destination, key, id) WHERE key IS NOT NULL;
+
+--------------------------------------------------------------------------------------------------
+-- Archive: delivered messages, kept for outbox.retention when it is above 0 (swept by the
+-- workers in bounded batches).
+--------------------------------------------------------------------------------------------------
+CREATE TABLE outbox.archive (
+    id              bigint PRIMARY KEY,
+    event_id        uuid NOT NULL,
+    destination     text NOT NULL,
+    topic           text,
+    key             text,
+    payload         jsonb,
+    payload_bytes   bytea,
+    headers         jsonb,
+    created_at      timestamptz NOT NULL,
+    attempts        integer NOT NULL,
+    delivered_at    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.archive IS
+    'delivered messages, kept for outbox.retention (0: not kept)';
+CREATE INDEX archive_delivered_at ON outbox.archive (delivered_at);
+
+-- pg_dump keeps the contents of extension tables only when told to.
+SELECT pg_catalog.pg_extension_config_dump('outbox.destinations', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.messages', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.messages_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.dead_letters', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.archive', '');
+
+--------------------------------------------------------------------------------------------------
+-- Producer API
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.publish(destinations text[], topic text, payload jsonb,
+                               key text DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    event uuid;
+BEGIN
+    IF destinations IS NULL OR cardinality(destinations) = 0 THEN
+        RAISE EXCEPTION 'outbox.publish needs at least one destination'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass an array of destination names, for example ARRAY[''orders''].';
+    END IF;
+    IF array_ndims(destinations) > 1 THEN
+        RAISE EXCEPTION 'outbox.publish destinations must be a one-dimensional array'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF array_position(destinations, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'outbox.publish destinations contains NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF (SELECT count(DISTINCT d) FROM unnest(destinations) AS d) <> cardinality(destinations) THEN
+        RAISE EXCEPTION 'outbox.publish destinations names a destination more than once'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Each destination receives the event once; list it once.';
+    END IF;
+    event := outbox.uuid_generate_v7();
+    INSERT INTO outbox.messages (event_id, destination, topic, key, payload, headers)
+    SELECT event, u.d, publish.topic, publish.key, publish.payload, publish.headers
+      FROM unnest(destinations) WITH ORDINALITY AS u(d, n)
+     ORDER BY u.n;
+    RETURN event;
+END
+$$;
+COMMENT ON FUNCTION outbox.publish(text[], text, jsonb, text, jsonb) IS
+    'queue one event for several destinations: one row each, one event_id';
+
+--------------------------------------------------------------------------------------------------
+-- Destination management (SECURITY DEFINER: callers need EXECUTE, not access to the table)
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.create_destination(name text, kind text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
+BEGIN
+    INSERT INTO outbox.destinations (name, kind, config)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config)
+    ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" already exists', create_destination.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with outbox.alter_destination(), or drop it first.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
+    'define a kafka or webhook destination; the config is checked now, every problem reported at once';
+
+CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
+DECLARE
+    new_config jsonb;
+BEGIN
+    IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
+        RAISE EXCEPTION 'outbox.alter_destination needs a JSON object of settings to change'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Settings given are replaced, settings given as null are removed, others are kept.';
+    END IF;
+    UPDATE outbox.destinations AS d
+       SET config = jsonb_strip_nulls(d.config || alter_destination.config), updated_at = now()
+     WHERE d.name = alter_destination.name
+    RETURNING d.config INTO new_config;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', alter_destination.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- Queued messages follow the new ordering: without it they all go at once; with it the
+    -- messages of a key go in id order from now on.
+    PERFORM outbox._reordering_keys();
+    IF new_config->>'ordering' IS DISTINCT FROM 'key' THEN
+        UPDATE outbox.messages AS m SET order_key = NULL
+         WHERE m.destination = alter_destination.name AND m.order_key IS NOT NULL;
+    ELSE
+        UPDATE outbox.messages AS m SET order_key = outbox._order_key(m.destination, m.key)
+         WHERE m.destination = alter_destination.name AND m.key IS NOT NULL
+           AND m.order_key IS NULL;
+    END IF;
+    -- Keys a dead letter held may go on (on_dead = skip), or messages changed queues.
+    PERFORM outbox.wake();
+END
+$$;
+COMMENT ON FUNCTION outbox.alter_destination(text, jsonb) IS
+    'change settings of a destination: given keys replace, null removes, the rest is kept';
+
+CREATE FUNCTION outbox.drop_destination(name text, force boolean DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pending bigint;
+BEGIN
+    -- Wait for producers in flight and hold new ones until commit, so no message for this
+    -- destination can appear after it was counted.
+    LOCK TABLE outbox.messages IN SHARE MODE;
+    PERFORM FROM outbox.destinations AS d WHERE d.name = drop_destination.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', drop_destination.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT count(*) INTO pending FROM outbox.messages AS m WHERE m.destination = drop_destination.name;
+    IF pending > 0 AND NOT coalesce(force, false) THEN
+        RAISE EXCEPTION 'destination "%" has % undelivered messages', drop_destination.name, pending
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Wait for them to be delivered, or pass force => true to move them to outbox.dead_letters.';
+    END IF;
+    IF pending > 0 THEN
+        WITH moved AS (
+            DELETE FROM outbox.messages AS m WHERE m.destination = drop_destination.name RETURNING m.*
+        )
+        INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,
+                                         payload_bytes, headers, expires_at, created_at, attempts,
+                                         reason, last_error, first_failed_at)
+        SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,
+               created_at, attempts, 'dropped', 'destination dropped with force => true',
+               first_failed_at
+          FROM moved;
+        RAISE NOTICE '% undelivered messages of destination "%" moved to outbox.dead_letters',
+            pending, drop_destination.name;
+    END IF;
+    DELETE FROM outbox.destinations AS d WHERE d.name = drop_destination.name;
+END
+$$;
+COMMENT ON FUNCTION outbox.drop_destination(text, boolean) IS
+    'remove a destination; refused while it has undelivered messages unless force => true';
+
+CREATE FUNCTION outbox.pause(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = true, updated_at = now() WHERE d.name = pause.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', pause.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.pause(text) IS 'stop delivering to a destination; messages keep queueing';
+
+CREATE FUNCTION outbox.resume(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = false, updated_at = now() WHERE d.name = resume.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', resume.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.resume(text) IS 'resume delivery to a paused destination';
+
+--------------------------------------------------------------------------------------------------
+-- Dead letters back to the queue. A requeued message keeps its id (and so its place in per-key
+-- order) and event_id, and gets a fresh retry budget; expires_at is cleared, since an operator
+-- asked for it to be delivered.
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox.requeue(ids bigint[])
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    moved_count bigint;
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'outbox.requeue needs an array of dead letter ids'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM outbox._requeueing();
+    WITH moved AS (
+        DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
+    )
+    INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
+                                 headers, created_at)
+    SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
+           moved.payload_bytes, moved.headers, moved.created_at
+      FROM moved ORDER BY moved.id;
+    GET DIAGNOSTICS moved_count = ROW_COUNT;
+    RETURN moved_count;
+END
+$$;
+COMMENT ON FUNCTION outbox.requeue(bigint[]) IS
+    'move the given dead letters back to the queue; returns how many were moved';
+
+CREATE FUNCTION outbox.requeue(destination text, failed_before timestamptz DEFAULT now())
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF failed_before IS NULL THEN
+        RAISE EXCEPTION 'outbox.requeue failed_before must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM FROM outbox.destinations AS d WHERE d.name = requeue.destination;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', requeue.destination
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Dead letters of a dropped destination can be requeued after creating it again.';
+    END IF;
+    RETURN outbox.requeue(ARRAY(
+        SELECT dl.id FROM outbox.dead_letters AS dl
+         WHERE dl.destination = requeue.destination AND dl.failed_at < failed_before));
+END
+$$;
+COMMENT ON FUNCTION outbox.requeue(text, timestamptz) IS
+    'move the dead letters of a destination that failed before a time back to the queue';
+
+-- Dead letters are never removed automatically; this removes old ones on request.
+CREATE FUNCTION outbox.purge_dead_letters(older_than interval, destination text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    IF older_than IS NULL OR older_than < interval '0' THEN
+        RAISE EXCEPTION 'outbox.purge_dead_letters needs an age of zero or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example: SELECT outbox.purge_dead_letters(interval ''30 days'');';
+    END IF;
+    DELETE FROM outbox.dead_letters AS dl
+     WHERE dl.failed_at < now() - older_than
+       AND (purge_dead_letters.destination IS NULL OR dl.destination = purge_dead_letters.destination);
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN purged;
+END
+$$;
+COMMENT ON FUNCTION outbox.purge_dead_letters(interval, text) IS
+    'delete dead letters that failed longer ago than older_than (of one destination, or all); returns how many';
+
+--------------------------------------------------------------------------------------------------
+-- Per-key ordering: what is held back, and letting a key go on without its dead letter.
+--------------------------------------------------------------------------------------------------
+-- The order key of a message of (destination, key): the destination's hash in the high half,
+-- the key's in the low half, so that one destination's keys are one range of
+-- messages_key_order.
+CREATE FUNCTION outbox._order_key(destination text, key text) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'outbox_order_key' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+-- The head message of each key of a destination (its lowest visible id), by order key, read
+-- from messages_key_order's leaf entries. from_key/to_key bound the walk, n the number of
+-- heads; with due_only only heads due now (the claim's candidates; it locks them itself).
+CREATE FUNCTION outbox._key_heads(destination text, from_key bigint DEFAULT NULL,
+                                  to_key bigint DEFAULT NULL, n integer DEFAULT NULL,
+                                  due_only boolean DEFAULT false)
+RETURNS TABLE (order_key bigint, id bigint, tid tid)
+    AS 'MODULE_PATHNAME', 'outbox_key_heads' LANGUAGE C VOLATILE ROWS 100;
+-- Marks this transaction's inserts as requeued dead letters: they keep their id.
+CREATE FUNCTION outbox._requeueing() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_requeueing' LANGUAGE C;
+-- This transaction gives queued messages order keys (key_order.hpp: ReorderingKeys).
+CREATE FUNCTION outbox._reordering_keys() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_reordering_keys' LANGUAGE C;
+
+CREATE FUNCTION outbox.skip(id bigint)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    skipped outbox.dead_letters;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'outbox.skip needs the id of a dead letter' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE outbox.dead_letters AS dl SET skipped_at = now()
+     WHERE dl.id = skip.id AND dl.skipped_at IS NULL
+    RETURNING dl.* INTO skipped;
+    IF FOUND THEN
+        PERFORM outbox.wake();  -- the key's next message may go now
+    ELSE
+        PERFORM FROM outbox.dead_letters AS dl WHERE dl.id = skip.id;
+        IF FOUND THEN
+            RAISE NOTICE 'dead letter % was already skipped', skip.id;
+        ELSE
+            RAISE EXCEPTION 'dead letter % does not exist', skip.id
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'outbox.dead_letters lists them; a requeued message is no longer a dead letter.';
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.skip(bigint) IS
+    'let the later messages of a dead letter''s key go on without it (ordering = key, on_dead = block); the dead letter stays';
+
+-- The keys whose head message is failing: retrying, or dead-lettered while the destination's
+-- on_dead is block. `waiting` counts the messages held back behind it.
+CREATE FUNCTION outbox.blocked_keys(destination text)
+RETURNS TABLE (key text, blocked_by bigint, reason text, since timestamptz, last_error text,
+               waiting bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH dest AS (
+        SELECT d.name, coalesce(d.config->>'on_dead', 'block') = 'block' AS block
+          FROM outbox.destinations AS d
+         WHERE d.name = blocked_keys.destination AND d.config->>'ordering' = 'key'
+    ), heads AS (
+        SELECT m.key, m.id, 'retrying'::text AS reason, m.first_failed_at AS since, m.last_error,
+               m.order_key
+          FROM dest, outbox._key_heads(dest.name) AS h
+          JOIN outbox.messages AS m ON m.ctid = h.tid
+         WHERE m.attempts > 0 AND m.lease_token IS NULL AND m.available_at > now()
+        UNION ALL
+        (SELECT DISTINCT ON (dl.key) dl.key, dl.id, 'dead:' || dl.reason, dl.failed_at,
+                dl.last_error, outbox._order_key(dl.destination, dl.key)
+           FROM outbox.dead_letters AS dl, dest
+          WHERE dest.block AND dl.destination = dest.name AND dl.key IS NOT NULL
+            AND dl.skipped_at IS NULL AND dl.reason IN ('rejected', 'max_attempts', 'poison')
+          ORDER BY dl.key, dl.id)
+    )
+    SELECT h.key, h.id, h.reason, h.since, h.last_error, w.n
+      FROM heads AS h
+     CROSS JOIN LATERAL (
+           SELECT count(*) AS n FROM outbox.messages AS w
+            WHERE w.order_key = h.order_key AND w.id > h.id
+              AND w.destination = blocked_keys.destination AND w.key = h.key) AS w
+     WHERE h.reason = 'retrying' OR w.n > 0
+     ORDER BY h.since, h.key
+$$;
+COMMENT ON FUNCTION outbox.blocked_keys(text) IS
+    'keys of an ordering = key destination held back by a failing head message, and how many messages wait behind it';
+
+--------------------------------------------------------------------------------------------------
+-- Visibility
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox._destination_counters(
+    OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
+    OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
+    OUT last_error text, OUT stats_reset timestamptz)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
+
+-- The size of each queue, kept exact at every commit (see src/pg/queue_counts.cpp): stats()
+-- must answer in milliseconds on a backlog of millions. The worker counts its own changes;
+-- every other write to outbox.messages goes through these triggers.
+CREATE FUNCTION outbox._messages_changed() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_messages_changed' LANGUAGE C;
+CREATE TRIGGER messages_changed AFTER DELETE OR UPDATE OF destination
+    ON outbox.messages FOR EACH ROW EXECUTE FUNCTION outbox._messages_changed();
+CREATE TRIGGER messages_truncated AFTER TRUNCATE
+    ON outbox.messages FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_changed();
+-- Per destination: the queue size, the size the counts started from, and since then:
+-- produced, removed (deleted by SQL), delivered, dead-lettered, expired.
+CREATE FUNCTION outbox._queue_counts(
+    OUT destination text, OUT queued bigint, OUT initial bigint,
+    OUT produced bigint, OUT removed bigint, OUT delivered bigint, OUT dead_lettered bigint,
+    OUT expired bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_queue_counts' LANGUAGE C;
+CREATE FUNCTION outbox.recount() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_recount' LANGUAGE C;
+COMMENT ON FUNCTION outbox.recount() IS
+    'count the queues again on the next outbox.stats() (after writes that skipped the outbox triggers)';
+
+-- Gauges: queued from the kept counts; what is leased, retrying or scheduled from the part of
+-- the claim index that is not due yet (small) and, with ordering = key, from the head of each
+-- key (outbox._key_heads); waiting is what a key's head holds back while it cannot go
+-- (retrying, dead-lettered with on_dead = block, or scheduled for later); pending is the rest.
+-- Nothing here reads the whole queue. The heads of an empty queue are not walked (NULL instead
+-- of its name): after a big ordered drain, until VACUUM, that walk would still cross every
+-- delivered message's entry, fetching each from the heap the first time. (A key is blocked only
+-- while messages wait behind its head.)
+CREATE FUNCTION outbox.stats()
+RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
+               retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
+               failed_total bigint, last_error text, last_success_at timestamptz,
+               scheduled bigint, dead_lettered_total bigint, expired_total bigint,
+               deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
+               waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
+               queue_last_autovacuum timestamptz)
+-- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
+-- empty and would scan all of it; every part of this query has an index to use. jit off: the
+-- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET jit = off AS $$
+    WITH counts AS (SELECT * FROM outbox._queue_counts())
+    SELECT d.name, d.kind, d.paused,
+           greatest(coalesce(q.queued, 0) - coalesce(blocked.waiting + keyed.behind_scheduled, 0)
+                    - ahead.in_flight - ahead.retrying - ahead.scheduled
+                    - coalesce(keyed.in_flight, 0) - coalesce(keyed.retrying, 0)
+                    - coalesce(keyed.scheduled, 0), 0),
+           ahead.in_flight + coalesce(keyed.in_flight, 0),
+           ahead.retrying + coalesce(keyed.retrying, 0), dead.n,
+           now() - least(head.created_at, ahead.oldest, keyed.oldest),
+           coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
+           ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
+           coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
+           blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
+           -- false only where TLS certificate verification was switched off explicitly
+           CASE d.kind WHEN 'webhook' THEN coalesce((d.config->>'tls_verify')::boolean, true)
+                ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
+           t.n_dead_tup, t.last_autovacuum
+      FROM outbox.destinations AS d
+      LEFT JOIN counts AS q ON q.destination = d.name
+      CROSS JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL) AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0) AS scheduled,
+                 min(m.created_at) AS oldest
+            FROM outbox.messages AS m
+           WHERE m.destination = d.name AND m.order_key IS NULL
+             AND m.available_at > now()) AS ahead
+      LEFT JOIN LATERAL (
+          SELECT m.created_at FROM outbox.messages AS m
+           WHERE m.destination = d.name AND m.order_key IS NULL
+           ORDER BY m.available_at, m.id LIMIT 1) AS head ON true
+      -- ordering = key: the head of each key (the messages behind a head are pending or
+      -- waiting, never in flight)
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL AND m.available_at > now())
+                     AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0
+                                    AND m.available_at > now()) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0
+                                    AND m.available_at > now()) AS scheduled,
+                 min(m.created_at) AS oldest,
+                 coalesce(sum(behind.n), 0) AS behind_scheduled
+            FROM outbox._key_heads(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS h
+            JOIN outbox.messages AS m ON m.ctid = h.tid
+            LEFT JOIN LATERAL (
+                SELECT count(*) AS n FROM outbox.messages AS w
+                 WHERE m.lease_token IS NULL AND m.attempts = 0 AND m.available_at > now()
+                   AND w.order_key = m.order_key AND w.id > m.id) AS behind ON true) AS keyed
+        ON d.config->>'ordering' = 'key'
+      LEFT JOIN LATERAL (
+          SELECT count(*) AS keys, coalesce(sum(b.waiting), 0) AS waiting
+            FROM outbox.blocked_keys(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS b)
+          AS blocked
+        ON d.config->>'ordering' = 'key'
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS n FROM outbox.dead_letters AS dl WHERE dl.destination = d.name) AS dead
+      LEFT JOIN outbox._destination_counters() AS c ON c.destination = d.name
+      LEFT JOIN pg_stat_all_tables AS t ON t.relid = 'outbox.messages'::regclass
+     ORDER BY d.name
+$$;
+COMMENT ON FUNCTION outbox.stats() IS
+    'one row per destination: queue gauges kept exact at commit, counters since server start';
+
+-- Every message accounted for since the counts started (server start, or outbox.recount()):
+-- initial + produced = delivered + dead_lettered + expired + removed + queued, i.e. balance = 0.
+CREATE FUNCTION outbox.conservation()
+RETURNS TABLE (destination text, initial bigint, produced bigint, delivered bigint,
+               dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT q.destination, q.initial, q.produced, q.delivered, q.dead_lettered, q.expired,
+           q.removed, q.queued,
+           q.initial + q.produced - q.delivered - q.dead_lettered - q.expired - q.removed - q.queued
+      FROM outbox._queue_counts() AS q
+      JOIN outbox.destinations AS d ON d.name = q.destination
+     ORDER BY q.destination
+$$;
+COMMENT ON FUNCTION outbox.conservation() IS
+    'initial + produced = delivered + dead_lettered + expired + removed + queued, per destination, since the counts started';
+
+CREATE FUNCTION outbox.workers(
+    OUT pid integer, OUT database text, OUT worker integer, OUT state text,
+    OUT destination text, OUT in_flight bigint, OUT started_at timestamptz,
+    OUT last_cycle_at timestamptz, OUT cycles bigint, OUT claimed bigint, OUT delivered bigint,
+    OUT retried bigint, OUT deferred bigint, OUT dead bigint, OUT expired bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_workers' LANGUAGE C;
+COMMENT ON FUNCTION outbox.workers() IS
+    'the delivery workers of every served database, live from shared memory: state, current destination, counters';
+
+CREATE FUNCTION outbox.wake() RETURNS void
+    AS 'MODULE_PATHNAME', 'outbox_wake' LANGUAGE C;
+COMMENT ON FUNCTION outbox.wake() IS 'nudge the workers of this database (now and at commit)';
+
+--------------------------------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC. README.md lists the GRANTs for producer and operator roles.
+--------------------------------------------------------------------------------------------------
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+-- The event_id default runs with the producer's rights.
+GRANT EXECUTE ON FUNCTION outbox.uuid_generate_v7() TO PUBLIC;
