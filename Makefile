@@ -15,8 +15,7 @@ MODULE_big = outbox
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp \
-            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
-            src/key_floors.cpp
+            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
@@ -26,6 +25,7 @@ DATA = $(wildcard sql/outbox--*.sql)
 PG_CONFIG ?= pg_config
 # Only what PostgreSQL looks up by name is exported (PostgreSQL 15's PGDLLEXPORT is empty).
 PG_CPPFLAGS = -Iinclude -isystem $(shell $(PG_CONFIG) --includedir-server) \
+              -DOUTBOX_EXTVERSION='"$(EXTVERSION)"' \
               '-DPGDLLEXPORT=__attribute__((visibility("default")))'
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -fvisibility=hidden $(if $(WERROR),-Werror)
 SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lstdc++

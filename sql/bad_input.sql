@@ -245,14 +245,36 @@ DELETE FROM outbox.messages;
 -- id and created_at are assigned at INSERT: a producer that sets them (OVERRIDING SYSTEM VALUE
 -- included, which needs only INSERT) is refused, so a forged id can never collide with a
 -- later message or a dead letter.
+CREATE ROLE outbox_regress_forger;
+GRANT USAGE ON SCHEMA outbox TO outbox_regress_forger;
+GRANT INSERT ON outbox.messages TO outbox_regress_forger;
+GRANT SELECT ON outbox.messages_id_seq TO outbox_regress_forger;
+SET ROLE outbox_regress_forger;
 INSERT INTO outbox.messages (id, destination, payload) OVERRIDING SYSTEM VALUE
 SELECT last_value + 1, 'orders', '{"forged": "id"}' FROM outbox.messages_id_seq;
 \echo :SQLSTATE
 INSERT INTO outbox.messages (destination, payload, created_at) VALUES ('orders', '{"forged": "created_at"}', '1970-01-01 00:00:00+00');
 \echo :SQLSTATE
+-- A NULL id is numbered, never kept.
+INSERT INTO outbox.messages (id, destination, payload) VALUES (NULL, 'orders', '{"forged": "null id"}');
 INSERT INTO outbox.messages (destination, payload) VALUES ('orders', '{"forged": "nothing"}');
-SELECT payload->>'forged' AS forged, created_at = now() AS created_now FROM outbox.messages ORDER BY id;
+RESET ROLE;
+SELECT payload->>'forged' AS forged, id IS NOT NULL AS numbered, created_at = now() AS created_now
+  FROM outbox.messages ORDER BY id;
+-- Only the owner of outbox.messages (a superuser: pg_restore, and outbox.requeue, which runs
+-- with the owner's rights) inserts rows that keep their id; the id sequence then moves past it,
+-- so the next producer's number never meets it.
+INSERT INTO outbox.messages (id, destination, payload, created_at)
+SELECT last_value + 5, 'orders', '{"kept": "id"}', '2000-01-01 00:00:00+00' FROM outbox.messages_id_seq;
+SET ROLE outbox_regress_forger;
+INSERT INTO outbox.messages (destination, payload) VALUES ('orders', '{"after": "kept id"}');
+RESET ROLE;
+SELECT coalesce(payload->>'kept', payload->>'after') AS message, created_at = '2000-01-01 00:00:00+00' AS kept_created_at
+  FROM outbox.messages WHERE payload ? 'kept' OR payload ? 'after' ORDER BY id;
 DELETE FROM outbox.messages;
+REVOKE ALL ON outbox.messages, outbox.messages_id_seq FROM outbox_regress_forger;
+REVOKE ALL ON SCHEMA outbox FROM outbox_regress_forger;
+DROP ROLE outbox_regress_forger;
 
 --------------------------------------------------------------------------------------------------
 -- Destination configs: every setting of both kinds with a value of the wrong type. One call

@@ -92,8 +92,6 @@ static void StartupSharedMemory() {
         shared->lock = &(GetNamedLWLockTranche("outbox"))->lock;
         shared->stats_reset = GetCurrentTimestamp();
         shared->num_slots = NumSlots();
-        pg_atomic_init_u64(&shared->key_order_generation, 0);
-        pg_atomic_init_u32(&shared->keys_reordering, 0);
         for (int i = 0; i < shared->num_slots; i++) {
             WorkerSlot *slot = &shared->slots[i];
             SpinLockInit(&slot->mutex);

@@ -57,6 +57,9 @@ namespace {
 // On SIGTERM in-flight messages get this long to be acknowledged before they are handed back.
 constexpr int64 kShutdownGraceMs = 2000;
 constexpr int64 kErrorBackoffMaxMs = 30000;
+// ordering = key: a key's row stays this long after its last queued message went (it keeps the
+// key's floor for the next message), then the poll sweeps it.
+constexpr int64 kIdleKeySeconds = 300;
 
 volatile sig_atomic_t shutdown_requested = false;
 
@@ -206,6 +209,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
         pgstat_report_activity(STATE_RUNNING, activity);
     });
     body();
+    WriteKeyRows();
     PgTry([] {
         SPI_finish();
         PopActiveSnapshot();
@@ -221,10 +225,11 @@ void Worker::WriteBackAndClaim(bool claim,
                                std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
                                std::vector<ClaimRequest> *fast, bool sweep) {
     std::map<std::string, WriteBackCounts> counts;
-    bool present = true;
+    ExtensionState extension = ExtensionState::Ready;
+    std::string version;
     InTransaction("outbox: write back and claim", [&] {
-        present = ExtensionInstalled();
-        if (!present)
+        extension = InstalledExtension(&version);
+        if (extension != ExtensionState::Ready)
             return;
         if (!destinations_loaded_ || seen_generation_ != destinations_generation) {
             seen_generation_ = destinations_generation;
@@ -235,14 +240,16 @@ void Worker::WriteBackAndClaim(bool claim,
             SetState(kWorkerWritingBack);
         for (const auto &[destination, resolutions] : pending_) {
             SetDestination(destination.c_str());
-            WriteBackCounts written = WriteBack(resolutions);
+            WriteBackCounts written = WriteBack(destination, resolutions);
             CountRemoved(destination, written);
             counts[destination] += written;
         }
         if (!pending_.empty())
             DebugPause("write-back");
-        if (sweep)
+        if (sweep) {
             SweepArchiveOnce();
+            SweepIdleKeys(kIdleKeySeconds, 1000);
+        }
         if (!claim)
             return;
         DebugPause("before-claim");
@@ -262,12 +269,18 @@ void Worker::WriteBackAndClaim(bool claim,
         if (!claimed->empty() && !claimed->back().second.empty())
             DebugPause("claim");
     });
-    if (!present) {
-        // Dropped while we ran (or never created): nothing to deliver, nothing to write back.
-        if (!extension_missing_logged_)
+    if (extension != ExtensionState::Ready) {
+        // Dropped while we ran (or never created), or still at the schema of an older version:
+        // nothing to deliver, nothing to write back.
+        if (!extension_missing_logged_ && extension == ExtensionState::Missing)
             ereport(LOG, (errmsg("outbox: extension \"outbox\" is not installed in database "
                                  "\"%s\"; the worker waits for CREATE EXTENSION outbox",
                                  database_.c_str())));
+        if (!extension_missing_logged_ && extension == ExtensionState::OtherVersion)
+            ereport(LOG, (errmsg("outbox: database \"%s\" has extension \"outbox\" %s, this "
+                                 "module is %s; the worker waits for ALTER EXTENSION outbox "
+                                 "UPDATE",
+                                 database_.c_str(), version.c_str(), OUTBOX_EXTVERSION)));
         extension_missing_logged_ = true;
         SetState(kWorkerNoExtension);
         pending_.clear();
@@ -416,7 +429,8 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
     std::map<std::string, WriteBackCounts> counts;
     size_t total = 0;
     InTransaction("outbox: fast batch", [&] {
-        if (!ExtensionInstalled())
+        std::string version;
+        if (InstalledExtension(&version) != ExtensionState::Ready)
             return;
         // A destination paused, changed or dropped since the plan was made (this transaction
         // is the first to see it): plan again.
@@ -475,7 +489,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 if (mine.empty())
                     continue;
                 SetState(kWorkerWritingBack);
-                WriteBackCounts written = WriteBack(mine);
+                WriteBackCounts written = WriteBack(destination, mine);
                 CountRemoved(destination, written);
                 counts[destination] += written;
                 for (Resolution &r : mine)
