@@ -48,7 +48,8 @@ DROP FUNCTION outbox._reordering_keys();
 -- one descent of messages_key_order per key, from the key's floor. Keys without queued
 -- messages ('infinity') are not looked at.
 CREATE FUNCTION outbox._key_heads(destination text)
-RETURNS TABLE (order_key bigint, id bigint, tid tid) LANGUAGE sql STABLE AS $$
+RETURNS TABLE (order_key bigint, id bigint, tid tid) LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT k.order_key, h.id, h.ctid
       FROM outbox.ordered_keys AS k
      CROSS JOIN LATERAL (

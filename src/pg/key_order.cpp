@@ -5,7 +5,9 @@
 
 extern "C" {
 #include "postgres.h"
+#include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -14,6 +16,7 @@ extern "C" {
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 }
 
 #include "outbox/pg/key_order.hpp"
@@ -50,14 +53,16 @@ int64_t OrderKey(std::string_view destination, std::string_view key) {
 // the key draws one until this transaction ends. Every write bumps version; one that may lower
 // the floor ($6: the message keeps its own id) bumps floor_version, whatever the floor was: the
 // message may lie below the key's head, which a worker could be about to raise the floor past.
+// It runs in the producer's session, with the producer's search_path: its one operator is named
+// with its schema (LEAST and the ON CONFLICT index need no lookup).
 static const char *const kTurnSql =
     "INSERT INTO outbox.ordered_keys AS k (destination, order_key, key, floor, due_at)"
     " VALUES ($1, $2, $3, $4, $5)"
     " ON CONFLICT (destination, order_key) DO UPDATE"
     "    SET due_at = least(k.due_at, excluded.due_at),"
     "        floor = CASE WHEN $6 THEN least(k.floor, excluded.floor) ELSE k.floor END,"
-    "        floor_version = k.floor_version + CASE WHEN $6 THEN 1 ELSE 0 END,"
-    "        version = k.version + 1";
+    "        floor_version = k.floor_version OPERATOR(pg_catalog.+) CASE WHEN $6 THEN 1 ELSE 0 END,"
+    "        version = k.version OPERATOR(pg_catalog.+) 1";
 
 static SPIPlanPtr turn_plan = nullptr;
 
@@ -69,13 +74,31 @@ static void LegacyLockOrderKey(int64_t order_key) {
     (void)LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
+static Oid RelationOwner(Oid relid) {
+    HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+    if (!HeapTupleIsValid(tuple))
+        elog(ERROR, "outbox: cache lookup failed for relation %u", relid);
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+    ReleaseSysCache(tuple);
+    return owner;
+}
+
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id) {
     Oid nsp = get_namespace_oid("outbox", false);
-    if (!OidIsValid(get_relname_relid("ordered_keys", nsp))) {
+    Oid keys_relid = get_relname_relid("ordered_keys", nsp);
+    if (!OidIsValid(keys_relid)) {
         LegacyLockOrderKey(order_key);
         return false;
     }
+    // A producer needs only INSERT on outbox.messages: the row is written with the rights of
+    // its table's owner (as PostgreSQL's own foreign-key triggers do), restored on error by the
+    // transaction's abort.
+    Oid save_userid;
+    int save_sec_context;
+    GetUserIdAndSecContext(&save_userid, &save_sec_context);
+    SetUserIdAndSecContext(RelationOwner(keys_relid),
+                           save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "outbox: SPI_connect failed");
     if (turn_plan == nullptr) {
@@ -97,6 +120,7 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
     if (rc != SPI_OK_INSERT)
         elog(ERROR, "outbox: taking the key's turn failed: %s", SPI_result_code_string(rc));
     SPI_finish();
+    SetUserIdAndSecContext(save_userid, save_sec_context);
     return true;
 }
 

@@ -138,7 +138,7 @@ class Worker {
     Resolutions pending_;  // outcomes not yet written back
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
-    bool extension_missing_logged_ = false;
+    ExtensionState logged_extension_ = ExtensionState::Ready;  // the state last said in the log
     int consecutive_errors_ = 0;
     uint64 lease_counter_ = 0;
     uint64 lease_base_ = 0;       // random, so that tokens of different workers never meet
@@ -272,23 +272,23 @@ void Worker::WriteBackAndClaim(bool claim,
     if (extension != ExtensionState::Ready) {
         // Dropped while we ran (or never created), or still at the schema of an older version:
         // nothing to deliver, nothing to write back.
-        if (!extension_missing_logged_ && extension == ExtensionState::Missing)
+        if (logged_extension_ != extension && extension == ExtensionState::Missing)
             ereport(LOG, (errmsg("outbox: extension \"outbox\" is not installed in database "
                                  "\"%s\"; the worker waits for CREATE EXTENSION outbox",
                                  database_.c_str())));
-        if (!extension_missing_logged_ && extension == ExtensionState::OtherVersion)
+        if (logged_extension_ != extension && extension == ExtensionState::OtherVersion)
             ereport(LOG, (errmsg("outbox: database \"%s\" has extension \"outbox\" %s, this "
                                  "module is %s; the worker waits for ALTER EXTENSION outbox "
                                  "UPDATE",
                                  database_.c_str(), version.c_str(), OUTBOX_EXTVERSION)));
-        extension_missing_logged_ = true;
+        logged_extension_ = extension;
         SetState(kWorkerNoExtension);
         pending_.clear();
         dispatcher_->SetDestinations({});
         destinations_loaded_ = false;
         return;
     }
-    extension_missing_logged_ = false;
+    logged_extension_ = ExtensionState::Ready;
     // The worker commits asynchronously, but a leased claim's `attempts + 1` must survive a
     // crash that the claimed message itself may cause: that count is what dead-letters a
     // message that kills the worker (poison) instead of crash-restarting the server forever.

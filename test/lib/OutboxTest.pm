@@ -88,9 +88,9 @@ sub kafka_broker { return OutboxTest::Broker->start(@_) }
 # message arrived, that each key went to one partition and that, for every key, first
 # arrivals follow id order. Returns the number of repeats.
 sub check_key_order {
-    my ($node, $sent_sql, $messages, $what) = @_;
+    my ($node, $sent_sql, $messages, $what, $db) = @_;
     my (%id_of, %key_of);
-    for (split /\n/, $node->safe_psql('postgres', $sent_sql)) {
+    for (split /\n/, $node->safe_psql($db // 'postgres', $sent_sql)) {
         my ($e, $id, $k) = split /\|/;
         $id_of{$e} = $id;
         $key_of{$e} = $k;
