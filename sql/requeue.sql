@@ -96,4 +96,5 @@ SELECT id > 202 OR id IN (201, 202) AS id_ok, destination, key, payload->>'n' AS
 -- The requeued message is the head of its key, ahead of the ones inserted after it.
 SELECT m.payload->>'n' AS head_n FROM outbox._key_heads('keyed') h JOIN outbox.messages m ON m.id = h.id;
 
+SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

@@ -12,6 +12,7 @@ extern "C" {
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 }
@@ -94,6 +95,7 @@ static void LoadCache() {
         entry->is_kafka = !isnull && strcmp(TextDatumGetCString(kind), "kafka") == 0;
         entry->has_topic = false;
         entry->ordered = false;
+        entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -101,6 +103,17 @@ static void LoadCache() {
             entry->ordered = ordering && ordering->type == jbvString &&
                              ordering->val.string.len == 3 &&
                              memcmp(ordering->val.string.val, "key", 3) == 0;
+            JsonbValue *max = entry->is_kafka ? getKeyJsonValueFromContainer(
+                                                    &jb->root, "message.max.bytes", 17, nullptr)
+                                              : nullptr;
+            if (max && max->type == jbvString) {
+                char buf[32] = "";
+                memcpy(buf, max->val.string.val, Min(max->val.string.len, int(sizeof buf) - 1));
+                entry->max_message_bytes = strtoll(buf, nullptr, 10);
+            } else if (max && max->type == jbvNumeric) {
+                entry->max_message_bytes = DatumGetInt64(
+                    DirectFunctionCall1(numeric_int8, NumericGetDatum(max->val.numeric)));
+            }
             JsonbValue *topic = getKeyJsonValueFromContainer(&jb->root, "topic", 5, nullptr);
             if (topic && topic->type == jbvString &&
                 topic->val.string.len < static_cast<int>(sizeof entry->topic)) {

@@ -422,7 +422,8 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                                 "raise outbox.max_payload_bytes.")));
 
     Datum headers = heap_getattr(tuple, c.headers, desc, &isnull);
-    if (!isnull)
+    bool has_headers = !isnull;
+    if (has_headers)
         CheckHeaders(headers);
 
     Datum key = heap_getattr(tuple, c.key, desc, &isnull);
@@ -431,6 +432,28 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                         errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
                         errhint("Use a shorter identifier, such as a hash of the key.")));
+
+    // A Kafka destination sends at most message.max.bytes per record (librdkafka refuses more):
+    // a message that cannot fit is refused now, not dead-lettered later.
+    if (dest.max_message_bytes > 0) {
+        int64 record = size + kKafkaRelayOverheadBytes +
+                       (has_key ? int64(toast_raw_datum_size(key)) - VARHDRSZ : 0) +
+                       (has_headers ? int64(toast_raw_datum_size(headers)) - VARHDRSZ : 0);
+        if (record > dest.max_message_bytes)
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("outbox message for kafka destination \"%s\" is %lld bytes with its key "
+                        "and headers, over what it sends (message.max.bytes %lld)",
+                        dest.name, (long long)record, (long long)dest.max_message_bytes),
+                 errdetail("%lld bytes of that are kept for the headers outbox adds.",
+                           (long long)kKafkaRelayOverheadBytes),
+                 errhint("Send a reference to the data instead, or raise message.max.bytes "
+                         "of the destination (and max.message.bytes of the topic on the "
+                         "brokers): SELECT outbox.alter_destination('%s', "
+                         "'{\"message.max.bytes\": ...}');",
+                         dest.name)));
+    }
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
     // created_at, and the order key of an ordered message.

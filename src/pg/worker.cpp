@@ -34,6 +34,7 @@ extern "C" {
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
@@ -117,6 +118,8 @@ class Worker {
                            std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
                            std::vector<ClaimRequest> *fast, bool sweep = false);
     void SweepArchiveOnce();
+    bool WriteBackOne(const std::string &destination, const std::vector<Resolution> &resolutions,
+                      WriteBackCounts *written);
     template <typename F>
     void InTransaction(const char *activity, F &&body);
     void Publish(const Resolutions &resolved,
@@ -225,6 +228,7 @@ void Worker::WriteBackAndClaim(bool claim,
                                std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
                                std::vector<ClaimRequest> *fast, bool sweep) {
     std::map<std::string, WriteBackCounts> counts;
+    Resolutions failed;  // destinations whose write-back failed in this turn
     ExtensionState extension = ExtensionState::Ready;
     std::string version;
     InTransaction("outbox: write back and claim", [&] {
@@ -240,10 +244,16 @@ void Worker::WriteBackAndClaim(bool claim,
             SetState(kWorkerWritingBack);
         for (const auto &[destination, resolutions] : pending_) {
             SetDestination(destination.c_str());
-            WriteBackCounts written = WriteBack(destination, resolutions);
+            WriteBackCounts written;
+            if (!WriteBackOne(destination, resolutions, &written)) {
+                failed[destination] = resolutions;  // kept for the next turn; no claim now
+                continue;
+            }
             CountRemoved(destination, written);
             counts[destination] += written;
         }
+        for (const auto &[destination, resolutions] : failed)
+            pending_.erase(destination);
         if (!pending_.empty())
             DebugPause("write-back");
         if (sweep) {
@@ -256,6 +266,8 @@ void Worker::WriteBackAndClaim(bool claim,
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
+            if (failed.count(request.destination))
+                continue;
             if (setting_debug_pause && setting_debug_pause[0] != '\0')
                 request.hold_locks = false;  // the crash tests pause in the leased path
             if (request.hold_locks) {        // claimed in a transaction of their own, FastBatch
@@ -298,7 +310,49 @@ void Worker::WriteBackAndClaim(bool claim,
     if (leased)
         PgTry([] { XLogFlush(XactLastCommitEnd); });
     Publish(pending_, counts);
-    pending_.clear();
+    pending_ = std::move(failed);
+}
+
+// One destination's write-back, in a subtransaction of its own: when it fails (a constraint or
+// trigger on outbox.dead_letters or archive, a lock timeout behind an operator's UPDATE) only it
+// is rolled back, and the other destinations of the transaction go on. Returns false then, with
+// the failure in the log and in the destination's last_error.
+bool Worker::WriteBackOne(const std::string &destination,
+                          const std::vector<Resolution> &resolutions, WriteBackCounts *written) {
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    PgTry([] { BeginInternalSubTransaction(nullptr); });
+    CaughtError error;
+    bool failed = false;
+    try {
+        *written = WriteBack(destination, resolutions);
+    } catch (...) {
+        CaptureCurrentException(&error);
+        failed = true;
+    }
+    PgTry([&] {
+        if (failed)
+            RollbackAndReleaseCurrentSubTransaction();
+        else
+            ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+    });
+    if (!failed)
+        return true;
+    ereport(LOG,
+            (errcode(error.sqlerrcode),
+             errmsg("outbox worker: writing back %zu outcomes of destination \"%s\" failed: %s",
+                    resolutions.size(), destination.c_str(), error.message),
+             error.detail[0] ? errdetail_internal("%s", error.detail) : 0,
+             errhint("The other destinations go on; these outcomes are written again, and "
+                     "their messages are sent again if their leases lapse.")));
+    DestinationCounters *counters = GetDestinationCounters(MyDatabaseId, destination.c_str());
+    if (counters) {
+        std::string message = std::string("write-back failed: ") + error.message;
+        SetLastError(counters, message.c_str());
+    }
+    return false;
 }
 
 // After a committed write-back: the counters of outbox.stats() and outbox.workers().
@@ -446,6 +500,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         int64 start = NowMs();
         std::vector<bool> exhausted(requests.size(), false);
+        std::vector<bool> write_back_failed(requests.size(), false);
 
         auto locked = [&] {
             size_t n = 0;
@@ -465,7 +520,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             bool claiming = may_claim(now);
             for (size_t i = 0; claiming && i < requests.size(); i++) {
                 ClaimRequest &request = requests[i];
-                if (exhausted[i] ||
+                if (exhausted[i] || write_back_failed[i] ||
                     dispatcher_->Capacity(request.destination) < size_t(request.limit))
                     continue;
                 SetState(kWorkerClaiming);
@@ -489,7 +544,15 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 if (mine.empty())
                     continue;
                 SetState(kWorkerWritingBack);
-                WriteBackCounts written = WriteBack(destination, mine);
+                WriteBackCounts written;
+                if (!WriteBackOne(destination, mine, &written)) {
+                    // Its rows stay locked, unchanged, until the commit: due again then (sent
+                    // again). The other destinations go on; this one claims no more now.
+                    for (size_t i = 0; i < requests.size(); i++)
+                        if (requests[i].destination == destination)
+                            write_back_failed[i] = true;
+                    continue;
+                }
                 CountRemoved(destination, written);
                 counts[destination] += written;
                 for (Resolution &r : mine)
@@ -498,7 +561,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 // same transaction.
                 for (size_t i = 0; i < requests.size(); i++)
                     if (requests[i].ordered && requests[i].destination == destination)
-                        exhausted[i] = false;
+                        exhausted[i] = write_back_failed[i];
             }
             got.clear();
             claiming = may_claim(now);
@@ -517,7 +580,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             Wait(more_to_claim ? 0 : timeout < 0 ? left : std::min(timeout, left), &latch_set);
             woken_ = woken_ || latch_set;
             if (latch_set)  // a producer committed: its rows may join this batch
-                std::fill(exhausted.begin(), exhausted.end(), false);
+                exhausted = write_back_failed;
         }
         for (const ClaimRequest &request : requests) {
             std::vector<int64_t> ids = dispatcher_->LockedInFlight(request.destination);
