@@ -262,6 +262,17 @@ CREATE TRIGGER messages_inserted AFTER INSERT ON outbox.messages
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_inserted();
 ALTER TABLE outbox.messages ENABLE ALWAYS TRIGGER messages_inserted;
 
+--------------------------------------------------------------------------------------------------
+-- Claims after a drain: autovacuum comes for the queue soon.
+--------------------------------------------------------------------------------------------------
+-- A queue: every row is deleted soon after it is inserted. Autovacuum comes for it after 10,000
+-- dead rows (not a fraction of the table), at full speed, so that the index entries of delivered
+-- messages do not pile up for long (claims start past them meanwhile: src/pg/queue.cpp).
+ALTER TABLE outbox.messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 100000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0,
+    autovacuum_analyze_threshold = 100000);
+
 REVOKE ALL ON FUNCTION outbox._key_heads(text), outbox._messages_inserted() FROM PUBLIC;
 -- Producers that ran on the 0.1.0 schema with this module were not counted: count again.
 SELECT outbox.recount();

@@ -74,6 +74,13 @@ CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHE
 -- the only one that may be claimed. A claim finds it with one descent from the key's floor
 -- (outbox.ordered_keys), never crossing the entries of the key's delivered messages.
 CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;
+-- A queue: every row is deleted soon after it is inserted. Autovacuum comes for it after 10,000
+-- dead rows (not a fraction of the table), at full speed, so that the index entries of delivered
+-- messages do not pile up for long (claims start past them meanwhile: src/pg/queue.cpp).
+ALTER TABLE outbox.messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 100000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0,
+    autovacuum_analyze_threshold = 100000);
 
 -- Per-key ordering: one row per (destination, order key) that has or recently had queued
 -- messages. Producers of a key take turns on its row's lock (the insert check upserts it before

@@ -25,6 +25,7 @@ extern "C" {
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/itemptr.h"
 #include "storage/proc.h"
 #include "utils/array.h"
@@ -52,11 +53,13 @@ namespace {
 #define CONFIG_UNCHANGED(param) \
     "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1) = " param "::text"
 
+// $6, $7: where to start (ClaimRequest::after_available_at). Column 11 is where the row was due
+// before its lease moved it.
 const char *const kClaimSql =
     "WITH due AS ("
-    "  SELECT c.id FROM outbox.messages AS c"
+    "  SELECT c.id, c.available_at AS was_due FROM outbox.messages AS c"
     "   WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
-    "     AND " CONFIG_UNCHANGED("$5")
+    "     AND (c.available_at, c.id) > ($6, $7) AND " CONFIG_UNCHANGED("$5")
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -64,7 +67,7 @@ const char *const kClaimSql =
     "        attempts = m.attempts + 1"
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
-    "           m.created_at, m.expires_at, m.attempts";
+    "           m.created_at, m.expires_at, m.attempts, due.was_due";
 
 // The fast path: lock due rows for the rest of the transaction without writing them; the
 // worker records their outcomes before it commits. attempts + 1 is the attempt this is.
@@ -294,6 +297,113 @@ struct FastPathState {
 };
 FastPathState fast_path;
 
+// Unordered claims start where a destination's due messages are known to begin: its due hint.
+// After a drain, the claim index holds an entry for every delivered row until VACUUM removes it,
+// all of them before the rows still due; a claim from the beginning would step over every one.
+// A hint is only ever a place to start: every poll's claims start at the beginning, so no row
+// waits for a hint longer than outbox.poll_interval. Why a row that becomes claimable lies at or
+// after the hint, but in the cases the poll catches:
+//  - a row of a transaction open when the claim began (available_at defaults to its producer's
+//    transaction start): the hint is never later than the start of the oldest transaction open
+//    in the database then (pg_stat_activity), read before the claim's first statement;
+//  - a row this worker claimed is removed, leased or rescheduled (moved later) when its
+//    transaction commits; if it aborts, the rows are back where they were and the hints go;
+//  - a row that lay between the hint and the last row claimed was claimed, or was held by
+//    another worker — found by the poll if that worker gives it back by aborting; so is a row
+//    committed by COMMIT PREPARED, one whose producer set an available_at earlier than its own
+//    transaction's start, or one an UPDATE moved back (a destination change drops the hints).
+struct DuePosition {
+    TimestampTz at = DT_NOBEGIN;  // claims take rows strictly after (at, id)
+    int64 id = PG_INT64_MIN;
+};
+bool Earlier(const DuePosition &a, const DuePosition &b) {
+    return a.at < b.at || (a.at == b.at && a.id < b.id);
+}
+std::unordered_map<std::string, DuePosition> due_hints;
+// This transaction's unordered claims of one destination.
+struct DueScan {
+    TimestampTz oldest_open;  // read before its first claim
+    TimestampTz claim_now;    // the claims' now(): rows not due then were not looked at
+    DuePosition last;         // after the last row claimed
+    bool found = false;
+};
+std::unordered_map<std::string, DueScan> due_scans;
+
+// A transaction that started this long ago may not have shown in pg_stat_activity yet.
+constexpr int64 kOpenTransactionMarginUs = 10 * 1000;
+// How long the oldest open transaction's start is reused (an older value only makes claims
+// start earlier).
+constexpr int64 kOpenTransactionCacheUs = 100 * 1000;
+
+// The start of the oldest transaction open in this database that may queue a message (client
+// backends and background workers, not this one), or now when there is none; less a margin.
+TimestampTz OldestOpenTransaction() {
+    static TimestampTz cached = DT_NOBEGIN, read_at = 0;
+    TimestampTz now = GetCurrentTimestamp();
+    if (read_at != 0 && now - read_at < kOpenTransactionCacheUs && now >= read_at)
+        return cached;
+    TimestampTz oldest = PgTry([now] {
+        static SPIPlanPtr plan = nullptr;
+        const char *sql =
+            "SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
+            " WHERE datid = $1 AND pid <> pg_catalog.pg_backend_pid()"
+            "   AND backend_type IN ('client backend', 'background worker')";
+        Oid types[1] = {OIDOID};
+        Datum args[1] = {ObjectIdGetDatum(MyDatabaseId)};
+        int rc = SPI_execute_plan(Prepare(&plan, sql, 1, types), args, nullptr, true, 1);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: reading pg_stat_activity failed: %s", SPI_result_code_string(rc));
+        bool isnull;
+        Datum d = heap_getattr(SPI_tuptable->vals[0], 1, SPI_tuptable->tupdesc, &isnull);
+        TimestampTz t = isnull ? now : DatumGetTimestampTz(d);
+        return (t < now ? t : now) - kOpenTransactionMarginUs;
+    });
+    cached = oldest;
+    read_at = now;
+    return oldest;
+}
+
+// Where the first unordered claim of `request` in this transaction starts; later ones go on
+// after the rows it took.
+void PositionClaim(ClaimRequest *request) {
+    if (due_scans.count(request->destination))
+        return;
+    DueScan scan;
+    scan.oldest_open = OldestOpenTransaction();
+    scan.claim_now = GetCurrentTransactionStartTimestamp();
+    due_scans[request->destination] = scan;
+    auto hint = due_hints.find(request->destination);
+    if (!request->from_start && hint != due_hints.end() &&
+        request->after_available_at == DT_NOBEGIN && request->after_id == 0) {
+        request->after_available_at = hint->second.at;
+        request->after_id = hint->second.id;
+    }
+}
+
+// After an unordered claim of `request` that took `n` rows.
+void NoteClaimed(const ClaimRequest &request, uint64 n) {
+    DueScan &scan = due_scans[request.destination];
+    if (n == 0)
+        return;
+    scan.found = true;
+    scan.last = {request.after_available_at, request.after_id};
+}
+
+// The transaction committed: its rows have moved, and where its claims got to is where the due
+// messages begin, unless an open transaction's rows may lie before.
+void AdvanceDueHints(bool committed) {
+    if (!committed) {
+        due_hints.clear();
+    } else {
+        for (const auto &[destination, scan] : due_scans) {
+            DuePosition next = scan.found ? scan.last : DuePosition{scan.claim_now, PG_INT64_MIN};
+            DuePosition open{scan.oldest_open, PG_INT64_MIN};
+            due_hints[destination] = Earlier(open, next) ? open : next;
+        }
+    }
+    due_scans.clear();
+}
+
 // ordering = key. What the worker saw of a key's row in this transaction, written on it at the
 // end (WriteKeyRows, kKeyRowsSql).
 struct KeyRowWrite {
@@ -474,17 +584,32 @@ RawRow *ReadClaimedRows(uint64 *count) {
 }
 
 // Runs the lease claim; C-style code only (may ereport).
-RawRow *ClaimRaw(const ClaimRequest *request, int limit, int64 lease_ms, int64 token,
-                 uint64 *count) {
-    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID};
-    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 5, types);
-    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
-                     Int64GetDatum(lease_ms), Int32GetDatum(limit),
-                     CStringGetTextDatum(request->config_json.c_str())};
+RawRow *ClaimRaw(ClaimRequest *request, int limit, int64 lease_ms, int64 token, uint64 *count) {
+    Oid types[7] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
+    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 7, types);
+    Datum args[7] = {CStringGetTextDatum(request->destination.c_str()),
+                     Int64GetDatum(token),
+                     Int64GetDatum(lease_ms),
+                     Int32GetDatum(limit),
+                     CStringGetTextDatum(request->config_json.c_str()),
+                     TimestampTzGetDatum(request->after_available_at),
+                     Int64GetDatum(request->after_id)};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
-    return ReadClaimedRows(count);
+    RawRow *rows = ReadClaimedRows(count);
+    // The rows come back in no particular order: the batch ended at the largest position.
+    for (uint64 i = 0; i < *count; i++) {
+        bool isnull;
+        TimestampTz at = DatumGetTimestampTz(
+            heap_getattr(SPI_tuptable->vals[i], 11, SPI_tuptable->tupdesc, &isnull));
+        if (at > request->after_available_at ||
+            (at == request->after_available_at && rows[i].id > request->after_id)) {
+            request->after_available_at = at;
+            request->after_id = rows[i].id;
+        }
+    }
+    return rows;
 }
 
 // Runs the lock claim of the fast path; C-style code only (may ereport).
@@ -627,6 +752,7 @@ ExtensionState InstalledExtension(std::string *version) {
 }
 
 std::vector<DestinationSpec> LoadDestinations() {
+    due_hints.clear();  // a destination changed: its queue may have too (its ordering)
     struct Row {
         const char *name, *kind, *config;
         bool paused;
@@ -829,10 +955,12 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
     int left = request.limit - int(messages.size());
     if (left > 0) {
         uint64 n = 0;
+        PositionClaim(&request);
         RawRow *rows = PgTry([&] {
             return request.hold_locks ? LockRaw(&request, left, &n)
                                       : ClaimRaw(&request, left, lease_ms, lease_token, &n);
         });
+        NoteClaimed(request, n);
         AppendMessages(rows, n, request.hold_locks, lease_token, &messages);
     }
     return messages;
@@ -1024,9 +1152,10 @@ int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
     return swept;
 }
 
-void TransactionEnded() {
+void TransactionEnded(bool committed) {
     // Not Current(): the transaction is over, MyProc->lxid no longer names it.
     fast_path.Forget();
+    AdvanceDueHints(committed);
     // Notes not written belong to an aborted transaction: what they describe was undone.
     key_row_writes.clear();
     heads_scans.clear();

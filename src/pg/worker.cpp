@@ -146,6 +146,7 @@ class Worker {
     uint64 lease_counter_ = 0;
     uint64 lease_base_ = 0;       // random, so that tokens of different workers never meet
     bool woken_ = false;          // the latch was set while the fast path waited
+    bool full_scan_ = false;      // this turn is a poll: claims start at the beginning
     bool archive_empty_ = false;  // nothing left to sweep while retention is 0
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
@@ -220,7 +221,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
         pgstat_report_stat(false);
         pgstat_report_activity(STATE_IDLE, nullptr);
     });
-    TransactionEnded();
+    TransactionEnded(true);
     MemoryContextSwitchTo(turn_context_);
 }
 
@@ -268,6 +269,7 @@ void Worker::WriteBackAndClaim(bool claim,
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
             if (failed.count(request.destination))
                 continue;
+            request.from_start = full_scan_;
             if (setting_debug_pause && setting_debug_pause[0] != '\0')
                 request.hold_locks = false;  // the crash tests pause in the leased path
             if (request.hold_locks) {        // claimed in a transaction of their own, FastBatch
@@ -437,6 +439,11 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // When there is nothing to write back and only fast-path claims to make, the fast batch's
     // own transaction is the only one this turn needs.
     std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(now);
+    // The poll's claims start at the beginning of each destination's queue (queue.cpp: due
+    // hints): no message waits longer than poll_interval for a hint.
+    full_scan_ = poll_due;
+    for (ClaimRequest &r : plan)
+        r.from_start = full_scan_;
     // The crash tests pause in the phases of the leased path, which they need deterministic.
     bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
@@ -494,8 +501,10 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(NowMs());
             requests.clear();
             for (ClaimRequest &r : plan)
-                if (r.hold_locks)
+                if (r.hold_locks) {
+                    r.from_start = full_scan_;
                     requests.push_back(std::move(r));
+                }
         }
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         int64 start = NowMs();
@@ -659,7 +668,7 @@ void Worker::Run() {
             // Rows the fast path had locked are free again: their outcomes no longer belong
             // to anyone (they will be claimed and delivered again).
             PgTry([] { AbortCurrentTransaction(); });
-            TransactionEnded();
+            TransactionEnded(false);
             dispatcher_->OrphanLocked();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;

@@ -40,8 +40,9 @@ void WriteKeyRows();
 int64_t SweepIdleKeys(int64_t older_than_s, int limit);
 
 // The worker's transaction ended (committed or aborted): what the fast path held and what the
-// transaction learnt of its keys are forgotten.
-void TransactionEnded();
+// transaction learnt of its keys are forgotten; where its claims got to becomes where the next
+// ones start (committed), or they start at the beginning again (aborted).
+void TransactionEnded(bool committed);
 
 // The fast path ran out of time: rows this transaction holds locked become leased for
 // `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
