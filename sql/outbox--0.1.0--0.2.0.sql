@@ -34,6 +34,10 @@ CREATE TABLE outbox.ordered_keys (
 COMMENT ON TABLE outbox.ordered_keys IS
     'per-key ordering: the keys of ordering = key destinations, where their queued messages begin and when their head is due; kept by outbox';
 CREATE INDEX ordered_keys_due ON outbox.ordered_keys (destination, due_at, order_key);
+-- Written once per key per worker transaction, mostly without changing an indexed column: room
+-- on each page for those updates to stay there (HOT, pruned in place), and autovacuum soon.
+ALTER TABLE outbox.ordered_keys SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
 -- The keys of the ordered messages queued now, each from its first message.
 INSERT INTO outbox.ordered_keys (destination, order_key, key, floor, due_at)
 SELECT m.destination, m.order_key, min(m.key), min(m.id), now()

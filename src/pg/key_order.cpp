@@ -10,12 +10,15 @@ extern "C" {
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 }
 
@@ -66,6 +69,71 @@ static const char *const kTurnSql =
 
 static SPIPlanPtr turn_plan = nullptr;
 
+// The keys whose turn this transaction holds, and the due time it gave each row: a later message
+// of the key in the same transaction needs no second write (which would also make every next
+// upsert of the key walk a longer chain of the row's versions), unless it is due earlier or
+// keeps its own id. Entries of a subtransaction that aborts go with it (its lock and write did).
+struct TurnHeld {
+    struct Key {
+        int64 order_key;
+        char destination[NAMEDATALEN];
+    } key;
+    TimestampTz due_at;
+    int level;  // the subtransaction nesting level that took the turn
+};
+static HTAB *turns_held = nullptr;  // in TopTransactionContext: gone with the transaction
+
+static TurnHeld *FindTurn(std::string_view destination, int64_t order_key, bool create) {
+    if (destination.size() >= NAMEDATALEN)
+        return nullptr;
+    if (turns_held == nullptr) {
+        if (!create)
+            return nullptr;
+        HASHCTL ctl = {};
+        ctl.keysize = sizeof(TurnHeld::Key);
+        ctl.entrysize = sizeof(TurnHeld);
+        ctl.hcxt = TopTransactionContext;
+        turns_held =
+            hash_create("outbox key turns", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    }
+    TurnHeld::Key key = {};
+    key.order_key = order_key;
+    memcpy(key.destination, destination.data(), destination.size());
+    bool found;
+    auto *entry = static_cast<TurnHeld *>(
+        hash_search(turns_held, &key, create ? HASH_ENTER : HASH_FIND, &found));
+    if (entry && create && !found)
+        entry->level = -1;
+    return entry;
+}
+
+static void OnTurnTransaction(XactEvent event, void *) {
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+        event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
+        turns_held = nullptr;  // its memory goes with TopTransactionContext
+}
+
+static void OnTurnSubtransaction(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (turns_held == nullptr)
+        return;
+    int level = GetCurrentTransactionNestLevel();
+    HASH_SEQ_STATUS status;
+    hash_seq_init(&status, turns_held);
+    while (auto *entry = static_cast<TurnHeld *>(hash_seq_search(&status))) {
+        if (entry->level < level)
+            continue;
+        if (event == SUBXACT_EVENT_ABORT_SUB)
+            hash_search(turns_held, &entry->key, HASH_REMOVE, nullptr);
+        else if (event == SUBXACT_EVENT_COMMIT_SUB)
+            entry->level = level - 1;
+    }
+}
+
+void RegisterKeyTurnCallbacks() {
+    RegisterXactCallback(OnTurnTransaction, nullptr);
+    RegisterSubXactCallback(OnTurnSubtransaction, nullptr);
+}
+
 // 0.1.0's turn, for a database whose schema predates outbox.ordered_keys: a lock of outbox's own
 // advisory tag space (field4 = 3, which the pg_advisory_* functions never use).
 static void LegacyLockOrderKey(int64_t order_key) {
@@ -85,6 +153,11 @@ static Oid RelationOwner(Oid relid) {
 
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id) {
+    if (!keeps_id) {
+        TurnHeld *held = FindTurn(destination, order_key, false);
+        if (held && held->due_at <= available_at)
+            return true;
+    }
     Oid nsp = get_namespace_oid("outbox", false);
     Oid keys_relid = get_relname_relid("ordered_keys", nsp);
     if (!OidIsValid(keys_relid)) {
@@ -121,6 +194,12 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
         elog(ERROR, "outbox: taking the key's turn failed: %s", SPI_result_code_string(rc));
     SPI_finish();
     SetUserIdAndSecContext(save_userid, save_sec_context);
+    if (TurnHeld *held = FindTurn(destination, order_key, true)) {
+        if (held->level < 0 || available_at < held->due_at)
+            held->due_at = available_at;
+        if (held->level < 0)
+            held->level = GetCurrentTransactionNestLevel();
+    }
     return true;
 }
 

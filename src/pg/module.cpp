@@ -7,6 +7,7 @@ extern "C" {
 }
 
 #include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
@@ -34,6 +35,7 @@ void _PG_init(void) {
     outbox::pg::RegisterDestinationCacheCallback();
     outbox::pg::RegisterProducerCallbacks();
     outbox::pg::RegisterQueueCountCallbacks();
+    outbox::pg::RegisterKeyTurnCallbacks();
     outbox::pg::InstallUtilityHook();
     outbox::pg::RegisterLauncher();
 }

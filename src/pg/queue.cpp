@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "outbox/config.hpp"
@@ -136,11 +137,13 @@ const char *const kLeaseLockedSql =
     "   FROM h LEFT JOIN c ON c.id = h.id"                                                        \
     "  ORDER BY h.due_at, h.order_key"
 
-// The next $6 due keys after ($3, $4), in due order: keys take turns.
+// The next $6 due keys after ($3, $4) and up to ($7, $8), in due order: claims go round the keys
+// from where the previous one stopped, so keys take turns.
 const char *const kHeadsScanSql = HEADS_CLAIM(
     "SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at"
     "  FROM outbox.ordered_keys AS k"
     " WHERE k.destination = $1 AND k.due_at <= now() AND (k.due_at, k.order_key) > ($3, $4)"
+    "   AND (k.due_at, k.order_key) <= ($7, $8)"
     " ORDER BY k.due_at, k.order_key LIMIT $6");
 
 // Keys ($3) whose head this transaction removed: their floor is past it ($4) while
@@ -156,8 +159,10 @@ const char *const kHeadsNextSql = HEADS_CLAIM(
 // What the worker saw of its keys, written on their rows at the end of its transaction, under
 // the rules of outbox.ordered_keys: a floor raised only while floor_version is unchanged, a due
 // time set only while version is unchanged — except that a key whose head was removed is due
-// now ($7; that is never later than its next message can go). Rows a producer holds are
-// skipped (the worker never waits for a producer); what was not written is seen again.
+// now at the latest ($7; that is never later than its next message can go). Rows a producer
+// holds are skipped (the worker never waits for a producer); what was not written is seen again.
+// A key that stays due keeps its due_at, so the write changes no indexed column: a HOT update,
+// pruned in place (the table's fillfactor leaves room for it).
 const char *const kKeyRowsSql =
     "WITH w AS ("
     "  SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],"
@@ -170,7 +175,7 @@ const char *const kKeyRowsSql =
     " UPDATE outbox.ordered_keys AS k"
     "    SET floor = CASE WHEN l.floor > k.floor AND k.floor_version = l.floor_version"
     "                     THEN l.floor ELSE k.floor END,"
-    "        due_at = CASE WHEN l.head_removed THEN clock_timestamp()"
+    "        due_at = CASE WHEN l.head_removed THEN least(k.due_at, now())"
     "                      WHEN l.due_at IS NOT NULL AND k.version = l.version THEN l.due_at"
     "                      ELSE k.due_at END,"
     "        idle_since = CASE WHEN NOT l.head_removed AND l.due_at = 'infinity'"
@@ -431,15 +436,27 @@ constexpr size_t kMaxHeldHeads = 100000;  // entries of rows whose outcome never
 struct NextOfKey {
     int64 order_key, floor, floor_version;
 };
-// Per destination, this transaction: how far the scan over the due keys went, and the keys to
-// look at again.
+// A place in a destination's due order of keys.
+struct KeyPosition {
+    TimestampTz due = DT_NOBEGIN;
+    int64 key = PG_INT64_MIN;
+};
+// Where each destination's last scan over its keys stopped: the next transaction goes on from
+// there, and round to the beginning.
+std::unordered_map<std::string, KeyPosition> key_cursors;
+// Per destination, this transaction: how far the scan over the due keys went (from `start` to
+// the end, then from the beginning up to `start`: every key at most once), and the keys to look
+// at again.
 struct HeadsScan {
-    TimestampTz after_due = DT_NOBEGIN;
-    int64 after_key = PG_INT64_MIN;
-    bool done = false;
+    bool started = false;
+    KeyPosition start, after;
+    bool wrapped = false, done = false;
     std::vector<NextOfKey> next;
 };
 std::unordered_map<std::string, HeadsScan> heads_scans;
+// The heads claimed in this transaction: a key's row can move in due order while the
+// transaction runs, and a claim of this transaction's own locked head would not skip it.
+std::unordered_set<int64> heads_claimed;
 
 // A held head of `destination` was removed (delivered, buried, expired): its key's floor goes
 // past it and the key is due now; a claim later in this transaction looks for its next message
@@ -884,18 +901,28 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         ordered_destinations.end())
         ordered_destinations.push_back(request.destination);
     HeadsScan &scan = heads_scans[request.destination];
+    if (!scan.started) {
+        scan.started = true;
+        auto cursor = key_cursors.find(request.destination);
+        if (cursor != key_cursors.end())
+            scan.start = scan.after = cursor->second;
+    }
     size_t first = out->size();
-    auto run = [&](SPIPlanPtr *slot, const char *sql, Oid *types, Datum *args) {
+    auto run = [&](SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args) {
         uint64 nclaimed = 0, nseen = 0;
         KeySeen *seen = nullptr;
         RawRow *rows = PgTry([&] {
-            SPIPlanPtr plan = Prepare(slot, sql, 6, types);
+            SPIPlanPtr plan = Prepare(slot, sql, nargs, types);
             args[0] = CStringGetTextDatum(request.destination.c_str());
             args[1] = CStringGetTextDatum(request.config_json.c_str());
             args[4] = BoolGetDatum(request.block_on_dead);
             return HeadsRaw(plan, args, &nclaimed, &seen, &nseen);
         });
-        AppendMessages(rows, nclaimed, request.hold_locks, lease_token, out);
+        uint64 kept = 0;
+        for (uint64 i = 0; i < nclaimed; i++)
+            if (heads_claimed.insert(rows[i].id).second)
+                rows[kept++] = rows[i];
+        AppendMessages(rows, kept, request.hold_locks, lease_token, out);
         NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
         return std::make_pair(seen, nseen);
     };
@@ -915,22 +942,36 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
             args[3] = Int8Array(floors);
             args[5] = Int8Array(versions);
         });
-        run(&heads_next_plan, kHeadsNextSql, types, args);
+        run(&heads_next_plan, kHeadsNextSql, 6, types, args);
     }
     while (!scan.done && int(out->size() - first) < request.limit) {
         int want = request.limit - int(out->size() - first);
-        Oid types[6] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, BOOLOID, INT4OID};
-        Datum args[6] = {0,
+        // First from where the last scan stopped to the end, then from the beginning to there.
+        KeyPosition until = scan.wrapped ? scan.start : KeyPosition{DT_NOEND, PG_INT64_MAX};
+        Oid types[8] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID,
+                        BOOLOID, INT4OID, TIMESTAMPTZOID, INT8OID};
+        Datum args[8] = {0,
                          0,
-                         TimestampTzGetDatum(scan.after_due),
-                         Int64GetDatum(scan.after_key),
+                         TimestampTzGetDatum(scan.after.due),
+                         Int64GetDatum(scan.after.key),
                          0,
-                         Int32GetDatum(want)};
-        auto [seen, nseen] = run(&heads_scan_plan, kHeadsScanSql, types, args);
-        scan.done = int(nseen) < want;
+                         Int32GetDatum(want),
+                         TimestampTzGetDatum(until.due),
+                         Int64GetDatum(until.key)};
+        auto [seen, nseen] = run(&heads_scan_plan, kHeadsScanSql, 8, types, args);
         if (nseen > 0) {
-            scan.after_due = seen[nseen - 1].key_due;
-            scan.after_key = seen[nseen - 1].order_key;
+            scan.after = {seen[nseen - 1].key_due, seen[nseen - 1].order_key};
+            key_cursors[request.destination] = scan.after;
+        }
+        if (int(nseen) < want) {  // this pass is over
+            bool from_beginning = scan.start.due == DT_NOBEGIN && scan.start.key == PG_INT64_MIN;
+            if (scan.wrapped || from_beginning) {
+                scan.done = true;
+                key_cursors.erase(request.destination);  // the next scan starts at the beginning
+            } else {
+                scan.wrapped = true;
+                scan.after = KeyPosition{};
+            }
         }
     }
     if (request.hold_locks || out->size() == first)
@@ -1159,6 +1200,7 @@ void TransactionEnded(bool committed) {
     // Notes not written belong to an aborted transaction: what they describe was undone.
     key_row_writes.clear();
     heads_scans.clear();
+    heads_claimed.clear();
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {

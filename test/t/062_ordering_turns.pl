@@ -69,7 +69,10 @@ cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM locks_taken'), '>', 0,
 $node->safe_psql('postgres', q{SELECT outbox.resume('many')});
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination IN ('many', 'side')}) eq '0' }, 240),
     'all 100,000 and the loop\'s messages are delivered');
-is($broker->end_offset_sum('many'), 100000, 'the broker holds 100,000 messages on topic many');
+# (At least once: a batch whose reports came late under load is sent again; said below.)
+my $held = $broker->end_offset_sum('many');
+cmp_ok($held, '>=', 100000, 'the broker holds the 100,000 messages on topic many');
+diag('the broker holds ' . ($held - 100000) . ' copies sent again (at-least-once)');
 ok(wait_until(sub { $node->safe_psql('postgres',
         q{SELECT count(*) FROM outbox.ordered_keys WHERE destination = 'many' AND due_at < 'infinity'}) eq '0' }, 60),
     'every key of many is idle once its message is delivered');
@@ -79,6 +82,7 @@ fault_summary('many_keys_side_loop', produced => \@side, received => kafka_event
 #-------------------------------------------------------------------------------------------
 # Prepared transactions keep their keys' turns.
 #-------------------------------------------------------------------------------------------
+$node->safe_psql('postgres', q{SELECT outbox.pause('turns')});   # the ids are read before delivery
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, key, payload) VALUES ('turns', 'a', '{"n": 1}');
     BEGIN;
@@ -112,6 +116,7 @@ $node->safe_psql('postgres', q{
 });
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE key = 'c'}), '0',
     'ROLLBACK PREPARED leaves no message');
+$node->safe_psql('postgres', q{SELECT outbox.resume('turns')});
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'turns'}) eq '0' }, 30),
     'the prepared and the waiting messages are delivered');
 my @a = map { $_->{payload} } grep { $_->{key} eq 'a' } @{ $broker->consume('turns') };

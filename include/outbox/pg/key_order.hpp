@@ -33,4 +33,8 @@ int64_t OrderKey(std::string_view destination, std::string_view key);
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id);
 
+// Registers the transaction callbacks that forget the turns a (sub)transaction held. Called
+// once from _PG_init.
+void RegisterKeyTurnCallbacks();
+
 }  // namespace outbox::pg
