@@ -16,9 +16,13 @@ namespace outbox::pg {
 struct CachedDestination {
     char name[NAMEDATALEN];
     bool is_kafka;
+    bool is_amqp;
+    bool is_nats;
     bool has_topic;
-    char topic[256];  // default topic ("topic" in config), valid when has_topic
-    bool ordered;     // "ordering": "key"
+    // Default topic, valid when has_topic: "topic" in the config (kafka, webhook),
+    // "routing_key" (amqp), "subject" (nats).
+    char topic[256];
+    bool ordered;  // "ordering": "key"
 };
 
 // The destination called name[0..len), or nullptr when there is none. May ereport(ERROR).
