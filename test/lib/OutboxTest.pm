@@ -425,7 +425,10 @@ sub amqp_setup {
 # NATS: a JetStream stream on the subjects.
 sub nats_stream {
     my ($self, $stream, @subjects) = @_;
-    $self->client('nats-stream', '--stream', $stream, '--subject', @subjects);
+    my %o = ref $subjects[-1] eq 'HASH' ? %{ pop @subjects } : ();
+    $self->client('nats-stream', '--stream', $stream, '--subject', @subjects,
+        (defined $o{max_msgs} ? ('--max-msgs', $o{max_msgs}) : ()),
+        (defined $o{max_msg_size} ? ('--max-msg-size', $o{max_msg_size}) : ()));
 }
 
 sub nats_delete_stream {
@@ -456,6 +459,31 @@ sub event_ids {
     my $key = $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';
     return [ map { $_->{headers}{$key} // () } @{ $self->received($name) } ];
 }
+
+# Prepares a queue (RabbitMQ: durable queue $dest bound to exchange "outbox" with routing key
+# $dest) or a stream (NATS: stream uc($dest) on "$dest.>") for destination $dest, and returns
+# the destination's config as JSON, with %extra merged in.
+sub prepare {
+    my ($self, $dest, %extra) = @_;
+    my %config;
+    if ($self->{kind} eq 'rabbitmq') {
+        $self->amqp_setup(exchange => 'outbox', queue => $dest, bind => [$dest]);
+        %config = (url => $self->url, exchange => 'outbox', routing_key => $dest);
+    } else {
+        $self->nats_stream(uc $dest, "$dest.>");
+        %config = (servers => $self->url, subject => "$dest.msg");
+    }
+    return JSON::PP->new->canonical->encode({ %config, %extra });
+}
+
+# Where destination $dest's messages are read back (see prepare).
+sub container {
+    my ($self, $dest) = @_;
+    return $self->{kind} eq 'rabbitmq' ? $dest : uc $dest;
+}
+
+# The destination kind this server is for.
+sub destination_kind { $_[0]{kind} eq 'rabbitmq' ? 'amqp' : 'nats' }
 
 # Messages the server holds in a queue / stream now.
 sub count {

@@ -70,16 +70,14 @@ def amqp_setup(a):
 
 def amqp_drain(a):
     conn, ch = _amqp_channel(a.port)
+    ch.basic_qos(prefetch_count=1000)
     n = 0
-    idle_until = time.time() + a.idle
+    last_tag = None
     with open(a.out, "a") as out:
-        while True:
-            method, props, body = ch.basic_get(a.queue, auto_ack=False)
+        for method, props, body in ch.consume(a.queue, auto_ack=False,
+                                              inactivity_timeout=a.idle):
             if method is None:
-                if time.time() >= idle_until:
-                    break
-                time.sleep(0.05)
-                continue
+                break
             headers = {k: _text(v) for k, v in (props.headers or {}).items()}
             properties = {
                 "content_type": props.content_type,
@@ -92,9 +90,16 @@ def amqp_drain(a):
             _record(out, routing_key=method.routing_key, exchange=method.exchange,
                     redelivered=bool(method.redelivered), headers=headers,
                     properties=properties, body_bytes=body)
-            ch.basic_ack(method.delivery_tag)
             n += 1
-            idle_until = time.time() + a.idle
+            last_tag = method.delivery_tag
+            if n % 500 == 0:
+                out.flush()  # written before acknowledged: nothing acked is lost to the file
+                ch.basic_ack(last_tag, multiple=True)
+                last_tag = None
+        out.flush()
+        if last_tag is not None:
+            ch.basic_ack(last_tag, multiple=True)
+    ch.cancel()
     conn.close()
     print(n)
 
@@ -121,8 +126,15 @@ async def nats_stream(a):
 
     nc = await _nats(a.port)
     js = nc.jetstream()
+    from nats.js.api import DiscardPolicy
+
+    extra = {}
+    if a.max_msgs is not None:
+        extra.update(max_msgs=a.max_msgs, discard=DiscardPolicy.NEW)
+    if a.max_msg_size is not None:
+        extra.update(max_msg_size=a.max_msg_size)
     await js.add_stream(StreamConfig(name=a.stream, subjects=a.subject,
-                                     duplicate_window=float(a.duplicate_window)))
+                                     duplicate_window=float(a.duplicate_window), **extra))
     await nc.close()
 
 
@@ -202,6 +214,8 @@ def main():
     s.add_argument("--stream", required=True)
     s.add_argument("--subject", nargs="+", required=True)
     s.add_argument("--duplicate-window", type=float, default=120)
+    s.add_argument("--max-msgs", type=int)
+    s.add_argument("--max-msg-size", type=int)
     for name in ("nats-delete", "nats-drain", "nats-count"):
         s = sub.add_parser(name)
         s.add_argument("--port", type=int, required=True)
