@@ -113,8 +113,12 @@ struct Core {
 // cnats callbacks: record and return.
 void OnPubAck(jsCtx *, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure) {
     auto *core = static_cast<Core *>(closure);
+    // One byte in the pipe per batch of outcomes: Poll drains the pipe before it takes them, so
+    // an outcome added to a non-empty list is always collected with the ones before it.
+    bool wake = true;
     try {
         std::lock_guard<std::mutex> lock(core->mu);
+        wake = core->outcomes.empty();
         auto it = core->pending.find(msg);
         if (it != core->pending.end()) {
             const Core::Pending &p = it->second;
@@ -145,7 +149,8 @@ void OnPubAck(jsCtx *, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closu
         core->record_failed = true;
     }
     natsMsg_Destroy(msg);
-    core->Notify();
+    if (wake)
+        core->Notify();
 }
 
 void OnDisconnected(natsConnection *, void *closure) {
