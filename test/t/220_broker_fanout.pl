@@ -59,10 +59,14 @@ for my $kind (qw(amqp nats kafka)) {
     my $r = fault_summary("fanout_kill_$kind", produced => \@produced, received => $got{$kind});
     is($r->{distinct}, $n, "$kind: all $n event ids arrived");
 }
+# The kill restarted the server, which resets the counters (stats_reset): each destination
+# counts what it delivered since, and has nothing left.
 my $delivered = $node->safe_psql('postgres', q{
-    SELECT string_agg(destination || '=' || (delivered_total >= 3000), ',' ORDER BY destination)
+    SELECT string_agg(destination || '=' || (delivered_total > 0 AND pending + in_flight = 0),
+                      ',' ORDER BY destination)
       FROM outbox.stats()});
-is($delivered, 'fan_amqp=true,fan_kafka=true,fan_nats=true', 'stats() counts each destination');
+is($delivered, 'fan_amqp=true,fan_kafka=true,fan_nats=true',
+    'stats() counts each destination apart, none with anything left');
 
 $node->stop;
 check_server_log($node, killed => 1);
