@@ -177,6 +177,17 @@ struct ConfigCheck {
 // must name a readable file when options.check_files), "tls_verify" (boolean). Unknown keys
 // are problems.
 //
+// amqp: "url" (required; amqp:// or amqps:// as librabbitmq parses it, with a host, no query),
+// "exchange" (0..255 bytes), "routing_key" (IsValidAmqpRoutingKey), "max_in_flight"
+// (1..10000), "heartbeat" (0..10min, rounded up to seconds), "connect_timeout" (100ms..1min),
+// "ca_file"/"cert_file"/"key_file" (ReadsFiles; amqps only; cert and key together),
+// "tls_verify". nats: "servers" (required; nats:// or tls:// URLs or host:port, a comma list
+// or an array), "subject" (IsValidNatsSubject), one of "user"+"password", "token",
+// "creds_file", "nkey"+"nkey_seed_file"; "tls", "tls_verify", "ca_file", "cert_file" +
+// "key_file", "max_in_flight", "ack_timeout" (100ms..10min), "connect_timeout". File settings
+// are ReadsFiles. For both, "topic" is refused with a hint (they say "routing_key" and
+// "subject"), and URLs are never quoted (they carry credentials).
+//
 // Problems name the key and say what is expected. A problem never quotes the value of a secret
 // setting (see IsSecretSetting); other values may be quoted, truncated to 64 bytes.
 ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text,
