@@ -28,7 +28,7 @@ PG_CPPFLAGS = -Iinclude -isystem $(shell $(PG_CONFIG) --includedir-server) \
               -DOUTBOX_EXTVERSION='"$(EXTVERSION)"' \
               '-DPGDLLEXPORT=__attribute__((visibility("default")))'
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -fvisibility=hidden $(if $(WERROR),-Werror)
-SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lstdc++
+SHLIB_LINK = -lrdkafka -lcurl -lrabbitmq -lnats -lcrypto -lstdc++
 
 # Debian builds LLVM bitcode with clang and without our C++ flags; JIT inlining of this module
 # buys nothing (its hot paths are SPI and network I/O), so no bitcode is built or installed.
@@ -55,7 +55,7 @@ $(UNIT_BUILD)/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/drivers/
 
 $(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
 	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_OBJS) -lgtest -lgtest_main -lpthread -lrdkafka -lcurl \
-		-lcrypto
+		-lrabbitmq -lnats -lcrypto
 
 .PHONY: unit format
 unit: $(UNIT_BUILD)/unit_tests

@@ -280,3 +280,84 @@ ALTER TABLE outbox.messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_
 REVOKE ALL ON FUNCTION outbox._key_heads(text), outbox._messages_inserted() FROM PUBLIC;
 -- Producers that ran on the 0.1.0 schema with this module were not counted: count again.
 SELECT outbox.recount();
+
+-- Destination kinds amqp (RabbitMQ) and nats (NATS JetStream): the kinds are checked by the
+-- destinations trigger (the module); stats() reads their "tls_verify" as for webhooks.
+COMMENT ON TABLE outbox.destinations IS
+    'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
+    'define a kafka, webhook, amqp or nats destination; the config is checked now, every problem reported at once';
+CREATE OR REPLACE FUNCTION outbox.stats()
+RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
+               retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
+               failed_total bigint, last_error text, last_success_at timestamptz,
+               scheduled bigint, dead_lettered_total bigint, expired_total bigint,
+               deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
+               waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
+               queue_last_autovacuum timestamptz)
+-- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
+-- empty and would scan all of it; every part of this query has an index to use. jit off: the
+-- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET jit = off AS $$
+    WITH counts AS (SELECT * FROM outbox._queue_counts())
+    SELECT d.name, d.kind, d.paused,
+           greatest(coalesce(q.queued, 0) - coalesce(blocked.waiting + keyed.behind_scheduled, 0)
+                    - ahead.in_flight - ahead.retrying - ahead.scheduled
+                    - coalesce(keyed.in_flight, 0) - coalesce(keyed.retrying, 0)
+                    - coalesce(keyed.scheduled, 0), 0),
+           ahead.in_flight + coalesce(keyed.in_flight, 0),
+           ahead.retrying + coalesce(keyed.retrying, 0), dead.n,
+           now() - least(head.created_at, ahead.oldest, keyed.oldest),
+           coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
+           ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
+           coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
+           blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
+           -- false only where TLS certificate verification was switched off explicitly
+           CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
+                THEN coalesce((d.config->>'tls_verify')::boolean, true)
+                ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
+           t.n_dead_tup, t.last_autovacuum
+      FROM outbox.destinations AS d
+      LEFT JOIN counts AS q ON q.destination = d.name
+      CROSS JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL) AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0) AS scheduled,
+                 min(m.created_at) AS oldest
+            FROM outbox.messages AS m
+           WHERE m.destination = d.name AND m.order_key IS NULL
+             AND m.available_at > now()) AS ahead
+      LEFT JOIN LATERAL (
+          SELECT m.created_at FROM outbox.messages AS m
+           WHERE m.destination = d.name AND m.order_key IS NULL
+           ORDER BY m.available_at, m.id LIMIT 1) AS head ON true
+      -- ordering = key: the head of each key (the messages behind a head are pending or
+      -- waiting, never in flight)
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL AND m.available_at > now())
+                     AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0
+                                    AND m.available_at > now()) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0
+                                    AND m.available_at > now()) AS scheduled,
+                 min(m.created_at) AS oldest,
+                 coalesce(sum(behind.n), 0) AS behind_scheduled
+            FROM outbox._key_heads(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS h
+            JOIN outbox.messages AS m ON m.ctid = h.tid
+            LEFT JOIN LATERAL (
+                SELECT count(*) AS n FROM outbox.messages AS w
+                 WHERE m.lease_token IS NULL AND m.attempts = 0 AND m.available_at > now()
+                   AND w.order_key = m.order_key AND w.id > m.id) AS behind ON true) AS keyed
+        ON d.config->>'ordering' = 'key'
+      LEFT JOIN LATERAL (
+          SELECT count(*) AS keys, coalesce(sum(b.waiting), 0) AS waiting
+            FROM outbox.blocked_keys(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS b)
+          AS blocked
+        ON d.config->>'ordering' = 'key'
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS n FROM outbox.dead_letters AS dl WHERE dl.destination = d.name) AS dead
+      LEFT JOIN outbox._destination_counters() AS c ON c.destination = d.name
+      LEFT JOIN pg_stat_all_tables AS t ON t.relid = 'outbox.messages'::regclass
+     ORDER BY d.name
+$$;

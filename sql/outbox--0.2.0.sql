@@ -17,7 +17,7 @@ CREATE TABLE outbox.destinations (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE outbox.destinations IS
-    'Kafka clusters and webhook endpoints messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+    'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
 
 -- Every row is validated on its way in, with the parser the worker uses (librdkafka itself for
 -- Kafka properties); all problems are reported in one error.
@@ -238,7 +238,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
-    'define a kafka or webhook destination; the config is checked now, every problem reported at once';
+    'define a kafka, webhook, amqp or nats destination; the config is checked now, every problem reported at once';
 
 CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -611,7 +611,8 @@ SET enable_seqscan = off SET jit = off AS $$
            coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
            blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
            -- false only where TLS certificate verification was switched off explicitly
-           CASE d.kind WHEN 'webhook' THEN coalesce((d.config->>'tls_verify')::boolean, true)
+           CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
+                THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum
       FROM outbox.destinations AS d

@@ -92,7 +92,13 @@ static void LoadCache() {
         auto *entry =
             static_cast<CachedDestination *>(hash_search(table, name_str, HASH_ENTER, nullptr));
         Datum kind = heap_getattr(tuple, att_kind, desc, &isnull);
-        entry->is_kafka = !isnull && strcmp(TextDatumGetCString(kind), "kafka") == 0;
+        const char *kind_text = isnull ? "" : TextDatumGetCString(kind);
+        entry->is_kafka = strcmp(kind_text, "kafka") == 0;
+        entry->is_amqp = strcmp(kind_text, "amqp") == 0;
+        entry->is_nats = strcmp(kind_text, "nats") == 0;
+        const char *topic_key = entry->is_amqp   ? "routing_key"
+                                : entry->is_nats ? "subject"
+                                                 : "topic";
         entry->has_topic = false;
         entry->ordered = false;
         entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
@@ -114,7 +120,8 @@ static void LoadCache() {
                 entry->max_message_bytes = DatumGetInt64(
                     DirectFunctionCall1(numeric_int8, NumericGetDatum(max->val.numeric)));
             }
-            JsonbValue *topic = getKeyJsonValueFromContainer(&jb->root, "topic", 5, nullptr);
+            JsonbValue *topic =
+                getKeyJsonValueFromContainer(&jb->root, topic_key, strlen(topic_key), nullptr);
             if (topic && topic->type == jbvString &&
                 topic->val.string.len < static_cast<int>(sizeof entry->topic)) {
                 memcpy(entry->topic, topic->val.string.val, topic->val.string.len);

@@ -463,34 +463,51 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     int nreplace = 0;
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
-    if (isnull && dest.is_kafka) {
+    // Kafka needs a topic and NATS a subject: the message's, else the destination's default.
+    // (An AMQP routing key may be empty: a fanout exchange ignores it.)
+    if (isnull && (dest.is_kafka || dest.is_nats)) {
+        const char *kind = dest.is_kafka ? "kafka" : "nats";
+        const char *what = dest.is_kafka ? "topic" : "subject";
         if (!dest.has_topic)
-            ereport(ERROR,
-                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                     errmsg("outbox message for kafka destination \"%s\" has no topic", dest.name),
-                     errhint("Set topic in the message, or give the destination a default: "
-                             "SELECT outbox.alter_destination('%s', '{\"topic\": \"...\"}');",
-                             dest.name)));
+            ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                            errmsg("outbox message for %s destination \"%s\" has no %s", kind,
+                                   dest.name, what),
+                            errhint("Set topic in the message, or give the destination a default: "
+                                    "SELECT outbox.alter_destination('%s', '{\"%s\": \"...\"}');",
+                                    dest.name, what)));
         replace_cols[nreplace] = c.topic;
         replace_values[nreplace++] = CStringGetTextDatum(dest.topic);
     } else if (!isnull) {
         text *t = DatumGetTextPP(topic);
         std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
         // A webhook's topic travels as the ce-type header: it must be a safe header value.
-        bool ok = dest.is_kafka
-                      ? outbox::IsValidKafkaTopic(name)
+        bool ok = dest.is_kafka  ? outbox::IsValidKafkaTopic(name)
+                  : dest.is_amqp ? outbox::IsValidAmqpRoutingKey(name)
+                  : dest.is_nats
+                      ? outbox::IsValidNatsSubject(name)
                       : !name.empty() && name.size() <= 249 && outbox::IsValidHeaderValue(name);
         if (!ok) {
             outbox::QuoteText(name, shown);
+            const char *kind = dest.is_kafka  ? "kafka"
+                               : dest.is_amqp ? "amqp"
+                               : dest.is_nats ? "nats"
+                                              : "webhook";
+            const char *detail =
+                dest.is_kafka  ? "A Kafka topic name is 1 to 249 characters of letters, digits, "
+                                 "'.', '_' and '-'."
+                : dest.is_amqp ? "An AMQP routing key is 1 to 255 bytes of UTF-8 without control "
+                                 "characters."
+                : dest.is_nats
+                    ? "A NATS subject is 1 to 255 bytes of printable ASCII: tokens separated by "
+                      "'.', no spaces, no wildcards ('*', '>'), not a system subject ('$...', "
+                      "'_INBOX...')."
+                    : "A topic is 1 to 249 bytes of UTF-8 without control characters (it is "
+                      "sent as the ce-type header).";
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                             errmsg("outbox message topic %s is not valid for %s destination "
                                    "\"%s\"",
-                                   shown, dest.is_kafka ? "kafka" : "webhook", dest.name),
-                            dest.is_kafka ? errdetail("A Kafka topic name is 1 to 249 characters "
-                                                      "of letters, digits, '.', '_' and '-'.")
-                                          : errdetail("A topic is 1 to 249 bytes of UTF-8 without "
-                                                      "control characters (it is sent as the "
-                                                      "ce-type header).")));
+                                   shown, kind, dest.name),
+                            errdetail("%s", detail)));
         }
     }
 

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "outbox/dispatcher.hpp"
+#include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/kafka.hpp"
+#include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
 
 extern "C" {
@@ -177,6 +179,36 @@ Worker::Worker(WorkerSlot *slot, std::string database)
                 options.destination = spec.name;
                 options.source = "/outbox/" + database_;
                 return MakeWebhookDriver(options, error);
+            }
+            // amqp, nats: in flight as for Kafka, and an answer due well within the lease.
+            const DispatchSettings &s = dispatcher_->Settings();
+            size_t in_flight = size_t(s.batch_size) * 2;
+            int64_t answer_ms = std::max<int64>(1000, s.lease_timeout_ms / 2);
+            if (spec.config.kind == DestinationKind::Amqp) {
+                AmqpDriverOptions options;
+                options.config = spec.config.amqp;
+                options.destination = spec.name;
+                options.source = "/outbox/" + database_;
+                options.client_name = "outbox-" + database_ + "-" + spec.name;
+                options.confirm_timeout_ms = answer_ms;
+                options.max_in_flight = options.config.max_in_flight > 0
+                                            ? size_t(options.config.max_in_flight)
+                                            : in_flight;
+                return MakeAmqpDriver(options, error);
+            }
+            if (spec.config.kind == DestinationKind::Nats) {
+                NatsDriverOptions options;
+                options.config = spec.config.nats;
+                options.destination = spec.name;
+                options.source = "/outbox/" + database_;
+                options.client_name = "outbox-" + database_ + "-" + spec.name;
+                options.ack_timeout_ms = options.config.ack_timeout_ms > 0
+                                             ? std::min(options.config.ack_timeout_ms, answer_ms)
+                                             : std::min<int64_t>(5000, answer_ms);
+                options.max_in_flight = options.config.max_in_flight > 0
+                                            ? size_t(options.config.max_in_flight)
+                                            : in_flight;
+                return MakeNatsDriver(options, error);
             }
             KafkaDriverOptions options;
             options.config = spec.config.kafka;

@@ -16,9 +16,13 @@ namespace outbox::pg {
 struct CachedDestination {
     char name[NAMEDATALEN];
     bool is_kafka;
+    bool is_amqp;
+    bool is_nats;
     bool has_topic;
-    char topic[256];  // default topic ("topic" in config), valid when has_topic
-    bool ordered;     // "ordering": "key"
+    // Default topic, valid when has_topic: "topic" in the config (kafka, webhook),
+    // "routing_key" (amqp), "subject" (nats).
+    char topic[256];
+    bool ordered;  // "ordering": "key"
     // Kafka: the largest message librdkafka sends ("message.max.bytes", librdkafka's default
     // 1,000,000 when not set); 0 for kinds without such a limit.
     int64 max_message_bytes;
