@@ -3,6 +3,8 @@
 // budget; anything doubtful is a Retry, which does.
 #include "outbox/classify.hpp"
 
+#include <cctype>
+
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
 
@@ -114,6 +116,48 @@ OutcomeKind ClassifyKafkaResult(int err, int status) {
 
         default:
             return OutcomeKind::Retry;
+    }
+}
+
+// What to do with the messages purged after a fatal producer error.
+OutcomeKind ClassifyKafkaFatal(int fatal_err) {
+    switch (fatal_err) {
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return OutcomeKind::Dead;
+        default:
+            return OutcomeKind::Defer;
+    }
+}
+
+// The explanation an operator needs next to librdkafka's text, where it is misleading alone.
+std::string KafkaErrorHint(const KafkaErrorContext &c) {
+    switch (c.err) {
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+            if (c.message_bytes > 0 && c.message_bytes < c.batch_size)
+                return "(the message is " + std::to_string(c.message_bytes) +
+                       " bytes: the broker checks whole batches against the topic's "
+                       "max.message.bytes; if that is below batch.size (" +
+                       std::to_string(c.batch_size) + "), set \"batch.size\" to at most that)";
+            return "";
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+            return "(an idempotent producer's principal needs WRITE on the topic)";
+        case RD_KAFKA_RESP_ERR__AUTHENTICATION: {
+            std::string m = c.sasl_mechanism;
+            for (char &ch : m)
+                ch = static_cast<char>(toupper(static_cast<unsigned char>(ch)));
+            if (m.rfind("SCRAM-", 0) != 0 || c.librdkafka_version >= 0x020601ff ||
+                c.librdkafka_version <= 0)
+                return "";
+            int v = c.librdkafka_version;
+            return "(librdkafka " + std::to_string((v >> 24) & 0xff) + "." +
+                   std::to_string((v >> 16) & 0xff) + "." + std::to_string((v >> 8) & 0xff) +
+                   " cannot do SCRAM with Kafka 4.x brokers, whatever the password: it needs "
+                   "2.6.1; use PLAIN over SASL_SSL or OAUTHBEARER)";
+        }
+        default:
+            return "";
     }
 }
 
