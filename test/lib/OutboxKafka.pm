@@ -65,7 +65,8 @@ sub start {
     my $self = bless { dir => $dir }, $class;
     push @started, $self;
     my $t0 = time;
-    $self->run([ 'start', '--timeout', $opts{timeout} // 300 ], 400);
+    # --owner: a watchdog kills the brokers if this test dies before it stops them.
+    $self->run([ 'start', '--timeout', $opts{timeout} // 300, '--owner', $$ ], 400);
     $self->{info} = decode_json($self->run(['info']));
     Test::More::diag(sprintf('Apache Kafka %s: controller + 3 brokers up and healthy in %.1f s (%s)',
         $self->{info}{kafka_version}, time - $t0, $self->bootstrap));

@@ -12,10 +12,11 @@
 //               --values), the field names kcat -J uses
 //       and a summary on stderr: "summary messages=N distinct=D duplicates=X no_ce_id=Z
 //       partitions=P keys=K keys_on_several_partitions=S out_of_order_partitions=0".
-//   KafkaVerify health --bootstrap B [--brokers 1,2,3] [--topic T] [--wait S]
+//   KafkaVerify health --bootstrap B [--brokers 1,2,3] [--in-sync 1,2] [--topic T] [--wait S]
 //       Exits 0 once the brokers listed are registered and unfenced and every partition (of T,
-//       or of every topic) has a leader and all its replicas in sync; 1 with the reason after S
-//       seconds (default 0: check once).
+//       or of every topic) has a leader and all its replicas in sync (with --in-sync: those of
+//       its replicas that are among the brokers given, e.g. the running ones); 1 with the
+//       reason after S seconds (default 0: check once).
 //   KafkaVerify leader --bootstrap B --topic T --partition P     the leader's node id
 //   KafkaVerify offsets --bootstrap B --topic T                   "p:end ..." and "sum=N"
 //   KafkaVerify metadata-sync --bootstrap B --brokers 1,2,3 [--wait S]
@@ -260,11 +261,17 @@ public class KafkaVerify {
         for (String b : opt("brokers", "").split(","))
             if (!b.isBlank()) want.add(Integer.parseInt(b.trim()));
         String topic = opt("topic", null);
+        Set<Integer> inSync = null;
+        if (opt("in-sync", null) != null) {
+            inSync = new TreeSet<>();
+            for (String b : opt("in-sync", "").split(","))
+                if (!b.isBlank()) inSync.add(Integer.parseInt(b.trim()));
+        }
         String why = "";
         try (Admin a = admin()) {
             while (true) {
                 try {
-                    why = unhealthy(a, want, topic);
+                    why = unhealthy(a, want, inSync, topic);
                 } catch (Exception e) {
                     why = "admin request failed: " + e;
                 }
@@ -278,7 +285,7 @@ public class KafkaVerify {
     }
 
     // null when healthy, else why not.
-    static String unhealthy(Admin a, Set<Integer> want, String topic) throws Exception {
+    static String unhealthy(Admin a, Set<Integer> want, Set<Integer> inSync, String topic) throws Exception {
         Set<Integer> live = new TreeSet<>();
         for (Node n : a.describeCluster().nodes().get(15, TimeUnit.SECONDS)) live.add(n.id());
         if (!live.containsAll(want)) return "brokers up " + live + ", want " + want;
@@ -294,8 +301,11 @@ public class KafkaVerify {
             for (TopicPartitionInfo p : d.partitions()) {
                 partitions++;
                 if (p.leader() == null) return d.name() + "-" + p.partition() + " has no leader";
-                if (p.isr().size() < p.replicas().size())
-                    return d.name() + "-" + p.partition() + " isr " + ids(p.isr()) + " of replicas " + ids(p.replicas());
+                Set<Integer> isr = new HashSet<>();
+                for (Node n : p.isr()) isr.add(n.id());
+                for (Node n : p.replicas())
+                    if ((inSync == null || inSync.contains(n.id())) && !isr.contains(n.id()))
+                        return d.name() + "-" + p.partition() + " isr " + ids(p.isr()) + " of replicas " + ids(p.replicas());
             }
         }
         System.out.println("healthy brokers=" + live + " topics=" + names.size() + " partitions=" + partitions);
