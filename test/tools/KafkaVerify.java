@@ -169,8 +169,9 @@ public class KafkaVerify {
             c.assign(tps);
             c.seekToBeginning(tps);
             // Records of one partition arrive in offset order; partitions are printed one
-            // after the other, so collect per partition.
-            Map<Integer, List<ConsumerRecord<byte[], byte[]>>> byPartition = new TreeMap<>();
+            // after the other, so each partition's lines are kept (as text, not as records:
+            // 200,000 records do not fit a small heap) until the end.
+            Map<Integer, StringBuilder> byPartition = new TreeMap<>();
             Map<Integer, Long> lastOffset = new HashMap<>();
             Set<TopicPartition> open = new HashSet<>();
             for (TopicPartition tp : tps)
@@ -185,16 +186,7 @@ public class KafkaVerify {
                     if (r.offset() >= end.get(tp)) continue;
                     Long last = lastOffset.put(r.partition(), r.offset());
                     if (last != null && r.offset() <= last) outOfOrder++;
-                    byPartition.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r);
-                }
-                for (Iterator<TopicPartition> it = open.iterator(); it.hasNext();) {
-                    TopicPartition tp = it.next();
-                    if (c.position(tp) >= end.get(tp)) it.remove();
-                }
-                if (open.size() != c.assignment().size()) c.assign(new ArrayList<>(open));
-            }
-            for (List<ConsumerRecord<byte[], byte[]>> list : byPartition.values()) {
-                for (ConsumerRecord<byte[], byte[]> r : list) {
+                    StringBuilder line = byPartition.computeIfAbsent(r.partition(), k -> new StringBuilder());
                     messages++;
                     Header h = r.headers().lastHeader("ce_id");
                     String id = h == null ? null : text(h.value());
@@ -202,44 +194,19 @@ public class KafkaVerify {
                     if (id == null) noId++;
                     else seen.merge(id, 1, Integer::sum);
                     if (key != null) keyPartitions.computeIfAbsent(key, k -> new HashSet<>()).add(r.partition());
-                    switch (format) {
-                        case "ids":
-                            out.append(id == null ? "\\N" : id).append('\n');
-                            break;
-                        case "tsv":
-                            out.append(r.partition()).append('\t').append(r.offset()).append('\t')
-                                .append(id == null ? "\\N" : id).append('\t')
-                                .append(key == null ? "\\N" : key.replace('\t', ' ').replace('\n', ' '))
-                                .append('\n');
-                            break;
-                        case "json": {
-                            out.append("{\"partition\":").append(r.partition()).append(",\"offset\":")
-                                .append(r.offset()).append(",\"ts\":").append(r.timestamp()).append(",\"key\":");
-                            json(out, key);
-                            out.append(",\"headers\":{");
-                            boolean first = true;
-                            for (Header hh : r.headers()) {
-                                if (!first) out.append(',');
-                                first = false;
-                                json(out, hh.key());
-                                out.append(':');
-                                json(out, text(hh.value()));
-                            }
-                            out.append('}');
-                            if (values) {
-                                out.append(",\"payload\":");
-                                json(out, text(r.value()));
-                            }
-                            out.append("}\n");
-                            break;
-                        }
-                        default:
-                            fail("unknown --format " + format);
-                    }
-                    if (out.length() > (1 << 20)) {
-                        System.out.print(out);
-                        out.setLength(0);
-                    }
+                    format(line, format, r, id, key, values);
+                }
+                for (Iterator<TopicPartition> it = open.iterator(); it.hasNext();) {
+                    TopicPartition tp = it.next();
+                    if (c.position(tp) >= end.get(tp)) it.remove();
+                }
+                if (open.size() != c.assignment().size()) c.assign(new ArrayList<>(open));
+            }
+            for (StringBuilder lines : byPartition.values()) {
+                out.append(lines);
+                if (out.length() > (1 << 20)) {
+                    System.out.print(out);
+                    out.setLength(0);
                 }
             }
         }
@@ -252,6 +219,44 @@ public class KafkaVerify {
                 + "keys_on_several_partitions=%d out_of_order_partitions=%d%n",
             messages, seen.size(), duplicates, noId, partitionCount, keyPartitions.size(),
             several, outOfOrder);
+    }
+
+    static void format(StringBuilder out, String format, ConsumerRecord<byte[], byte[]> r, String id, String key,
+                       boolean values) {
+        switch (format) {
+            case "ids":
+                out.append(id == null ? "\\N" : id).append('\n');
+                break;
+            case "tsv":
+                out.append(r.partition()).append('\t').append(r.offset()).append('\t')
+                    .append(id == null ? "\\N" : id).append('\t')
+                    .append(key == null ? "\\N" : key.replace('\t', ' ').replace('\n', ' '))
+                    .append('\n');
+                break;
+            case "json": {
+                out.append("{\"partition\":").append(r.partition()).append(",\"offset\":")
+                    .append(r.offset()).append(",\"ts\":").append(r.timestamp()).append(",\"key\":");
+                json(out, key);
+                out.append(",\"headers\":{");
+                boolean first = true;
+                for (Header hh : r.headers()) {
+                    if (!first) out.append(',');
+                    first = false;
+                    json(out, hh.key());
+                    out.append(':');
+                    json(out, text(hh.value()));
+                }
+                out.append('}');
+                if (values) {
+                    out.append(",\"payload\":");
+                    json(out, text(r.value()));
+                }
+                out.append("}\n");
+                break;
+            }
+            default:
+                fail("unknown --format " + format);
+        }
     }
 
     static int health() throws Exception {
