@@ -72,7 +72,7 @@ struct DestinationCounters {
     pg_atomic_uint64 removed;   // rows deleted other than by delivery or burial (drop, DELETE)
     slock_t mutex;              // protects the fields below
     TimestampTz last_success_at;
-    char last_error[256];
+    char last_error[512];  // room for librdkafka's text and the hint after it
     // The queue size, kept exact at every commit once its database's counts are valid (see
     // queue_counts.hpp); `initial` is the size the counts started from.
     int64 queued;
