@@ -30,6 +30,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -287,6 +288,8 @@ void outbox_launcher_main(Datum) {
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
     pgstat_report_appname("outbox launcher");
+    // What pg_stat_activity.wait_event shows while the launcher waits (compat.hpp).
+    uint32 wait_event = NewWaitEvent("OutboxLauncherMain");
 
     slot_states = static_cast<SlotState *>(
         MemoryContextAllocZero(TopMemoryContext, sizeof(SlotState) * shared->num_slots));
@@ -294,7 +297,7 @@ void outbox_launcher_main(Datum) {
         new (&slot_states[i]) SlotState();
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     shared->launcher_pid = MyProcPid;
-    shared->launcher_pgprocno = MyProc->pgprocno;
+    shared->launcher_pgprocno = OwnProcNumber();
     // Slots left by a previous launcher: keep live workers, free the rest.
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
@@ -320,8 +323,7 @@ void outbox_launcher_main(Datum) {
         MemoryContextReset(loop_context);
         if (next < 0 || next > kRecheckMs)
             next = kRecheckMs;
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next,
-                        PG_WAIT_EXTENSION);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next, wait_event);
         ResetLatch(MyLatch);
     }
 }

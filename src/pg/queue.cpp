@@ -27,6 +27,7 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/key_order.hpp"
@@ -203,9 +204,9 @@ struct FastPathState {
     std::unordered_map<int64_t, int64_t> head_keys;
 
     FastPathState &Current() {
-        if (lxid != MyProc->lxid) {
+        if (lxid != CurrentLocalTransactionId()) {
             Forget();
-            lxid = MyProc->lxid;
+            lxid = CurrentLocalTransactionId();
         }
         return *this;
     }
@@ -696,7 +697,7 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
 }
 
 void TransactionEnded() {
-    // Not Current(): the transaction is over, MyProc->lxid no longer names it.
+    // Not Current(): the transaction is over, its local transaction id no longer names it.
     fast_path.Forget();
 }
 

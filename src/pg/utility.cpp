@@ -5,6 +5,7 @@
 // runs, and lets them return afterwards.
 extern "C" {
 #include "postgres.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "nodes/parsenodes.h"
