@@ -148,9 +148,17 @@ bool StartWorker(int i, Oid database, int worker_index) {
     WorkerArgs args = {database, worker_index, i};
     memcpy(worker.bgw_extra, &args, sizeof args);
 
+    // The handle is kept across passes, and each pass runs in a context that is reset after it:
+    // allocate it where it lives on. (A handle in the reset context was read after the reset;
+    // PostgreSQL 18 reuses that memory sooner, and the launcher crashed there.)
     BackgroundWorkerHandle *handle = nullptr;
-    if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+    MemoryContext pass_context = MemoryContextSwitchTo(TopMemoryContext);
+    bool registered = RegisterDynamicBackgroundWorker(&worker, &handle);
+    MemoryContextSwitchTo(pass_context);
+    if (!registered)
         return false;
+    if (slot_states[i].handle)
+        pfree(slot_states[i].handle);
     slot_states[i].handle = handle;
     slot_states[i].started_at = GetCurrentTimestamp();
     return true;
@@ -191,6 +199,8 @@ long Reconcile(const std::vector<Oid> &databases) {
                 kill(slot->pid, SIGTERM);
             if (!alive) {
                 slot->in_use = false;
+                if (st.handle)
+                    pfree(st.handle);
                 st = SlotState();
             }
             continue;
