@@ -24,6 +24,7 @@ namespace outbox::pg {
 
 SharedState *shared = nullptr;
 static HTAB *counters_hash = nullptr;
+static LWLockPadded *locks = nullptr;
 
 const char *WorkerStateName(uint32 state) {
     switch (state) {
@@ -78,13 +79,13 @@ static void RequestSharedMemory() {
     info.entrysize = sizeof(DestinationCounters);
     RequestSharedHash("outbox destination counters", kMaxDestinationCounters, info,
                       HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE, &counters_hash);
-    RequestSharedLocks("outbox", 1);
+    RequestSharedLocks("outbox locks", "outbox", 1, &locks);
 }
 
 // Fills in the state struct once, when it was just created.
 static void InitSharedMemory() {
     memset(shared, 0, SharedStateSize());
-    shared->lock = &(GetNamedLWLockTranche("outbox"))->lock;
+    shared->lock = &locks[0].lock;
     shared->stats_reset = GetCurrentTimestamp();
     shared->num_slots = NumSlots();
     pg_atomic_init_u64(&shared->key_order_generation, 0);

@@ -15,12 +15,14 @@
 //   19: table_beginscan takes a flags argument -> BeginTableScan
 //   19: shared memory is requested through RegisterShmemCallbacks, ShmemRequestStruct and
 //       ShmemRequestHash (the hooks remain, as legacy), and ShmemInitHash lost its init_size
-//       argument -> RegisterSharedMemory, RequestSharedStruct, RequestSharedHash,
-//       RequestSharedLocks
+//       argument -> RegisterSharedMemory, RequestSharedStruct, RequestSharedHash
+//   19: named LWLock tranches can be requested only from the legacy shmem_request_hook, not
+//       from RegisterShmemCallbacks' request callback; LWLockNewTrancheId takes the tranche's
+//       name -> RequestSharedLocks (19: LWLocks in an area of ours, a tranche made at init)
 // Changes that need no entry: pg_attribute_noreturn became pg_noreturn in 18 (outbox uses
 // C++'s [[noreturn]]); 18's TupleDesc layout (outbox reads attributes through heap_getattr and
 // SPI, never TupleDesc->attrs); 19's SIGNAL_ARGS (outbox's handlers are declared with the
-// macro) and LWLockNewTrancheId(name) (outbox uses a named tranche); 19's Datum as uint64_t and
+// macro); 19's Datum as uint64_t and
 // PointerGetDatum as a macro (outbox writes PointerGetDatum(NULL), which every major accepts);
 // 19 moved get_database_name to utils/lsyscache.h and get_database_oid to catalog/pg_database.h
 // (both headers exist on every major; the files that call them include them).
@@ -122,10 +124,25 @@ namespace compat_detail {
 inline SharedMemoryFn shmem_request = nullptr;
 inline SharedMemoryFn shmem_init = nullptr;
 #if PG_VERSION_NUM >= 190000
+// LWLocks requested by RequestSharedLocks, initialised before init() runs.
+struct SharedLocks {
+    const char *tranche;
+    int count;
+    LWLockPadded **locks;
+};
+inline SharedLocks shared_locks[4];
+inline int num_shared_locks = 0;
+
 inline void ShmemRequestCallback(void *) {
+    num_shared_locks = 0;  // requested anew at every (re)initialisation
     shmem_request();
 }
 inline void ShmemInitCallback(void *) {
+    for (int i = 0; i < num_shared_locks; i++) {
+        int tranche_id = LWLockNewTrancheId(shared_locks[i].tranche);
+        for (int j = 0; j < shared_locks[i].count; j++)
+            LWLockInitialize(&(*shared_locks[i].locks)[j].lock, tranche_id);
+    }
     shmem_init();
 }
 #else
@@ -219,14 +236,25 @@ inline void RequestSharedHash(const char *name, int64 nelems, const HASHCTL &inf
 #endif
 }
 
-// `count` LWLocks in a tranche named `tranche`, found with GetNamedLWLockTranche from init()
-// on. From request() only.
-inline void RequestSharedLocks(const char *tranche, int count) {
-#if PG_VERSION_NUM < 190000
+// `count` LWLocks of a tranche named `tranche` (the name pg_stat_activity shows for waits on
+// them); *locks points at the first from init() on. Before 19 a named tranche; from 19 on the
+// locks live in a shared area `area` of ours, their tranche made when it is created. From
+// request() only.
+inline void RequestSharedLocks(const char *area, const char *tranche, int count,
+                               LWLockPadded **locks) {
+#if PG_VERSION_NUM >= 190000
+    if (compat_detail::num_shared_locks >= int(lengthof(compat_detail::shared_locks)))
+        elog(FATAL, "outbox: too many LWLock tranches requested");
+    RequestSharedStruct(area, mul_size(count, sizeof(LWLockPadded)),
+                        reinterpret_cast<void **>(locks));
+    compat_detail::shared_locks[compat_detail::num_shared_locks++] = {tranche, count, locks};
+#else
+    (void)area;
     if (compat_detail::shmem_attaching)
-        return;
+        *locks = GetNamedLWLockTranche(tranche);
+    else
+        RequestNamedLWLockTranche(tranche, count);
 #endif
-    RequestNamedLWLockTranche(tranche, count);
 }
 
 }  // namespace outbox::pg
