@@ -431,7 +431,7 @@ SELECT outbox.create_destination('bad_kafka', 'kafka', '{"bootstrap.servers": "b
 --------------------------------------------------------------------------------------------------
 SELECT outbox.create_destination('bad_kafka', 'kafka', '{"bootstrap.servers": "b:9092",
     "sasl.password": {"value": "MARKER-sasl-password"}, "ssl.key.password": ["MARKER-ssl-key"],
-    "ssl.keystore.password": null, "sasl.oauthbearer.client.secret": "MARKER-oidc-secret",
+    "ssl.keystore.password": null, "sasl.oauthbearer.client.secret": ["MARKER-oidc"],
     "SASL.PASSWORD": "MARKER-wrong-case", "sasl.passwd": "MARKER-typo"}');
 \echo :SQLSTATE
 SELECT outbox.create_destination('bad_hook', 'webhook', '{"url": "ftp://user:MARKER-url-password@example.com/",

@@ -17,6 +17,7 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 
 namespace outbox::pg {
@@ -79,7 +80,7 @@ static void LoadCache() {
     AttrNumber att_kind = get_attnum(relid, "kind");
     AttrNumber att_config = get_attnum(relid, "config");
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-    TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
+    TableScanDesc scan = BeginTableScan(rel, snapshot);
     HeapTuple tuple;
     while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
         bool isnull;

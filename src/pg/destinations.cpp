@@ -233,5 +233,5 @@ Datum outbox_destinations_changed(PG_FUNCTION_ARGS) {
                         errmsg("outbox._destinations_changed() must be a trigger")));
     CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
     ReloadAtCommit();
-    return PointerGetDatum(nullptr);
+    return PointerGetDatum(NULL);
 }

@@ -1,5 +1,6 @@
 // The producer path: the check every INSERT into outbox.messages passes, the UUIDv7 default for
 // event_id, and the wake-up of the workers when a producing transaction commits.
+#include <ctime>
 #include <string_view>
 #include <utility>
 

@@ -36,6 +36,7 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/settings.hpp"
@@ -292,9 +293,9 @@ struct FastPathState {
     std::unordered_map<int64_t, ItemPointerData> tids;
 
     FastPathState &Current() {
-        if (lxid != MyProc->lxid) {
+        if (lxid != CurrentLocalTransactionId()) {
             Forget();
-            lxid = MyProc->lxid;
+            lxid = CurrentLocalTransactionId();
         }
         return *this;
     }
@@ -1194,7 +1195,7 @@ int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
 }
 
 void TransactionEnded(bool committed) {
-    // Not Current(): the transaction is over, MyProc->lxid no longer names it.
+    // Not Current(): the transaction is over, its local transaction id no longer names it.
     fast_path.Forget();
     AdvanceDueHints(committed);
     // Notes not written belong to an aborted transaction: what they describe was undone.

@@ -268,7 +268,7 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
                         errmsg("outbox._messages_changed() must be a trigger")));
     if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
         invalidate_at_commit = true;
-        return PointerGetDatum(nullptr);
+        return PointerGetDatum(NULL);
     }
     TupleDesc desc = RelationGetDescr(td->tg_relation);
     int att_dest = SPI_fnumber(desc, "destination");
@@ -280,7 +280,7 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
     count(td->tg_trigtuple, -1);
     if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
         count(td->tg_newtuple, +1);
-    return PointerGetDatum(nullptr);
+    return PointerGetDatum(NULL);
 }
 
 // AFTER INSERT FOR EACH STATEMENT on outbox.messages, with the inserted rows as its transition

@@ -8,6 +8,7 @@
 //   letters without a word: refused while they have rows, unless outbox.drop_nonempty is on.
 extern "C" {
 #include "postgres.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"

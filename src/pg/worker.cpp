@@ -35,12 +35,14 @@ extern "C" {
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
@@ -66,6 +68,10 @@ constexpr int64 kIdleKeySeconds = 300;
 
 volatile sig_atomic_t shutdown_requested = false;
 
+// What pg_stat_activity.wait_event shows while the worker waits (compat.hpp: NewWaitEvent).
+uint32 wait_event_main = PG_WAIT_EXTENSION;
+uint32 wait_event_debug_pause = PG_WAIT_EXTENSION;
+
 void HandleSigterm(SIGNAL_ARGS) {
     int save_errno = errno;
     shutdown_requested = true;
@@ -88,7 +94,7 @@ void DebugPause(const char *phase) {
     ereport(LOG, (errmsg("outbox: pausing %d ms in phase \"%s\" (outbox.debug_pause)",
                          setting_debug_pause_ms, phase)));
     (void)WaitLatch(nullptr, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, setting_debug_pause_ms,
-                    PG_WAIT_EXTENSION);
+                    wait_event_debug_pause);
 }
 
 // The worker's session skips the _messages_changed trigger: it counts its own removals.
@@ -642,7 +648,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     if (wait_set_ == nullptr || fds != wait_fds_) {
         if (wait_set_)
             FreeWaitEventSet(wait_set_);
-        wait_set_ = CreateWaitEventSet(TopMemoryContext, int(fds.size()) + 2);
+        wait_set_ = CreateSessionWaitEventSet(int(fds.size()) + 2);
         AddWaitEventToSet(wait_set_, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
         AddWaitEventToSet(wait_set_, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
         for (int fd : fds)
@@ -651,7 +657,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     }
     WaitEvent events[8];
     int n =
-        WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events), PG_WAIT_EXTENSION);
+        WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events), wait_event_main);
     *latch_set = false;
     for (int i = 0; i < n; i++)
         if (events[i].events & WL_LATCH_SET)
@@ -781,12 +787,14 @@ void outbox_worker_main(Datum arg) {
     pqsignal(SIGTERM, HandleSigterm);
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+    wait_event_main = NewWaitEvent("OutboxWorkerMain");
+    wait_event_debug_pause = NewWaitEvent("OutboxDebugPause");
 
     WorkerSlot *slot = &shared->slots[slot_index];
     SpinLockAcquire(&slot->mutex);
     slot->destination[0] = '\0';
     SpinLockRelease(&slot->mutex);
-    slot->pgprocno = MyProc->pgprocno;
+    slot->pgprocno = OwnProcNumber();
     slot->started_at = GetCurrentTimestamp();
     slot->last_cycle_at = 0;
     pg_atomic_write_u32(&slot->state, kWorkerStarting);

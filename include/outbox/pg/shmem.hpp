@@ -108,7 +108,7 @@ struct SharedState {
 
 extern SharedState *shared;  // attached in every backend after startup
 
-// Installs shmem_request_hook / shmem_startup_hook. Called from _PG_init.
+// Registers the shared memory above (compat.hpp: RegisterSharedMemory). Called from _PG_init.
 void InstallSharedMemoryHooks();
 
 // Sets the latch of every live worker serving `database` (InvalidOid: all workers); with
