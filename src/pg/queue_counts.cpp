@@ -322,7 +322,7 @@ Datum outbox_messages_inserted(PG_FUNCTION_ARGS) {
     if (n > 0)
         CountQueueChange(run, n, n, 0);
     ExecDropSingleTupleTableSlot(slot);
-    return PointerGetDatum(nullptr);
+    return PointerGetDatum(NULL);
 }
 
 // outbox._queue_counts(): queued, produced, removed and the starting size of each
