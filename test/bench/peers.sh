@@ -20,6 +20,15 @@ PEERS_JDBC="jdbc:postgresql://127.0.0.1:$PGPORT/$DB?user=$(id -un)"
 PEERS_JAVA=(java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$PEERS_CP" outbox.peers.Main)
 DBZ_PID=
 DBZ_RUN=0
+PEERS_BG=()   # background helpers (watchers, the listener), ended by peers_cleanup
+
+# On the way out (run's cleanup): the engine and any helper still running, by pid.
+peers_cleanup() {
+    dbz_stop
+    local p
+    for p in "${PEERS_BG[@]}"; do kill "$p" 2>/dev/null || true; done
+    return 0
+}
 PEERS_TSV=$WORK/peers.tsv
 
 peers_now_ms() { date +%s%3N; }
@@ -77,10 +86,11 @@ outbox_relay_pids() {
 # Debezium's walsender (the logical decoding runs there, in a PostgreSQL backend).
 dbz_walsender_pid() { sql "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$DBZ_SLOT' AND active"; }
 
-# rss_sampler FILE PID...: every 0.5 s, one line "total pid1 pid2 ..." of private kB, until killed.
+# rss_sampler FILE PID...: every 0.5 s, one line "total pid1 pid2 ..." of private kB, until killed
+# (or until the bench is gone).
 rss_sampler() {
-    local file=$1; shift
-    while :; do
+    local file=$1 bench=$$; shift
+    while kill -0 "$bench" 2>/dev/null; do
         local line="" total=0 p kb
         for p in "$@"; do kb=$(proc_private_kb "$p"); total=$((total + kb)); line="$line $kb"; done
         echo "$total$line"
@@ -262,8 +272,9 @@ peers_wal_level() {
 peers_producers() {
     echo "   -- (4) producer cost, relays idle, and (6) the wake-up: pg_notify trigger vs commit callback"
     sql "SELECT outbox.pause('peers')" >/dev/null
-    "${PEERS_JAVA[@]}" listen --jdbc "$PEERS_JDBC" --channel outbox_bench > "$WORK/listen.out" 2>&1 &
+    "${PEERS_JAVA[@]}" listen --jdbc "$PEERS_JDBC" --channel outbox_bench --timeout 3600 > "$WORK/listen.out" 2>&1 &
     local listener=$!
+    PEERS_BG+=("$listener")
     wait_for "the LISTEN session" 60 "grep -q listening '$WORK/listen.out'" || true
     local clients table round tps
     declare -A runs=()
@@ -350,8 +361,10 @@ peers_sustained() {
     if [ "$system" = debezium ]; then script=debezium; fi
     peers_truncate; checkpoint
     local lsn0 cpu0 watch t0 t1 tps produced lag="-" pending="-"
-    "${PEERS_JAVA[@]}" offsets --bootstrap "$RK_BOOTSTRAP" --topic "$topic" --interval-ms 250 > "$WORK/peers-watch-$system.txt" &
+    "${PEERS_JAVA[@]}" offsets --bootstrap "$RK_BOOTSTRAP" --topic "$topic" --interval-ms 250 \
+        --timeout "$((PEERS_TPUT_S + 600))" > "$WORK/peers-watch-$system.txt" &
     watch=$!
+    PEERS_BG+=("$watch")
     wait_for "the offset watcher" 120 "[ -s '$WORK/peers-watch-$system.txt' ]" || true
     lsn0=$(peers_lsn) cpu0=$(proc_cpu "$@")
     t0=$(peers_now_ms)

@@ -14,8 +14,9 @@ package outbox.peers;
  *                 [--duration S] [--warmup S] [--drain-timeout S] [--dump FILE]
  *       Commit to consumer latency: paced single-row producer transactions, one consumer.
  *   peers offsets --bootstrap B --topic T [--interval-ms N] [--until N] [--timeout S]
- *       The sum of a topic's end offsets, once, every N ms, or until it reaches N.
- *   peers listen --jdbc URL --channel C
+ *       The sum of a topic's end offsets, once, every N ms (for at most S seconds), or until it
+ *       reaches N.
+ *   peers listen --jdbc URL --channel C [--timeout S]
  *       LISTEN on a channel and read every notification until SIGTERM, as a relay would.
  * </pre>
  */

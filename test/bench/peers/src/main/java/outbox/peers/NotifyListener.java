@@ -11,7 +11,8 @@ import org.postgresql.PGNotification;
 /**
  * A relay's wake-up by LISTEN/NOTIFY: listens on a channel and reads every notification, so the
  * notification queue is consumed as it would be by go-outbox, ulak or pgmq's listeners. Prints
- * {@code listening} once LISTEN committed, and {@code notifications=N} on SIGTERM.
+ * {@code listening} once LISTEN committed, and {@code notifications=N} on SIGTERM or after
+ * --timeout seconds (3600 by default).
  */
 final class NotifyListener {
     private NotifyListener() {}
@@ -31,7 +32,8 @@ final class NotifyListener {
             System.out.println("listening");
             System.out.flush();
             PGConnection pg = c.unwrap(PGConnection.class);
-            for (;;) {
+            long deadline = System.currentTimeMillis() + (long) (a.getDouble("timeout", 3600) * 1000);
+            while (System.currentTimeMillis() < deadline) {
                 PGNotification[] n = pg.getNotifications(1000);
                 if (n != null) {
                     count.addAndGet(n.length);
