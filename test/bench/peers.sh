@@ -10,6 +10,7 @@
 
 PEERS_TOPIC_OUTBOX=peers_outbox
 PEERS_TOPIC_DBZ=peers_dbz
+PEERS_TOPIC_DIRECT=peers_direct
 DBZ_TABLE=bench.dbz_outbox
 DBZ_SLOT=dbz_outbox
 DBZ_PUBLICATION=dbz_outbox
@@ -117,7 +118,13 @@ sum_at() { awk -v t="$2" '{ split($1, a, "="); split($2, b, "="); if (a[2] <= t)
 # for it since it was created (both relays deliver each once: idempotent producers).
 EXPECT_outbox=0 EXPECT_debezium=0
 expect() { local v="EXPECT_$1"; printf -v "$v" '%s' "$(( ${!v} + $2 ))"; }
-peers_topic() { if [ "$1" = debezium ]; then echo "$PEERS_TOPIC_DBZ"; else echo "$PEERS_TOPIC_OUTBOX"; fi; }
+peers_topic() {
+    case $1 in
+        debezium) echo "$PEERS_TOPIC_DBZ" ;;
+        direct) echo "$PEERS_TOPIC_DIRECT" ;;
+        *) echo "$PEERS_TOPIC_OUTBOX" ;;
+    esac
+}
 # caught_up SYSTEM TIMEOUT_S: waits until the system's topic holds all it should; "MS SUM".
 caught_up() { local v="EXPECT_$1"; wait_topic "$(peers_topic "$1")" "${!v}" "$2"; }
 
@@ -298,11 +305,9 @@ peers_producers() {
         # shellcheck disable=SC2086
         med[$k]=$(median ${runs[$k]})
     done
-    local r
-    r=$(ratio "${med[outbox-16]}" "${med[debezium-16]}")
-    report_peer "producer tps, 16 clients, relay idle" "$(int "${med[outbox-16]}")" "$(int "${med[debezium-16]}")" tps "$r" \
-        "ratio >= 0.87" "$(check "$r" ">=" 0.87)" \
-        "1 row/tx; plain table $(int "${med[plain-16]}") tps (outbox $(ratio "${med[outbox-16]}" "${med[plain-16]}"), Debezium's table $(ratio "${med[debezium-16]}" "${med[plain-16]}") of it); median of $PEERS_ROUNDS x ${PEERS_PGBENCH_S}s alternated; outbox${runs[outbox-16]} / Debezium${runs[debezium-16]} / plain${runs[plain-16]}"
+    # Reported with the other outbox-vs-Debezium lines, in peers_report.
+    PRODUCER_IDLE="outbox=$(int "${med[outbox-16]}") debezium=$(int "${med[debezium-16]}") plain=$(int "${med[plain-16]}")"
+    PRODUCER_IDLE_NOTE="1 row/tx; plain table $(int "${med[plain-16]}") tps (outbox $(ratio "${med[outbox-16]}" "${med[plain-16]}"), Debezium's table $(ratio "${med[debezium-16]}" "${med[plain-16]}") of it); median of $PEERS_ROUNDS x ${PEERS_PGBENCH_S}s alternated; outbox${runs[outbox-16]} / Debezium${runs[debezium-16]} / plain${runs[plain-16]}"
     for clients in 16 64; do
         local n=${med[notify-$clients]} o=${med[outbox-$clients]} p=${med[plain-$clients]}
         report "wake-up, $clients clients: pg_notify trigger" "$(int "$n")" tps "plain table" "$(int "$p")" tps \
@@ -321,12 +326,13 @@ peers_latency() {
     local system=$1 label=$2 seconds=$3 out
     local -a target=(--destination peers)
     if [ "$system" = debezium ]; then target=(--table "$DBZ_TABLE"); fi
+    if [ "$system" = direct ]; then target=(); fi
     # 16 connections: the commits keep the pace even when one fsync takes 10 ms or more.
     out=$("${PEERS_JAVA[@]}" latency --system "$system" "${target[@]}" --jdbc "$PEERS_JDBC" \
             --bootstrap "$RK_BOOTSTRAP" --topic "$(peers_topic "$system")" \
             --rate 1000 --connections 16 --duration "$seconds" --drain-timeout "$PEERS_CATCHUP_S" \
             --dump "$WORK/peers-latency-$system-$label.txt") || out="failed"
-    expect "$system" "$(field "$out" sent)"
+    [ "$system" = direct ] || expect "$system" "$(field "$out" sent)"
     log "latency $system ($label): $out"
     printf -v "LAT_${system}_${label}" '%s' "$out"
 }
@@ -495,7 +501,7 @@ bench_peers() {
     : > "$PEERS_TSV"
     local t0=$SECONDS
     start_real_kafka || { report_failure "peers" "the Kafka cluster did not start"; return; }
-    kc create-topic "$PEERS_TOPIC_OUTBOX" "$PEERS_TOPIC_DBZ" --partitions 6 >/dev/null
+    kc create-topic "$PEERS_TOPIC_OUTBOX" "$PEERS_TOPIC_DBZ" "$PEERS_TOPIC_DIRECT" --partitions 6 >/dev/null
     log "Apache Kafka $RK_VERSION up in $((SECONDS - t0)) s: $RK_BOOTSTRAP; topics with 6 partitions, RF 3, min.insync.replicas 2"
     clear_queue
     peers_setup
@@ -529,6 +535,10 @@ bench_peers() {
     # The slot goes: from here on nothing decodes the WAL (wal_level stays logical).
     sql "SELECT pg_drop_replication_slot('$DBZ_SLOT')" >/dev/null
 
+    # The floor of the latency lines: what the brokers and the consumer take by themselves.
+    peers_latency direct warmup "$PEERS_WARM_S"
+    peers_latency direct floor "$PEERS_LAT_S"
+
     echo "   -- outbox: latency, sustained, backlog"
     peers_warm_up outbox
     peers_latency outbox run "$PEERS_LAT_S"
@@ -549,7 +559,7 @@ peers_report() {
         r=$(ratio "$lo" "$lt")
         local target="" verdict=""
         if [ "$q" = p99 ]; then target="ratio <= 0.10" verdict=$(check "$r" "<=" 0.10); fi
-        note="Debezium with poll.interval.ms=1; with its default (500 ms): ${ld:-?} ms"
+        note="Debezium with poll.interval.ms=1; with its default (500 ms): ${ld:-?} ms; direct produce to the same brokers (Java, acks=all), same consumer: $(field "${LAT_direct_floor:-}" "${q}_ms") ms"
         if [ "$q" = p50 ]; then
             note="$note; committed/s outbox $(field "$LAT_outbox_run" rate), Debezium $(field "$LAT_debezium_tuned" rate) (paced at 1,000)"
             for m in outbox_run debezium_tuned; do
@@ -561,15 +571,26 @@ peers_report() {
     done
 
     r=$(ratio "$(field "$TP_outbox" delivered_rate)" "$(field "$TP_debezium" delivered_rate)")
+    # A relay kept up when less than a second's worth of messages was left as the producers stopped.
+    local kept="" sys
+    for sys in outbox debezium; do
+        local tp="TP_$sys"
+        if [ "$(field "${!tp}" backlog)" -le "$(field "${!tp}" delivered_rate)" ] 2>/dev/null; then
+            kept="$kept${kept:+, }$sys kept up (the producers were the limit)"
+        fi
+    done
     report_peer "sustained, 16 producers ${PEERS_TPUT_S}s" "$(field "$TP_outbox" delivered_rate)" "$(field "$TP_debezium" delivered_rate)" msg/s \
         "$r" "ratio >= 5" "$(check "$r" ">=" 5)" \
-        "delivered/s while the producers ran; they committed outbox $(field "$TP_outbox" produced), Debezium $(field "$TP_debezium" produced); all delivered $(field "$TP_outbox" catch_up_s | tr _ ' ') / $(field "$TP_debezium" catch_up_s | tr _ ' ') s after they stopped"
+        "delivered/s while the producers ran; they committed outbox $(field "$TP_outbox" produced), Debezium $(field "$TP_debezium" produced); all delivered $(field "$TP_outbox" catch_up_s | tr _ ' ') / $(field "$TP_debezium" catch_up_s | tr _ ' ') s after they stopped${kept:+; $kept}"
     report_peer "backlog when the producers stop" "$(field "$TP_outbox" backlog)" "$(field "$TP_debezium" backlog)" msgs \
         "$(ratio "$(field "$TP_outbox" backlog)" "$(field "$TP_debezium" backlog)")" "" "" \
         "committed, not yet in Kafka; Debezium's slot lag $(field "$TP_debezium" lag_bytes) bytes (pg_current_wal_lsn() - confirmed_flush_lsn; offsets flushed every 1 s); outbox.messages rows left $(field "$TP_outbox" pending)"
     r=$(ratio "$(field "$TP_outbox" tps)" "$(field "$TP_debezium" tps)")
     report_peer "producer tps, 16 clients, relay delivering" "$(field "$TP_outbox" tps)" "$(field "$TP_debezium" tps)" tps \
         "$r" "ratio >= 0.87" "$(check "$r" ">=" 0.87)" "the sustained run's producers, sharing the cores with the relay (and with Debezium's decoding)"
+    r=$(ratio "$(field "$PRODUCER_IDLE" outbox)" "$(field "$PRODUCER_IDLE" debezium)")
+    report_peer "producer tps, 16 clients, relay idle" "$(field "$PRODUCER_IDLE" outbox)" "$(field "$PRODUCER_IDLE" debezium)" tps "$r" \
+        "ratio >= 0.87" "$(check "$r" ">=" 0.87)" "$PRODUCER_IDLE_NOTE"
 
     if [[ "${BL_outbox:-failed}" == seconds=* ]] && [[ "${BL_debezium:-failed}" == seconds=* ]]; then
         local no nd so sd ro rd partial=""

@@ -22,9 +22,12 @@ import java.util.concurrent.locks.LockSupport;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
@@ -38,6 +41,11 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * assigned to every partition of the topic at its end offsets before the first insert, notes
  * when each event id arrives. Producers and consumer share this JVM's monotonic clock.
  * Messages committed in the first --warmup seconds are delivered but not counted.
+ *
+ * <p>{@code --system direct} is the floor: the same senders produce straight to the topic with
+ * the Kafka producer Debezium's side uses ({@code acks=all}, idempotence, {@code linger.ms=1}),
+ * the time noted just before {@code send()}, id in the {@code id} header: what the brokers and
+ * this consumer take by themselves on this machine.
  *
  * <p>Prints one line: {@code sent= received= missing= duplicates= seconds= rate= p50_ms=
  * p90_ms= p99_ms= p999_ms= max_ms= catch_up_s=}, the keys of test/bench/latency.cpp.
@@ -115,11 +123,41 @@ final class LatencyProbe {
         }
     }
 
+    /** One sender thread's way to send message i; returns its event id. */
+    interface Sender extends AutoCloseable {
+        String send(long i) throws Exception;
+    }
+
+    /** A single-row INSERT, its own transaction (autocommit); the id comes back from RETURNING. */
+    static Sender jdbcSender(String jdbc, String sql, String first) throws Exception {
+        Connection c = DriverManager.getConnection(jdbc);
+        c.setAutoCommit(true);
+        PreparedStatement ps = c.prepareStatement(sql);
+        return new Sender() {
+            @Override
+            public String send(long i) throws Exception {
+                ps.setString(1, first);
+                ps.setString(2, "customer-" + (i % 1000));
+                ps.setString(3, payload(i));
+                try (ResultSet rs = ps.executeQuery()) {
+                    rs.next();
+                    return rs.getString(1);
+                }
+            }
+
+            @Override
+            public void close() throws Exception {
+                ps.close();
+                c.close();
+            }
+        };
+    }
+
     static void run(Args a) throws Exception {
         String system = a.get("system");
-        String sql;
+        String sql = null;
         String header;
-        String first;
+        String first = null;
         if (system.equals("outbox")) {
             sql = "INSERT INTO outbox.messages (destination, key, payload) VALUES (?, ?, ?::jsonb) RETURNING event_id";
             header = "ce_id";
@@ -131,37 +169,64 @@ final class LatencyProbe {
             header = "id";
             first = a.get("aggregatetype", "orders");
         }
-        else {
-            throw new IllegalArgumentException("--system is outbox or debezium");
+        else if (system.equals("direct")) {
+            header = "id";  // the floor: straight to Kafka, the time noted just before send()
         }
-        String jdbc = a.get("jdbc");
+        else {
+            throw new IllegalArgumentException("--system is outbox, debezium or direct");
+        }
         double rate = a.getDouble("rate", 1000);
         int connections = (int) a.getLong("connections", 8);
         long durationNs = (long) (a.getDouble("duration", 10) * 1e9);
         long warmupNs = (long) (a.getDouble("warmup", 1) * 1e9);
         double drainTimeout = a.getDouble("drain-timeout", 120);
+        String topic = a.get("topic");
 
-        Receiver receiver = new Receiver(a.get("bootstrap"), a.get("topic"), header);
+        Receiver receiver = new Receiver(a.get("bootstrap"), topic, header);
         receiver.start();
         Thread.sleep(500);  // the consumer's first fetches are out before anything is sent
 
-        List<Connection> conns = new ArrayList<>();
-        for (int i = 0; i < connections; i++) {
-            Connection c = DriverManager.getConnection(jdbc);
-            c.setAutoCommit(true);
-            conns.add(c);
+        List<Sender> senders = new ArrayList<>();
+        KafkaProducer<byte[], byte[]> direct = null;
+        if (system.equals("direct")) {
+            // Debezium's producer settings (DebeziumRelay.producer): acks=all, idempotence, linger 1 ms
+            KafkaProducer<byte[], byte[]> producer = DebeziumRelay.producer(a.get("bootstrap"));
+            direct = producer;
+            for (int t = 0; t < connections; t++) {
+                int thread = t;
+                senders.add(new Sender() {
+                    @Override
+                    public String send(long i) {
+                        String id = "direct-" + thread + "-" + i;
+                        RecordHeaders h = new RecordHeaders();
+                        h.add("id", id.getBytes(StandardCharsets.UTF_8));
+                        producer.send(new ProducerRecord<>(topic, null, ("customer-" + (i % 1000)).getBytes(StandardCharsets.UTF_8),
+                                payload(i).getBytes(StandardCharsets.UTF_8), h));
+                        return id;
+                    }
+
+                    @Override
+                    public void close() {}
+                });
+            }
+        }
+        else {
+            for (int t = 0; t < connections; t++) {
+                senders.add(jdbcSender(a.get("jdbc"), sql, first));
+            }
         }
         AtomicLong next = new AtomicLong();
         long start = System.nanoTime();
         List<List<Commit>> perThread = new ArrayList<>();
         List<Thread> threads = new ArrayList<>();
         AtomicReference<Exception> failed = new AtomicReference<>();
+        boolean before = system.equals("direct");  // direct: the time just before send()
         for (int t = 0; t < connections; t++) {
             List<Commit> out = new ArrayList<>();
             perThread.add(out);
-            Connection c = conns.get(t);
+            Sender sender = senders.get(t);
             Thread th = new Thread(() -> {
-                try (PreparedStatement ps = c.prepareStatement(sql)) {
+                try {
                     for (;;) {
                         long i = next.getAndIncrement();
                         long due = start + (long) (i * 1e9 / rate);
@@ -172,15 +237,9 @@ final class LatencyProbe {
                         if (wait > 0) {
                             LockSupport.parkNanos(wait);
                         }
-                        ps.setString(1, first);
-                        ps.setString(2, "customer-" + (i % 1000));
-                        ps.setString(3, payload(i));
-                        String id;
-                        try (ResultSet rs = ps.executeQuery()) {
-                            rs.next();
-                            id = rs.getString(1);
-                        }
-                        long at = System.nanoTime();
+                        long t0 = System.nanoTime();
+                        String id = sender.send(i);
+                        long at = before ? t0 : System.nanoTime();
                         out.add(new Commit(id, at, at - start >= warmupNs));
                     }
                 }
@@ -195,8 +254,11 @@ final class LatencyProbe {
             th.join();
         }
         long sentEnd = System.nanoTime();
-        for (Connection c : conns) {
-            c.close();
+        for (Sender sender : senders) {
+            sender.close();
+        }
+        if (direct != null) {
+            direct.close();
         }
         if (failed.get() != null) {
             throw failed.get();
