@@ -101,6 +101,7 @@ class KafkaDriver final : public Driver {
 
     rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *main_queue_ = nullptr;
+    rd_kafka_topic_t *default_topic_ = nullptr;  // kept so its metadata is fetched at start
     int pipe_[2] = {-1, -1};
     std::string source_;
     size_t max_in_flight_;
@@ -214,6 +215,10 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
     rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, served by Poll
     main_queue_ = rd_kafka_queue_get_main(rk_);
     rd_kafka_queue_io_event_enable(main_queue_, pipe_[1], "1", 1);
+    // The destination's default topic is looked up now (creating its handle sends the metadata
+    // request), not when its first message waits for it.
+    if (!options.config.default_topic.empty())
+        default_topic_ = rd_kafka_topic_new(rk_, options.config.default_topic.c_str(), nullptr);
     return true;
 }
 
@@ -224,6 +229,8 @@ KafkaDriver::~KafkaDriver() {
                                 RD_KAFKA_PURGE_F_NON_BLOCKING);
         rd_kafka_queue_io_event_enable(main_queue_, -1, nullptr, 0);
         rd_kafka_queue_destroy(main_queue_);
+        if (default_topic_)
+            rd_kafka_topic_destroy(default_topic_);
         rd_kafka_poll(rk_, 0);
         rd_kafka_destroy(rk_);
     }

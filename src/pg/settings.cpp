@@ -22,6 +22,7 @@ int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
 int setting_retention_s = 0;
 char *setting_debug_pause = nullptr;
+bool setting_drop_nonempty = false;
 int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
@@ -87,6 +88,12 @@ void DefineSettings() {
         "0 deletes them when delivered. Older archived rows are swept by the workers in "
         "bounded batches; dead letters are never swept.",
         &setting_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "outbox.drop_nonempty",
+        "Lets DROP EXTENSION outbox delete queued messages and dead letters.",
+        "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
+        "table has rows.",
+        &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);

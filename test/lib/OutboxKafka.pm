@@ -158,23 +158,23 @@ sub verify {
 # no_ce_id, partitions, keys, keys_on_several_partitions, out_of_order_partitions.
 sub summary { $_[0]{summary} }
 
-# Every message of a topic, read by Kafka's Java consumer from the start up to the end
-# offsets: hashes with partition, offset, key and headers{ce_id}; with headers => 1 every
-# header, with values => 1 the payload too (the field names of kcat -J).
+# Every message of a topic (or of several: [TOPICS]), read by Kafka's Java consumer from the
+# start up to the end offsets: hashes with topic, partition, offset, key and headers{ce_id};
+# with headers => 1 every header, with values => 1 the payload too (the field names of kcat -J).
 sub consume {
-    my ($self, $topic, %o) = @_;
+    my ($self, $topics, %o) = @_;
+    my @t = map { ('--topic', $_) } ref $topics ? @$topics : ($topics);
     my @m;
     if ($o{headers} || $o{values}) {
-        my $out = $self->verify('consume', '--bootstrap', $self->bootstrap, '--topic', $topic,
+        my $out = $self->verify('consume', '--bootstrap', $self->bootstrap, @t,
             '--format', 'json', ($o{values} ? '--values' : ()));
         @m = map { decode_json($_) } grep { /^\{/ } split /\n/, $out;
     } else {
-        my $out = $self->verify('consume', '--bootstrap', $self->bootstrap, '--topic', $topic,
-            '--format', 'tsv');
+        my $out = $self->verify('consume', '--bootstrap', $self->bootstrap, @t, '--format', 'tsv');
         for (split /\n/, $out) {
-            my ($p, $off, $id, $key) = split /\t/;
-            push @m, { partition => $p, offset => $off, key => ($key eq '\N' ? undef : $key),
-                headers => { ce_id => $id } };
+            my ($topic, $p, $off, $id, $key) = split /\t/;
+            push @m, { topic => $topic, partition => $p, offset => $off,
+                key => ($key eq '\N' ? undef : $key), headers => { ce_id => $id } };
         }
     }
     return \@m;

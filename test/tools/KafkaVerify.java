@@ -2,14 +2,14 @@
 // (kafka-clients, from the same jars as the brokers), so what the tests check is not read back
 // by the library that wrote it (librdkafka). Compiled and run by test/tools/kafka_cluster.
 //
-//   KafkaVerify consume --bootstrap B --topic T [--format ids|tsv|json] [--values]
+//   KafkaVerify consume --bootstrap B --topic T [--topic T2]... [--format ids|tsv|json] [--values]
 //                       [--property K=V]... [--timeout S]
 //       Every message of every partition from the start up to the end offsets read when it
-//       starts, in partition then offset order. One line per message on stdout:
+//       starts, in topic, partition, offset order. One line per message on stdout:
 //         ids   the ce_id header
-//         tsv   partition TAB offset TAB ce_id TAB key (\N when null)
-//         json  {"partition":P,"offset":O,"key":K,"headers":{...},"payload":V} (payload with
-//               --values), the field names kcat -J uses
+//         tsv   topic TAB partition TAB offset TAB ce_id TAB key (\N when null)
+//         json  {"topic":T,"partition":P,"offset":O,"key":K,"headers":{...},"payload":V}
+//               (payload with --values), the field names kcat -J uses
 //       and a summary on stderr: "summary messages=N distinct=D duplicates=X no_ce_id=Z
 //       partitions=P keys=K keys_on_several_partitions=S out_of_order_partitions=0".
 //   KafkaVerify health --bootstrap B [--brokers 1,2,3] [--in-sync 1,2] [--topic T] [--wait S]
@@ -153,7 +153,9 @@ public class KafkaVerify {
     }
 
     static void consume() throws Exception {
-        String topic = need("topic");
+        List<String> topics = opts.getOrDefault("topic", List.of());
+        if (topics.isEmpty()) fail("--topic is required");
+        String topic = String.join(",", topics);
         String format = opt("format", "tsv");
         boolean values = opt("values", null) != null;
         long deadline = System.currentTimeMillis() + Long.parseLong(opt("timeout", "300")) * 1000;
@@ -163,7 +165,8 @@ public class KafkaVerify {
         Map<String, Integer> seen = new HashMap<>();
         Map<String, Set<Integer>> keyPartitions = new HashMap<>();
         try (KafkaConsumer<byte[], byte[]> c = consumer()) {
-            List<TopicPartition> tps = partitions(c, topic);
+            List<TopicPartition> tps = new ArrayList<>();
+            for (String t : topics) tps.addAll(partitions(c, t));
             partitionCount = tps.size();
             Map<TopicPartition, Long> end = c.endOffsets(tps, Duration.ofSeconds(30));
             c.assign(tps);
@@ -171,8 +174,9 @@ public class KafkaVerify {
             // Records of one partition arrive in offset order; partitions are printed one
             // after the other, so each partition's lines are kept (as text, not as records:
             // 200,000 records do not fit a small heap) until the end.
-            Map<Integer, StringBuilder> byPartition = new TreeMap<>();
-            Map<Integer, Long> lastOffset = new HashMap<>();
+            Map<TopicPartition, StringBuilder> byPartition = new TreeMap<>(
+                Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+            Map<TopicPartition, Long> lastOffset = new HashMap<>();
             Set<TopicPartition> open = new HashSet<>();
             for (TopicPartition tp : tps)
                 if (end.get(tp) > c.position(tp)) open.add(tp);
@@ -184,16 +188,17 @@ public class KafkaVerify {
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
                     TopicPartition tp = new TopicPartition(r.topic(), r.partition());
                     if (r.offset() >= end.get(tp)) continue;
-                    Long last = lastOffset.put(r.partition(), r.offset());
+                    Long last = lastOffset.put(tp, r.offset());
                     if (last != null && r.offset() <= last) outOfOrder++;
-                    StringBuilder line = byPartition.computeIfAbsent(r.partition(), k -> new StringBuilder());
+                    StringBuilder line = byPartition.computeIfAbsent(tp, k -> new StringBuilder());
                     messages++;
                     Header h = r.headers().lastHeader("ce_id");
                     String id = h == null ? null : text(h.value());
                     String key = text(r.key());
                     if (id == null) noId++;
                     else seen.merge(id, 1, Integer::sum);
-                    if (key != null) keyPartitions.computeIfAbsent(key, k -> new HashSet<>()).add(r.partition());
+                    if (key != null)
+                        keyPartitions.computeIfAbsent(r.topic() + "\u0000" + key, k -> new HashSet<>()).add(r.partition());
                     format(line, format, r, id, key, values);
                 }
                 for (Iterator<TopicPartition> it = open.iterator(); it.hasNext();) {
@@ -228,13 +233,15 @@ public class KafkaVerify {
                 out.append(id == null ? "\\N" : id).append('\n');
                 break;
             case "tsv":
-                out.append(r.partition()).append('\t').append(r.offset()).append('\t')
+                out.append(r.topic()).append('\t').append(r.partition()).append('\t').append(r.offset()).append('\t')
                     .append(id == null ? "\\N" : id).append('\t')
                     .append(key == null ? "\\N" : key.replace('\t', ' ').replace('\n', ' '))
                     .append('\n');
                 break;
             case "json": {
-                out.append("{\"partition\":").append(r.partition()).append(",\"offset\":")
+                out.append("{\"topic\":");
+                json(out, r.topic());
+                out.append(",\"partition\":").append(r.partition()).append(",\"offset\":")
                     .append(r.offset()).append(",\"ts\":").append(r.timestamp()).append(",\"key\":");
                 json(out, key);
                 out.append(",\"headers\":{");

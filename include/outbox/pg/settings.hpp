@@ -13,6 +13,8 @@ extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
 extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
+extern bool
+    setting_drop_nonempty;  // outbox.drop_nonempty (user): DROP EXTENSION may lose the queue
 
 // Fault injection for the crash tests only (not shown, not in the sample config): the worker
 // stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;

@@ -100,11 +100,6 @@ struct SharedState {
     pid_t launcher_pid;
     int launcher_pgprocno;
     TimestampTz stats_reset;
-    // Per-key ordering's key floors (key_order.cpp): bumped when a transaction that puts
-    // messages back ahead of their key's others begins and once its commit is visible; how
-    // many such transactions are running.
-    pg_atomic_uint64 key_order_generation;
-    pg_atomic_uint32 keys_reordering;
     HeldDatabase held[kMaxHeldDatabases];
     CountedDatabase counted[kMaxCountedDatabases];
     int num_slots;
@@ -113,7 +108,7 @@ struct SharedState {
 
 extern SharedState *shared;  // attached in every backend after startup
 
-// Installs shmem_request_hook / shmem_startup_hook. Called from _PG_init.
+// Registers the shared memory above (compat.hpp: RegisterSharedMemory). Called from _PG_init.
 void InstallSharedMemoryHooks();
 
 // Sets the latch of every live worker serving `database` (InvalidOid: all workers); with
