@@ -538,6 +538,11 @@ bench_peers() {
     # The floor of the latency lines: what the brokers and the consumer take by themselves.
     peers_latency direct warmup "$PEERS_WARM_S"
     peers_latency direct floor "$PEERS_LAT_S"
+    # The floor of the throughput lines: what the cluster takes from a producer that reads no
+    # database (test/bench/produce: librdkafka, idempotent, acks=all, the relay's settings).
+    PEERS_PRODUCE=$("$BIN/produce" --bootstrap "$RK_BOOTSTRAP" --topic "$PEERS_TOPIC_DIRECT" --count "$PEERS_BACKLOG_N") ||
+        PEERS_PRODUCE="failed $PEERS_PRODUCE"
+    log "direct produce of $(short "$PEERS_BACKLOG_N"): $PEERS_PRODUCE"
 
     echo "   -- outbox: latency, sustained, backlog"
     peers_warm_up outbox
@@ -581,7 +586,7 @@ peers_report() {
     done
     report_peer "sustained, 16 producers ${PEERS_TPUT_S}s" "$(field "$TP_outbox" delivered_rate)" "$(field "$TP_debezium" delivered_rate)" msg/s \
         "$r" "ratio >= 5" "$(check "$r" ">=" 5)" \
-        "delivered/s while the producers ran; they committed outbox $(field "$TP_outbox" produced), Debezium $(field "$TP_debezium" produced); all delivered $(field "$TP_outbox" catch_up_s | tr _ ' ') / $(field "$TP_debezium" catch_up_s | tr _ ' ') s after they stopped${kept:+; $kept}"
+        "delivered/s while the producers ran; they committed outbox $(field "$TP_outbox" produced), Debezium $(field "$TP_debezium" produced); all delivered $(field "$TP_outbox" catch_up_s | tr _ ' ') / $(field "$TP_debezium" catch_up_s | tr _ ' ') s after they stopped${kept:+; $kept}; floors, same run: 16 producers on a plain table $(field "$PRODUCER_IDLE" plain) tps (relays idle), direct produce to the same topic layout $(field "${PEERS_PRODUCE:-}" rate) msg/s"
     report_peer "backlog when the producers stop" "$(field "$TP_outbox" backlog)" "$(field "$TP_debezium" backlog)" msgs \
         "$(ratio "$(field "$TP_outbox" backlog)" "$(field "$TP_debezium" backlog)")" "" "" \
         "committed, not yet in Kafka; Debezium's slot lag $(field "$TP_debezium" lag_bytes) bytes (pg_current_wal_lsn() - confirmed_flush_lsn; offsets flushed every 1 s); outbox.messages rows left $(field "$TP_outbox" pending)"
@@ -601,7 +606,7 @@ peers_report() {
         [ "$(field "$BL_debezium" done)" = yes ] || partial="$partial; Debezium did not finish in ${PEERS_DRAIN_TIMEOUT_S} s (the cap): rate over the $nd it delivered"
         r=$(ratio "$ro" "$rd")
         report_peer "drain $(short "$PEERS_BACKLOG_N") backlog" "$ro" "$rd" msg/s "$r" "ratio >= 5" "$(check "$r" ">=" 5)" \
-            "outbox $so s from resume; Debezium $sd s from its task start (the JVM took $(field "$BL_debezium" startup_s) s to get there, its first record $(field "$BL_debezium" first_record_s) s later)$partial"
+            "outbox $so s from resume; Debezium $sd s from its task start (the JVM took $(field "$BL_debezium" startup_s) s to get there, its first record $(field "$BL_debezium" first_record_s) s later); floor, same run: direct produce of $(short "$PEERS_BACKLOG_N") to the same cluster (librdkafka, idempotent, acks=all, no database) $(field "${PEERS_PRODUCE:-}" rate) msg/s: outbox $(ratio "$ro" "$(field "${PEERS_PRODUCE:-}" rate)"), Debezium $(ratio "$rd" "$(field "${PEERS_PRODUCE:-}" rate)") of it$partial"
         local co cd
         co=$(calc "$(field "$BL_outbox" cpu) * 1000000 / $no") cd=$(calc "$(field "$BL_debezium" cpu) * 1000000 / $nd")
         report_peer "relay CPU per 1M messages" "$co" "$cd" s "$(ratio "$co" "$cd")" "" "" \
