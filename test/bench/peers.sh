@@ -114,6 +114,20 @@ wait_topic() {
 # taken at or before it.
 sum_at() { awk -v t="$2" '{ split($1, a, "="); split($2, b, "="); if (a[2] <= t) s = b[2] } END { print s + 0 }' "$1"; }
 
+# watch_until FILE TARGET TIMEOUT_S: "MS SUM" from a running watcher's file: its first sample
+# holding TARGET messages, or its last one when TIMEOUT_S passed first.
+watch_until() {
+    local file=$1 target=$2 deadline line
+    deadline=$(( $(peers_now_ms) + $3 * 1000 ))
+    while :; do
+        line=$(awk -v t="$2" '{ split($1, a, "="); split($2, b, "=") } b[2] >= t { print a[2], b[2]; exit }' "$file")
+        if [ -n "$line" ]; then echo "$line"; return; fi
+        [ "$(peers_now_ms)" -lt "$deadline" ] || break
+        sleep 0.2
+    done
+    awk '{ split($1, a, "="); split($2, b, "="); ms = a[2]; n = b[2] } END { if (ms != "") print ms, n }' "$file"
+}
+
 # What each topic holds once everything committed so far is delivered: every message inserted
 # for it since it was created (both relays deliver each once: idempotent producers).
 EXPECT_outbox=0 EXPECT_debezium=0
@@ -387,9 +401,10 @@ peers_sustained() {
     sleep 0.6  # the watcher's sample after t1
     local at_start at_end v="EXPECT_$system"
     at_start=$(sum_at "$WORK/peers-watch-$system.txt" "$t0") at_end=$(sum_at "$WORK/peers-watch-$system.txt" "$t1")
-    kill "$watch" 2>/dev/null; wait "$watch" 2>/dev/null || true
+    # How long the rest took, from the same watcher (a fresh one would count its JVM's start).
     local r done_ms done_sum catch_up
-    r=$(caught_up "$system" "$PEERS_CATCHUP_S")
+    r=$(watch_until "$WORK/peers-watch-$system.txt" "${!v}" "$PEERS_CATCHUP_S")
+    kill "$watch" 2>/dev/null; wait "$watch" 2>/dev/null || true
     read -r done_ms done_sum <<<"$r"
     if [ "${done_sum:-0}" -ge "${!v}" ]; then
         catch_up=$(calc "($done_ms - $t1) / 1000")
