@@ -43,6 +43,7 @@ shared_preload_libraries = 'outbox'
 outbox.databases = '$DB'
 log_checkpoints = on
 log_autovacuum_min_duration = 0
+${PG_EXTRA_CONF:-}
 CONF
     pg_ctl -D "$WORK/data" -l "$WORK/server.log" -w -t 120 start >/dev/null || {
         tail -20 "$WORK/server.log" >&2; die "PostgreSQL did not start"; }
