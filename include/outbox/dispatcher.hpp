@@ -118,6 +118,10 @@ class Dispatcher {
 
     // File descriptors to wait on, one per driver that has one.
     std::vector<int> WaitFds() const;
+    // How many drivers have been built so far. A wait set built from WaitFds() must be built
+    // again when this changes even if the list of numbers did not: a new driver's fd often
+    // gets the number its predecessor's closed fd had, which the wait set no longer watches.
+    uint64_t DriversBuilt() const { return drivers_built_; }
 
     // Fast path: the rows of `destination` submitted under transaction locks (lease token 0)
     // whose outcome is not known yet; and, when they must outlive the transaction, the lease
@@ -160,6 +164,7 @@ class Dispatcher {
     Resolutions resolved_;
     std::vector<std::string> log_;
     bool stopping_ = false;
+    uint64_t drivers_built_ = 0;
     uint64_t random_state_;
     uint64_t NextRandom();
 };

@@ -144,6 +144,7 @@ class Worker {
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
+    uint64_t wait_drivers_built_ = 0;  // Dispatcher::DriversBuilt() when wait_set_ was built
 };
 
 Worker *the_worker = nullptr;  // for the exit callback
@@ -521,7 +522,9 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
 
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     std::vector<int> fds = dispatcher_->WaitFds();
-    if (wait_set_ == nullptr || fds != wait_fds_) {
+    // Same numbers are not the same fds: a rebuilt driver's fd may reuse a closed one's number.
+    if (wait_set_ == nullptr || fds != wait_fds_ ||
+        dispatcher_->DriversBuilt() != wait_drivers_built_) {
         if (wait_set_)
             FreeWaitEventSet(wait_set_);
         wait_set_ = CreateWaitEventSet(TopMemoryContext, int(fds.size()) + 2);
@@ -530,6 +533,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
         for (int fd : fds)
             AddWaitEventToSet(wait_set_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
         wait_fds_ = fds;
+        wait_drivers_built_ = dispatcher_->DriversBuilt();
     }
     WaitEvent events[8];
     int n =

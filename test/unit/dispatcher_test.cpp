@@ -715,5 +715,30 @@ TEST_F(DispatcherTest, PausedDestinationIsNeverPlanned) {
     EXPECT_EQ(Planned(dispatcher_.PlanClaims(kT0 + 60002), "paused"), nullptr);
 }
 
+// 9. A reloaded batch_size or a changed config builds new drivers, and DriversBuilt says so: the
+// worker rebuilds its wait set from it (a new driver's fd may reuse the old one's number).
+TEST_F(DispatcherTest, RebuiltDriversAreCountedForTheWaitSet) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 0u);
+    dispatcher_.PlanClaims(kT0);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 1u);
+    dispatcher_.PlanClaims(kT0 + 1);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 1u) << "an unchanged driver is kept";
+
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.batch_size = 1;
+    dispatcher_.SetSettings(settings);
+    dispatcher_.PlanClaims(kT0 + 2);
+    EXPECT_EQ(builds_["hooks"], 2);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 2u);
+
+    DestinationSpec changed = Spec("hooks");
+    changed.config_json += " ";
+    dispatcher_.SetDestinations(Specs({changed}));
+    dispatcher_.PlanClaims(kT0 + 3);
+    EXPECT_EQ(builds_["hooks"], 3);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 3u);
+}
+
 }  // namespace
 }  // namespace outbox
