@@ -1,5 +1,11 @@
 // The launcher: one per cluster, connected to no database (it reads only the shared catalog
 // pg_database). It keeps one worker running per (database in outbox.databases, worker index).
+//
+// Each pass runs behind the boundary (guard.hpp): PostgreSQL calls that may raise an ERROR go
+// through PgTry, and a pass that fails — a PostgreSQL error or a C++ exception such as
+// std::bad_alloc — is logged, its transaction aborted and its locks released, and the next pass
+// comes a second later. Nothing thrown reaches the process's main function, where it would make
+// std::terminate abort the launcher and the postmaster restart every session.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -30,6 +36,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/guard.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -46,6 +53,7 @@ constexpr int kRecheckMs = 10 * 1000;     // databases that do not exist (yet)
 constexpr int kRestartBaseMs = 1000;      // a worker that died is restarted after this...
 constexpr int kRestartMaxMs = 60 * 1000;  // ...doubling up to this while it keeps dying early
 constexpr int kHealthyRunMs = 30 * 1000;  // a worker that ran this long was not crash-looping
+constexpr int kFailedPassRetryMs = 1000;  // a pass that failed is tried again after this
 
 // What the launcher remembers of each slot it manages (process-local).
 struct SlotState {
@@ -81,19 +89,27 @@ Oid DatabaseOid(const char *name) {
     return oid;
 }
 
+std::vector<std::string> *missing_logged;  // names that do not exist, logged once each
+
 // The databases to serve, resolved to OIDs; names that do not exist are logged once each.
-std::vector<Oid> ResolveDatabases(std::vector<std::string> *missing_logged) {
+std::vector<Oid> ResolveDatabases() {
     std::vector<Oid> oids;
-    char *copy = pstrdup(setting_databases ? setting_databases : "");
-    List *names = NIL;
-    if (!SplitIdentifierString(copy, ',', &names))
-        return oids;  // the check hook forbids it
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
+    std::string setting = setting_databases ? setting_databases : "";
+    const char *value = setting.c_str();
+    List *names = PgTry([value]() -> List * {
+        List *list = NIL;
+        if (!SplitIdentifierString(pstrdup(value), ',', &list))
+            return NIL;  // the check hook forbids it
+        return list;
+    });
+    PgTry([] {
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+    });
     ListCell *lc;
     foreach (lc, names) {
         const char *name = static_cast<const char *>(lfirst(lc));
-        Oid oid = DatabaseOid(name);
+        Oid oid = PgTry([name] { return DatabaseOid(name); });
         bool logged = false;
         for (const std::string &m : *missing_logged)
             logged = logged || m == name;
@@ -114,9 +130,7 @@ std::vector<Oid> ResolveDatabases(std::vector<std::string> *missing_logged) {
                 missing_logged->end());
         oids.push_back(oid);
     }
-    CommitTransactionCommand();
-    list_free(names);
-    pfree(copy);
+    PgTry([] { CommitTransactionCommand(); });
     return oids;
 }
 
@@ -163,6 +177,8 @@ long Reconcile(const std::vector<Oid> &databases) {
         if (!DatabaseIsHeld(db))
             for (int w = 0; w < setting_workers; w++)
                 targets.push_back({db, w});
+    // Allocated before the lock is taken: nothing below allocates with the lock held.
+    std::vector<bool> covered(targets.size(), false);
 
     TimestampTz now = GetCurrentTimestamp();
     long next = -1;
@@ -172,7 +188,6 @@ long Reconcile(const std::vector<Oid> &databases) {
     };
 
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-    std::vector<bool> covered(targets.size(), false);
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         if (!slot->in_use)
@@ -256,9 +271,88 @@ long Reconcile(const std::vector<Oid> &databases) {
     return next;
 }
 
+// One pass behind the boundary. Returns the milliseconds until the next one is due.
+long Pass(MemoryContext pass_context) noexcept {
+    ErrorStackState entry = SaveErrorStack();
+    CaughtError error;
+    bool failed = false;
+    long next = -1;
+    MemoryContextSwitchTo(pass_context);
+    try {
+        std::vector<Oid> databases = ResolveDatabases();
+        next = Reconcile(databases);
+    } catch (...) {
+        CaptureCurrentException(&error);
+        failed = true;
+    }
+    if (failed) {
+        RestoreErrorStack(entry, "the outbox launcher");
+        LWLockReleaseAll();
+        bool aborted = true;
+        try {
+            PgTry([] { AbortCurrentTransaction(); });
+        } catch (...) {
+            aborted = false;
+        }
+        ereport(LOG, (errcode(error.sqlerrcode),
+                      errmsg("outbox launcher: %s; trying again in %d ms", error.message,
+                             kFailedPassRetryMs),
+                      error.detail[0] ? errdetail_internal("%s", error.detail) : 0));
+        if (!aborted)
+            proc_exit(1);  // the postmaster starts a new launcher
+        next = kFailedPassRetryMs;
+    }
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(pass_context);
+    return next;
+}
+
 void OnLauncherExit(int, Datum) {
     if (shared && shared->launcher_pid == MyProcPid)
         shared->launcher_pid = 0;
+}
+
+void LauncherMain() {
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+    pgstat_report_appname("outbox launcher");
+
+    slot_states = static_cast<SlotState *>(
+        MemoryContextAllocZero(TopMemoryContext, sizeof(SlotState) * shared->num_slots));
+    for (int i = 0; i < shared->num_slots; i++)
+        new (&slot_states[i]) SlotState();
+    missing_logged = new std::vector<std::string>();  // for the life of the process
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    shared->launcher_pid = MyProcPid;
+    shared->launcher_pgprocno = MyProc->pgprocno;
+    // Slots left by a previous launcher: keep live workers, free the rest.
+    for (int i = 0; i < shared->num_slots; i++) {
+        WorkerSlot *slot = &shared->slots[i];
+        if (slot->in_use && !(slot->pid != 0 && kill(slot->pid, 0) == 0))
+            slot->in_use = false;
+    }
+    LWLockRelease(shared->lock);
+    on_shmem_exit(OnLauncherExit, 0);
+
+    MemoryContext pass_context =
+        AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
+    for (;;) {
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+        }
+        long next = Pass(pass_context);
+        if (next < 0 || next > kRecheckMs)
+            next = kRecheckMs;
+        // A pass sees everything that changed before it started: a CREATE EXTENSION that
+        // commits meanwhile sets the latch again (WakeLauncher).
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next,
+                        PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+    }
 }
 
 }  // namespace
@@ -279,49 +373,6 @@ void RegisterLauncher() {
 
 }  // namespace outbox::pg
 
-using namespace outbox::pg;
-
 void outbox_launcher_main(Datum) {
-    pqsignal(SIGHUP, SignalHandlerForConfigReload);
-    pqsignal(SIGTERM, die);
-    BackgroundWorkerUnblockSignals();
-    BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
-    pgstat_report_appname("outbox launcher");
-
-    slot_states = static_cast<SlotState *>(
-        MemoryContextAllocZero(TopMemoryContext, sizeof(SlotState) * shared->num_slots));
-    for (int i = 0; i < shared->num_slots; i++)
-        new (&slot_states[i]) SlotState();
-    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-    shared->launcher_pid = MyProcPid;
-    shared->launcher_pgprocno = MyProc->pgprocno;
-    // Slots left by a previous launcher: keep live workers, free the rest.
-    for (int i = 0; i < shared->num_slots; i++) {
-        WorkerSlot *slot = &shared->slots[i];
-        if (slot->in_use && !(slot->pid != 0 && kill(slot->pid, 0) == 0))
-            slot->in_use = false;
-    }
-    LWLockRelease(shared->lock);
-    on_shmem_exit(OnLauncherExit, 0);
-
-    MemoryContext loop_context =
-        AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
-    std::vector<std::string> *missing_logged = new std::vector<std::string>();
-    for (;;) {
-        CHECK_FOR_INTERRUPTS();
-        if (ConfigReloadPending) {
-            ConfigReloadPending = false;
-            ProcessConfigFile(PGC_SIGHUP);
-        }
-        MemoryContextSwitchTo(loop_context);
-        std::vector<Oid> databases = ResolveDatabases(missing_logged);
-        long next = Reconcile(databases);
-        MemoryContextSwitchTo(TopMemoryContext);
-        MemoryContextReset(loop_context);
-        if (next < 0 || next > kRecheckMs)
-            next = kRecheckMs;
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next,
-                        PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
-    }
+    outbox::pg::BackgroundWorkerBody("outbox launcher", [] { outbox::pg::LauncherMain(); });
 }

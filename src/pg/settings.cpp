@@ -7,6 +7,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/guard.hpp"
 #include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
@@ -22,6 +23,7 @@ int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
 int setting_retention_s = 0;
 char *setting_debug_pause = nullptr;
+char *setting_debug_fault = nullptr;
 int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
@@ -39,6 +41,18 @@ static bool CheckDatabases(char **newval, void **, GucSource) {
     list_free(names);
     pfree(copy);
     return ok;
+}
+
+// outbox.debug_fault: arms the one-shot fault of this process (see guard.hpp).
+static bool CheckDebugFault(char **newval, void **, GucSource) {
+    if (**newval == '\0' || strcmp(*newval, "bad_alloc_in_pg_try") == 0)
+        return true;
+    GUC_check_errdetail("outbox.debug_fault is empty or \"bad_alloc_in_pg_try\".");
+    return false;
+}
+
+static void AssignDebugFault(const char *newval, void *) {
+    debug_bad_alloc_in_pg_try = strcmp(newval, "bad_alloc_in_pg_try") == 0;
 }
 
 void DefineSettings() {
@@ -94,6 +108,9 @@ void DefineSettings() {
                             &setting_debug_pause_ms, 0, 0, 600 * 1000, PGC_SIGHUP,
                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);
+    DefineCustomStringVariable(
+        "outbox.debug_fault", "Fault injection for tests only.", nullptr, &setting_debug_fault, "",
+        PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, CheckDebugFault, AssignDebugFault, nullptr);
     MarkGUCPrefixReserved("outbox");
 }
 

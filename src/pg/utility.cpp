@@ -1,3 +1,5 @@
+// The ProcessUtility hook.
+//
 // Statements that need a database to themselves (DROP DATABASE, ALTER DATABASE ... RENAME TO /
 // SET TABLESPACE, CREATE DATABASE ... TEMPLATE) would fail with "database is being accessed by
 // other users" while outbox workers are connected to it. The hook asks those workers to hand
@@ -29,6 +31,7 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include "outbox/pg/guard.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
 
@@ -160,21 +163,19 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
     Oid database = DatabaseNeededAlone(pstmt->utilityStmt, context);
     if (OidIsValid(database))
         HoldDatabase(database, kWaitForWorkersMs);
-    PG_TRY();
-    {
-        if (prev_utility_hook)
-            prev_utility_hook(pstmt, query_string, read_only_tree, context, params, query_env, dest,
-                              qc);
-        else
-            standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env,
-                                    dest, qc);
-    }
-    PG_FINALLY();
-    {
-        if (OidIsValid(database))
-            ReleaseDatabase(database);
-    }
-    PG_END_TRY();
+    PgFinally(
+        [&] {
+            if (prev_utility_hook)
+                prev_utility_hook(pstmt, query_string, read_only_tree, context, params, query_env,
+                                  dest, qc);
+            else
+                standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params,
+                                        query_env, dest, qc);
+        },
+        [database] {
+            if (OidIsValid(database))
+                ReleaseDatabase(database);
+        });
 }
 
 }  // namespace

@@ -569,6 +569,7 @@ void Worker::Run() {
         bool more = false;
         CaughtError error;
         bool failed = false;
+        ErrorStackState entry = SaveErrorStack();
         try {
             more = Turn(latch_set || poll_due || woken_, poll_due);
             woken_ = false;
@@ -577,6 +578,8 @@ void Worker::Run() {
             CaptureCurrentException(&error);
             failed = true;
         }
+        if (failed)
+            RestoreErrorStack(entry, "the outbox worker");
         MemoryContextSwitchTo(turn_context_);
         MemoryContextReset(turn_context_);
 
@@ -714,6 +717,7 @@ void outbox_worker_main(Datum arg) {
 
     CaughtError error;
     bool failed = false;
+    ErrorStackState entry = SaveErrorStack();
     try {
         the_worker = new Worker(slot, dbname_copy);
         the_worker->Run();
@@ -723,6 +727,7 @@ void outbox_worker_main(Datum arg) {
         failed = true;
     }
     if (failed) {
+        RestoreErrorStack(entry, "the outbox worker");
         if (the_worker)
             the_worker->ReleaseDrivers();
         ereport(LOG, (errmsg("outbox worker stopped: %s", error.message)));

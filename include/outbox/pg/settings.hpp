@@ -20,6 +20,10 @@ extern int setting_retention_s;        // outbox.retention (sighup): keep delive
 // a test can stop the server at exactly that point. Off (empty) costs one string test per phase.
 extern char *setting_debug_pause;
 extern int setting_debug_pause_ms;
+// Fault injection for the boundary tests only (superuser, not shown): "bad_alloc_in_pg_try"
+// makes the next PgTry of each process that takes the setting throw std::bad_alloc inside its
+// PG_TRY body (include/outbox/pg/guard.hpp). Set again (or reloaded) to fire again.
+extern char *setting_debug_fault;
 
 // Defines every setting and reserves the "outbox." prefix. Called once from _PG_init.
 void DefineSettings();
