@@ -12,6 +12,8 @@
 // run the statement gets PostgreSQL's own error and the workers never notice; otherwise any
 // login role could stop a served database's workers over and over with a DROP DATABASE that
 // fails anyway.
+//
+// CREATE EXTENSION outbox wakes the launcher and the database's workers at commit.
 extern "C" {
 #include "postgres.h"
 #include "access/htup_details.h"
@@ -32,6 +34,7 @@ extern "C" {
 }
 
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/producer.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
 
@@ -156,6 +159,32 @@ Oid DatabaseNeededAlone(Node *stmt, ProcessUtilityContext context) {
     }
 }
 
+// CREATE EXTENSION outbox ran in this transaction: at commit the launcher looks at once for
+// the database (created since the server started, it would otherwise wait for the launcher's
+// 10 s recheck) and the database's workers load the new extension.
+bool wake_launcher_at_commit = false;
+
+void OnTransactionEvent(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_COMMIT:  // visible to other snapshots by now
+            if (wake_launcher_at_commit)
+                WakeLauncher();
+            wake_launcher_at_commit = false;
+            break;
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere: the recheck finds it
+            wake_launcher_at_commit = false;
+            break;
+        default:
+            break;
+    }
+}
+
+bool CreatesThisExtension(Node *stmt) {
+    return IsA(stmt, CreateExtensionStmt) &&
+           strcmp(reinterpret_cast<CreateExtensionStmt *>(stmt)->extname, "outbox") == 0;
+}
+
 // Only plain C data lives in this frame: PostgreSQL errors longjmp through it.
 void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tree,
                  ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *query_env,
@@ -176,6 +205,10 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
             if (OidIsValid(database))
                 ReleaseDatabase(database);
         });
+    if (CreatesThisExtension(pstmt->utilityStmt)) {
+        wake_launcher_at_commit = true;
+        ReloadAtCommit();
+    }
 }
 
 }  // namespace
@@ -183,6 +216,7 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
 void InstallUtilityHook() {
     prev_utility_hook = ProcessUtility_hook;
     ProcessUtility_hook = UtilityHook;
+    RegisterXactCallback(OnTransactionEvent, nullptr);
 }
 
 }  // namespace outbox::pg
