@@ -198,7 +198,29 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
     std::vector<Message> send;
     send.reserve(rows.size());
     int max_attempts = MaxAttempts(d);
+    // The request of an earlier claim of the row, still in flight (on this driver or on one
+    // retired since), or nullptr.
+    auto in_flight = [&](int64_t id) -> Destination::InFlight * {
+        auto f = d.in_flight.find(id);
+        if (f != d.in_flight.end())
+            return &f->second;
+        for (auto &old : retired_) {
+            if (old->spec.name != destination)
+                continue;
+            auto g = old->in_flight.find(id);
+            if (g != old->in_flight.end())
+                return &g->second;
+        }
+        return nullptr;
+    };
     for (Message &m : rows) {
+        if (Destination::InFlight *earlier = in_flight(m.id)) {
+            // Claimed again while its request is in flight: not sent twice. The outcome of
+            // that request presents the new lease (the old one no longer matches the row).
+            earlier->lease_token = m.lease_token;
+            earlier->attempts = m.attempts;
+            continue;
+        }
         Resolution r;
         r.id = m.id;
         r.lease_token = m.lease_token;

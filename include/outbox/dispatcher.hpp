@@ -105,7 +105,9 @@ class Dispatcher {
     std::vector<ClaimRequest> PlanClaims(int64_t now_ms);
 
     // Rows claimed for `destination` (asked for `asked`). Expired and poison rows are resolved
-    // at once; the rest go to the driver.
+    // at once; the rest go to the driver — except a row whose earlier claim is still in flight
+    // (its lease lapsed, or the fast path locked it again): it is never sent twice; the request
+    // in flight takes the new claim's lease token, so its outcome is written back with it.
     void Submit(const std::string &destination, int asked, std::vector<Message> rows,
                 int64_t now_ms);
 

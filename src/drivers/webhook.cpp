@@ -194,7 +194,7 @@ class WebhookDriver final : public Driver {
 
     Transfer *NewTransfer(std::string *error);
     void StartWaiting();
-    bool Start(Message &m, Transfer *t, std::string *why, OutcomeKind *kind);
+    bool Start(Message &m, int64_t waited_ms, Transfer *t, std::string *why, OutcomeKind *kind);
     curl_slist *BuildHeaders(const Message &m, int64_t timestamp, const std::string &signature);
     void SocketAction(curl_socket_t s, int mask);
     void Sweep();
@@ -210,8 +210,10 @@ class WebhookDriver final : public Driver {
     std::string source_;
     std::string ce_type_fallback_;  // default_topic, else the destination's name
     size_t max_in_flight_;
-    bool is_https_ = false;                  // HTTP/2 is possible (only negotiated over TLS)
-    std::string ca_file_;                    // the CA bundle trusted; empty: libcurl's defaults
+    int64_t budget_ms_;      // submit to outcome, at most: half of outbox.lease_timeout
+    int64_t timeout_ms_;     // config_.timeout_ms, lowered to budget_ms_
+    bool is_https_ = false;  // HTTP/2 is possible (only negotiated over TLS)
+    std::string ca_file_;    // the CA bundle trusted; empty: libcurl's defaults
     std::vector<std::string> secret_parts_;  // URL parts never to be shown in an error
 
     CURLM *multi_ = nullptr;
@@ -223,7 +225,11 @@ class WebhookDriver final : public Driver {
     std::vector<std::unique_ptr<Transfer>> pool_;  // every transfer ever made (<= max_in_flight)
     std::vector<Transfer *> free_;                 // idle ones, ready for reuse
     size_t active_ = 0;
-    std::deque<Message> waiting_;  // submitted beyond max_in_flight, not started yet
+    struct Waiting {
+        Message message;
+        int64_t submitted_ns;  // monotonic
+    };
+    std::deque<Waiting> waiting_;  // submitted beyond max_in_flight, not started yet
     std::vector<Outcome> ready_;   // known outcomes not yet returned by Poll
     std::vector<std::string> log_;
     bool broken_ = false;
@@ -234,7 +240,9 @@ WebhookDriver::WebhookDriver(const WebhookDriverOptions &options)
     : config_(options.config),
       destination_(options.destination),
       source_(options.source),
-      max_in_flight_(static_cast<size_t>(std::max(1, options.config.max_in_flight))) {
+      max_in_flight_(static_cast<size_t>(std::max(1, options.config.max_in_flight))),
+      budget_ms_(std::max<int64_t>(1, options.lease_timeout_ms / 2)),
+      timeout_ms_(std::min(options.config.timeout_ms, budget_ms_)) {
     if (!config_.default_topic.empty())
         ce_type_fallback_ = config_.default_topic;
     else
@@ -277,6 +285,11 @@ bool WebhookDriver::Init(std::string *error) {
         }
     }
 #endif
+
+    if (timeout_ms_ < config_.timeout_ms)
+        AddLog("timeout_ms lowered from " + std::to_string(config_.timeout_ms) + " to " +
+               std::to_string(timeout_ms_) + " ms to stay within half of outbox.lease_timeout (" +
+               std::to_string(budget_ms_ * 2) + " ms): a longer request would outlive its lease");
 
     sockets_.reserve(max_in_flight_ + 8);
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -344,7 +357,7 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
         return nullptr;
     }
     CURL *e = t->easy;
-    int64_t connect_ms = std::min<int64_t>(config_.timeout_ms, kMaxConnectTimeoutMs);
+    int64_t connect_ms = std::min<int64_t>(timeout_ms_, kMaxConnectTimeoutMs);
     bool ok =
         curl_easy_setopt(e, CURLOPT_URL, config_.url.c_str()) == CURLE_OK &&
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -355,7 +368,7 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
 #endif
         curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(config_.timeout_ms)) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(timeout_ms_)) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, long(connect_ms)) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_USERAGENT, kUserAgent) == CURLE_OK &&
@@ -569,7 +582,17 @@ curl_slist *WebhookDriver::BuildHeaders(const Message &m, int64_t timestamp,
 
 // Hands one message to libcurl on transfer `t`. On failure sets *why and *kind and leaves `t`
 // unused.
-bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind *kind) {
+bool WebhookDriver::Start(Message &m, int64_t waited_ms, Transfer *t, std::string *why,
+                          OutcomeKind *kind) {
+    // The request and its wait for a connection together stay within budget_ms_.
+    int64_t timeout_ms = std::min(timeout_ms_, budget_ms_ - waited_ms);
+    if (timeout_ms < 1) {
+        *kind = OutcomeKind::Defer;
+        *why = "not sent: waited " + std::to_string(waited_ms) + " ms for one of the " +
+               std::to_string(max_in_flight_) +
+               " connections (max_in_flight), past half of outbox.lease_timeout";
+        return false;
+    }
     int64_t timestamp = static_cast<int64_t>(time(nullptr));
     std::string signature;
     if (!config_.secret_keys.empty()) {
@@ -595,6 +618,9 @@ bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind
     t->response_len = 0;
     t->retry_after_len = 0;
     t->has_retry_after = false;
+    curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, long(timeout_ms));
+    curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     long(std::min<int64_t>(timeout_ms, kMaxConnectTimeoutMs)));
     curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
     curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(t->body.size()));
     curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, t->body.data());
@@ -612,8 +638,10 @@ bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind
 
 // Starts waiting messages while there is room. Needs signals blocked (see the caller).
 void WebhookDriver::StartWaiting() {
+    int64_t now_ns = MonotonicNs();
     while (!waiting_.empty() && active_ < max_in_flight_) {
-        Message &m = waiting_.front();
+        Message &m = waiting_.front().message;
+        int64_t waited_ms = (now_ns - waiting_.front().submitted_ns) / 1000000;
         std::string why;
         OutcomeKind kind = OutcomeKind::Retry;
         Transfer *t = nullptr;
@@ -623,7 +651,7 @@ void WebhookDriver::StartWaiting() {
         } else {
             t = NewTransfer(&why);
         }
-        if (t == nullptr || !Start(m, t, &why, &kind)) {
+        if (t == nullptr || !Start(m, waited_ms, t, &why, &kind)) {
             if (t != nullptr)
                 free_.push_back(t);
             ready_.push_back(Outcome{m.id, m.lease_token, kind, Redact(std::move(why)), -1});
@@ -633,8 +661,9 @@ void WebhookDriver::StartWaiting() {
 }
 
 void WebhookDriver::Submit(std::vector<Message> batch) {
+    int64_t now_ns = MonotonicNs();
     for (Message &m : batch)
-        waiting_.push_back(std::move(m));
+        waiting_.push_back(Waiting{std::move(m), now_ns});
     SignalsBlocked blocked;
     StartWaiting();
     // Kick the new transfers off now (connect, or send on a kept-alive connection) rather than
@@ -841,8 +870,8 @@ void WebhookDriver::Abandon() {
                                  -1});
         Release(t);
     }
-    for (Message &m : waiting_)
-        ready_.push_back(Outcome{m.id, m.lease_token, OutcomeKind::Defer,
+    for (Waiting &w : waiting_)
+        ready_.push_back(Outcome{w.message.id, w.message.lease_token, OutcomeKind::Defer,
                                  "abandoned before the request was sent", -1});
     waiting_.clear();
 }

@@ -27,6 +27,7 @@ extern "C" {
 
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/producer.hpp"
+#include "outbox/pg/settings.hpp"
 
 extern "C" {
 PGDLLEXPORT Datum outbox_destinations_check(PG_FUNCTION_ARGS);
@@ -63,6 +64,11 @@ static std::string JoinLines(const std::vector<std::string> &lines) {
 // config, so a destination a superuser configured for Kerberos or a client certificate still
 // carries those settings when an operator changes its retry settings, and the operator did
 // not choose them. Changing or adding such a setting, or respelling it, needs the privilege.
+//
+// A webhook is also checked against the settings of the server, when it is created and when
+// the setting concerned changes (not for every alter: a setting of the server that changed
+// since is applied by the driver, see README): a given timeout_ms must fit in half of
+// outbox.lease_timeout.
 static void CheckConfigOrThrow(const char *name, DestinationKind kind, const char *json,
                                const char *old_json, CallerPrivileges caller) {
     const std::string destination =
@@ -73,11 +79,12 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
     ConfigCheck check = CheckDestinationConfig(kind, json, options);
 
     std::vector<PrivilegedSetting> chosen = check.privileged;
+    ConfigCheck old;
     if (old_json != nullptr) {
         CheckOptions no_files;
         no_files.check_files = false;
-        chosen = AddedOrChangedSettings(CheckDestinationConfig(kind, old_json, no_files).privileged,
-                                        check.privileged);
+        old = CheckDestinationConfig(kind, old_json, no_files);
+        chosen = AddedOrChangedSettings(old.privileged, check.privileged);
     }
     std::vector<std::string> denied;
     bool code_denied = false;
@@ -99,6 +106,18 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
                       "permission denied to configure " + destination, JoinLines(denied), hint);
     }
 
+    if (check.ok() && kind == DestinationKind::Webhook) {
+        const WebhookConfig &webhook = check.config.webhook;
+        bool timeout_changed = old_json == nullptr ||
+                               webhook.timeout_set != old.config.webhook.timeout_set ||
+                               webhook.timeout_ms != old.config.webhook.timeout_ms;
+        if (timeout_changed) {
+            if (auto problem = WebhookTimeoutProblem(webhook, setting_lease_timeout_ms)) {
+                check.problems.push_back(problem->first);
+                check.hints.push_back(problem->second);
+            }
+        }
+    }
     if (check.ok())
         return;
     std::string hint = check.problems.size() == 1

@@ -170,6 +170,7 @@ Worker::Worker(WorkerSlot *slot, std::string database)
                 options.config = spec.config.webhook;
                 options.destination = spec.name;
                 options.source = "/outbox/" + database_;
+                options.lease_timeout_ms = dispatcher_->Settings().lease_timeout_ms;
                 return MakeWebhookDriver(options, error);
             }
             KafkaDriverOptions options;

@@ -740,5 +740,32 @@ TEST_F(DispatcherTest, RebuiltDriversAreCountedForTheWaitSet) {
     EXPECT_EQ(dispatcher_.DriversBuilt(), 3u);
 }
 
+// 10. A row claimed again while its request is in flight (its lease lapsed under a slow
+// endpoint) is never sent a second time; the request's outcome presents the new lease token,
+// which is the one the row has now.
+TEST_F(DispatcherTest, RowClaimedAgainWhileInFlightIsNotSentTwice) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(7, 7001), Row(8, 7002)}, kT0);
+    ScriptedDriver &driver = DriverOf("hooks");
+    ASSERT_EQ(driver.submitted.size(), 2u);
+    // The lease lapsed; the next claim finds the row again (attempts + 1), with a new token.
+    dispatcher_.Submit("hooks", 2, {Row(7, 7101, 2), Row(9, 7102)}, kT0 + 30000);
+    ASSERT_EQ(driver.submitted.size(), 3u) << "only the new row 9 is sent";
+    EXPECT_EQ(driver.submitted.back().id, 9);
+    EXPECT_EQ(dispatcher_.InFlight(), 3u);
+
+    driver.Finish(7, OutcomeKind::Delivered);
+    Resolution res = PollOne("hooks", kT0 + 30005);
+    EXPECT_EQ(res.id, 7);
+    EXPECT_EQ(res.lease_token, 7101) << "written back with the lease the row has now";
+    EXPECT_EQ(res.action, Resolution::Action::Delete);
+
+    // A retry of it counts the attempt the new claim recorded.
+    driver.Finish(8, OutcomeKind::Retry, "HTTP 503");
+    res = PollOne("hooks", kT0 + 30006);
+    EXPECT_EQ(res.lease_token, 7002);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+}
+
 }  // namespace
 }  // namespace outbox

@@ -196,6 +196,7 @@ class WebhookDriverTest : public ::testing::Test {
         o.config.max_in_flight = 8;
         o.destination = "orders";
         o.source = "/outbox/testdb";
+        o.lease_timeout_ms = 60000;
         return o;
     }
 
@@ -644,6 +645,60 @@ TEST_F(WebhookDriverTest, IdleDriverAsksForNoWakeUps) {
     EXPECT_EQ(d->PollTimeoutMs(), -1);
     struct pollfd p = {d->WaitFd(), POLLIN, 0};
     EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+// timeout_ms longer than half of outbox.lease_timeout is lowered to it, with a log line: a
+// request that outlived the lease would be taken over and sent again by another worker.
+TEST_F(WebhookDriverTest, TimeoutIsLoweredToHalfTheLease) {
+    WebhookDriverOptions options = Options("/s;delay_ms=3000");
+    options.config.timeout_ms = 20000;
+    options.lease_timeout_ms = 2000;
+    std::unique_ptr<Driver> d = Make(options);
+    std::vector<std::string> lines;
+    d->TakeLog(lines);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0],
+              "timeout_ms lowered from 20000 to 1000 ms to stay within half of "
+              "outbox.lease_timeout (2000 ms): a longer request would outlive its lease");
+    int64_t start = NowMs();
+    std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
+    int64_t took = NowMs() - start;
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].kind, OutcomeKind::Retry) << outcomes[0].error;
+    EXPECT_GE(took, 950);
+    EXPECT_LT(took, 2000);
+}
+
+// The time a message waits for one of max_in_flight connections counts too: from Submit to
+// outcome, no message takes more than half the lease, even queued behind a slow endpoint.
+TEST_F(WebhookDriverTest, QueuedMessagesStayWithinHalfTheLease) {
+    WebhookDriverOptions options = Options("/s;delay_ms=600");
+    options.config.max_in_flight = 1;
+    options.lease_timeout_ms = 2000;  // 1000 ms from Submit to outcome
+    std::unique_ptr<Driver> d = Make(options);
+    int64_t start = NowMs();
+    d->Submit({MakeMessage(1), MakeMessage(2), MakeMessage(3)});  // beyond max_in_flight
+    std::map<int64_t, int64_t> took;
+    std::map<int64_t, Outcome> outcomes;
+    while (outcomes.size() < 3 && NowMs() - start < 5000) {
+        Wait(*d, 50);
+        std::vector<Outcome> got;
+        d->Poll(got);
+        for (Outcome &o : got) {
+            took[o.id] = NowMs() - start;
+            outcomes[o.id] = o;
+        }
+    }
+    ASSERT_EQ(outcomes.size(), 3u);
+    EXPECT_EQ(outcomes[1].kind, OutcomeKind::Delivered) << outcomes[1].error;
+    // Started after ~600 ms of waiting: ~400 ms left, the endpoint takes 600.
+    EXPECT_EQ(outcomes[2].kind, OutcomeKind::Retry) << outcomes[2].error;
+    // Its turn came ~1000 ms after Submit: not sent at all, no attempt spent.
+    EXPECT_EQ(outcomes[3].kind, OutcomeKind::Defer) << outcomes[3].error;
+    EXPECT_NE(outcomes[3].error.find("not sent: waited "), std::string::npos) << outcomes[3].error;
+    for (const auto &[id, ms] : took)
+        EXPECT_LT(ms, 1000 + 250) << "message " << id;
+    EXPECT_EQ(SinkCount(), 2);
 }
 
 }  // namespace

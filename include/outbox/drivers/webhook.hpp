@@ -3,6 +3,7 @@
 // A message counts as delivered only on a 2xx answer.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,11 @@ struct WebhookDriverOptions {
     WebhookConfig config;
     std::string destination;  // the destination's name: for log lines and the ce-type fallback
     std::string source;       // CloudEvents ce-source
+    // outbox.lease_timeout: a message's request, with the time it waited for one of
+    // max_in_flight connections, is given up at half of it (timeout_ms is lowered to that, with
+    // a log line), so no lease lapses while its request is in flight and no other worker takes
+    // the message over and sends it again.
+    int64_t lease_timeout_ms = 30000;
 };
 
 // A ready driver, or nullptr with *error set (libcurl could not be set up). Calls
