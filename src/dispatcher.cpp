@@ -71,7 +71,8 @@ void Dispatcher::SetDestinations(std::vector<DestinationSpec> specs) {
     std::map<std::string, std::unique_ptr<Destination>> next;
     for (DestinationSpec &spec : specs) {
         auto it = destinations_.find(spec.name);
-        if (it != destinations_.end() && it->second->spec.config_json == spec.config_json) {
+        if (it != destinations_.end() && it->second->spec.config_json == spec.config_json &&
+            it->second->spec.config_by_superuser == spec.config_by_superuser) {
             // Same config: keep driver and state, take the new paused flag.
             it->second->spec.paused = spec.paused;
             it->second->want_more = true;
@@ -97,11 +98,12 @@ void Dispatcher::Retire(std::unique_ptr<Destination> &d) {
 void Dispatcher::SetSettings(const DispatchSettings &settings) {
     bool rebuild = settings.batch_size != settings_.batch_size ||
                    settings.lease_timeout_ms != settings_.lease_timeout_ms;
+    bool rebuild_webhooks = settings.webhook_allowed_networks != settings_.webhook_allowed_networks;
     settings_ = settings;
-    if (!rebuild)
+    if (!rebuild && !rebuild_webhooks)
         return;
     for (auto &[name, d] : destinations_) {
-        if (!d->driver)
+        if (!d->driver || (!rebuild && d->spec.config.kind != DestinationKind::Webhook))
             continue;
         // The old driver finishes its messages under a retired copy of the destination.
         auto old = std::make_unique<Destination>();

@@ -27,6 +27,9 @@ struct DestinationSpec {
     bool paused = false;
     DestinationConfig config;
     std::string config_error;  // the stored config no longer passes the check (e.g. ca_file gone)
+    // outbox.destinations.created_by_superuser: a superuser wrote the config as it stands (a
+    // webhook's error texts may then quote response bodies).
+    bool config_by_superuser = false;
 };
 
 // Settings in force (the GUCs, with per-destination overrides applied by the dispatcher).
@@ -36,6 +39,7 @@ struct DispatchSettings {
     int max_attempts = 10;
     int64_t retry_base_ms = 1000;
     int64_t retry_max_ms = 300000;
+    std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
 };
 
 // Why a row goes to the dead letters (outbox.dead_letters.reason).
@@ -89,7 +93,8 @@ class Dispatcher {
     ~Dispatcher();
 
     // New settings. When the ones a driver is built with (batch size, lease timeout) change,
-    // every driver is rebuilt; drivers with messages in flight finish them first.
+    // every driver is rebuilt, and every webhook driver when the allowed networks change;
+    // drivers with messages in flight finish them first.
     void SetSettings(const DispatchSettings &settings);
     const DispatchSettings &Settings() const { return settings_; }
 

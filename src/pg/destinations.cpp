@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "outbox/config.hpp"
+#include "outbox/network_policy.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -55,6 +56,42 @@ static std::string JoinLines(const std::vector<std::string> &lines) {
     return text;
 }
 
+// A webhook URL whose host is an address (in any spelling) or localhost that
+// outbox.webhook_allowed_networks does not allow is refused now, rather than every message
+// later. (A name is resolved only when connecting: that check is the driver's.)
+static void CheckWebhookAddress(const std::string &destination, const std::string &url) {
+    std::vector<Network> allowed;
+    std::string error;
+    if (!ParseNetworkList(setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "",
+                          &allowed, &error))
+        allowed.clear();  // the setting's check hook makes this impossible
+    std::string refused;
+    std::string kind;
+    if (std::optional<IpAddress> literal = LiteralAddressOfUrl(url)) {
+        if (!AddressAllowed(*literal, allowed)) {
+            refused = "address " + FormatIpAddress(*literal);
+            kind = RestrictedKind(*literal);
+        }
+    } else if (IsLocalhostName(url)) {
+        IpAddress v4 = *ParseIpAddress("127.0.0.1"), v6 = *ParseIpAddress("::1");
+        if (!AddressAllowed(v4, allowed) && !AddressAllowed(v6, allowed)) {
+            refused = "host localhost (127.0.0.1, ::1)";
+            kind = "loopback";
+        }
+    }
+    if (refused.empty())
+        return;
+    throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
+                  "permission denied to configure " + destination + ": its URL names " + refused +
+                      ", which is not allowed by outbox.webhook_allowed_networks",
+                  "That is a " + kind +
+                      " address. Webhooks may reach loopback, unspecified, private, link-local, "
+                      "multicast, reserved and IPv4-mapped addresses only where a superuser "
+                      "allows them.",
+                  "Use the endpoint's public address or name, or ask a superuser to add its "
+                  "network to outbox.webhook_allowed_networks (postgresql.conf, then a reload).");
+}
+
 // Validates a destination's config with the same parser the worker uses, and checks that the
 // caller may use the privileged settings it adds or changes; throws a PgError for the first
 // of these that fails (privileges before validity), with every problem of that kind in it.
@@ -68,7 +105,8 @@ static std::string JoinLines(const std::vector<std::string> &lines) {
 // A webhook is also checked against the settings of the server, when it is created and when
 // the setting concerned changes (not for every alter: a setting of the server that changed
 // since is applied by the driver, see README): a given timeout_ms must fit in half of
-// outbox.lease_timeout.
+// outbox.lease_timeout, and a literal address (or localhost) in the URL must be allowed by
+// outbox.webhook_allowed_networks.
 static void CheckConfigOrThrow(const char *name, DestinationKind kind, const char *json,
                                const char *old_json, CallerPrivileges caller) {
     const std::string destination =
@@ -108,6 +146,8 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
 
     if (check.ok() && kind == DestinationKind::Webhook) {
         const WebhookConfig &webhook = check.config.webhook;
+        if (old_json == nullptr || webhook.url != old.config.webhook.url)
+            CheckWebhookAddress(destination, webhook.url);
         bool timeout_changed = old_json == nullptr ||
                                webhook.timeout_set != old.config.webhook.timeout_set ||
                                webhook.timeout_ms != old.config.webhook.timeout_ms;
@@ -210,7 +250,25 @@ static HeapTuple CheckDestinationRow(TriggerData *td) {
         return p;
     });
     CheckConfigOrThrow(name, *kind, json, old_json, privileges);
-    return tuple;
+
+    // created_by_superuser: whether a superuser wrote the config as it stands. An UPDATE by
+    // anyone else clears it; a superuser's UPDATE keeps what it was (changing the retries of a
+    // destination does not vouch for the URL someone else chose). Not in a 0.1.0 schema.
+    return PgTry([&] {
+        int att = SPI_fnumber(desc, "created_by_superuser");
+        if (att <= 0)
+            return tuple;
+        bool value = privileges.runs_code;
+        if (is_update) {
+            bool isnull;
+            Datum old_value = heap_getattr(td->tg_trigtuple, att, desc, &isnull);
+            value = value && !isnull && DatumGetBool(old_value);
+        }
+        int cols[1] = {att};
+        Datum values[1] = {BoolGetDatum(value)};
+        bool nulls[1] = {false};
+        return heap_modify_tuple_by_cols(tuple, desc, 1, cols, values, nulls);
+    });
 }
 
 }  // namespace outbox::pg

@@ -97,6 +97,8 @@ DispatchSettings CurrentSettings() {
     s.max_attempts = setting_max_attempts;
     s.retry_base_ms = setting_retry_base_ms;
     s.retry_max_ms = setting_retry_max_ms;
+    s.webhook_allowed_networks =
+        setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "";
     return s;
 }
 
@@ -171,6 +173,8 @@ Worker::Worker(WorkerSlot *slot, std::string database)
                 options.destination = spec.name;
                 options.source = "/outbox/" + database_;
                 options.lease_timeout_ms = dispatcher_->Settings().lease_timeout_ms;
+                options.allowed_networks = dispatcher_->Settings().webhook_allowed_networks;
+                options.show_response_body = spec.config_by_superuser;
                 return MakeWebhookDriver(options, error);
             }
             KafkaDriverOptions options;

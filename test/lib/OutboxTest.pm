@@ -31,6 +31,8 @@ sub outbox_node {
     $node->append_conf('postgresql.conf', join("\n",
         "shared_preload_libraries = 'outbox'",
         "outbox.poll_interval = '200ms'",
+        # the webhook sinks listen on loopback, which webhooks may reach only when allowed
+        "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1'",
         "log_min_messages = info",
         $opts{conf} // '') . "\n");
     return $node if defined $opts{start} && !$opts{start};

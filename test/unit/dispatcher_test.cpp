@@ -767,5 +767,32 @@ TEST_F(DispatcherTest, RowClaimedAgainWhileInFlightIsNotSentTwice) {
     EXPECT_EQ(res.action, Resolution::Action::Reschedule);
 }
 
+// 11. outbox.webhook_allowed_networks changed by a reload: webhook drivers are rebuilt (they
+// check addresses with it), other drivers are kept.
+TEST_F(DispatcherTest, AllowedNetworksRebuildWebhookDriversOnly) {
+    DestinationSpec kafka = Spec("stream");
+    kafka.config.kind = DestinationKind::Kafka;
+    dispatcher_.SetDestinations(Specs({Spec("hooks"), kafka}));
+    dispatcher_.PlanClaims(kT0);
+    EXPECT_EQ(builds_["hooks"], 1);
+    EXPECT_EQ(builds_["stream"], 1);
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.webhook_allowed_networks = "127.0.0.0/8";
+    dispatcher_.SetSettings(settings);
+    dispatcher_.PlanClaims(kT0 + 1);
+    EXPECT_EQ(builds_["hooks"], 2);
+    EXPECT_EQ(builds_["stream"], 1);
+    dispatcher_.SetSettings(settings);  // unchanged: nothing rebuilt
+    dispatcher_.PlanClaims(kT0 + 2);
+    EXPECT_EQ(builds_["hooks"], 2);
+    // Who wrote the config changes what its errors may show: a new driver too.
+    DestinationSpec hooks = Spec("hooks");
+    hooks.config_by_superuser = true;
+    dispatcher_.SetDestinations(Specs({hooks, kafka}));
+    dispatcher_.PlanClaims(kT0 + 3);
+    EXPECT_EQ(builds_["hooks"], 3);
+    EXPECT_EQ(builds_["stream"], 1);
+}
+
 }  // namespace
 }  // namespace outbox

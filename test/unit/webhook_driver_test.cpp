@@ -197,6 +197,8 @@ class WebhookDriverTest : public ::testing::Test {
         o.destination = "orders";
         o.source = "/outbox/testdb";
         o.lease_timeout_ms = 60000;
+        o.allowed_networks = "127.0.0.0/8, ::1";  // the sink is on loopback
+        o.show_response_body = true;
         return o;
     }
 
@@ -645,6 +647,92 @@ TEST_F(WebhookDriverTest, IdleDriverAsksForNoWakeUps) {
     EXPECT_EQ(d->PollTimeoutMs(), -1);
     struct pollfd p = {d->WaitFd(), POLLIN, 0};
     EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+// outbox.webhook_allowed_networks: without it, loopback is refused when the socket would be
+// opened. No request reaches the sink; the outcome is a dead letter that names the address.
+TEST_F(WebhookDriverTest, RefusedAddressIsDeadAndNothingIsSent) {
+    for (const char *host : {"127.0.0.1", "2130706433", "0.0.0.0", "127.1"}) {
+        WebhookDriverOptions options = Options("/a");
+        options.config.url = std::string("http://") + host + ":" + std::to_string(port_) + "/a";
+        options.allowed_networks = "";
+        std::unique_ptr<Driver> d = Make(options);
+        ASSERT_NE(d, nullptr);
+        std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
+        ASSERT_EQ(outcomes.size(), 1u) << host;
+        EXPECT_EQ(outcomes[0].kind, OutcomeKind::Dead) << host;
+        std::string address = std::string(host) == "0.0.0.0" ? "0.0.0.0" : "127.0.0.1";
+        EXPECT_EQ(outcomes[0].error,
+                  "address " + address + " is not allowed by outbox.webhook_allowed_networks")
+            << host;
+    }
+    EXPECT_EQ(SinkCount(), 0) << "a refused address is never connected to";
+    // 0.0.0.0 is not loopback: listing loopback does not allow it.
+    WebhookDriverOptions options = Options("/a");
+    options.config.url = "http://0.0.0.0:" + std::to_string(port_) + "/a";
+    std::unique_ptr<Driver> d = Make(options);
+    std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(2)});
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].error,
+              "address 0.0.0.0 is not allowed by outbox.webhook_allowed_networks");
+    EXPECT_EQ(SinkCount(), 0);
+}
+
+// A name with several addresses (libcurl resolves localhost to 127.0.0.1 and ::1): each is
+// checked as it is tried; an allowed one is used, and only when none is allowed is it a dead
+// letter.
+TEST_F(WebhookDriverTest, EveryAddressOfANameIsChecked) {
+    auto deliver = [&](const char *allowed, int n) {
+        WebhookDriverOptions options = Options("/a");
+        options.config.url = "http://localhost:" + std::to_string(port_) + "/a";
+        options.allowed_networks = allowed;
+        std::unique_ptr<Driver> d = Make(options);
+        std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(n)});
+        EXPECT_EQ(outcomes.size(), 1u) << allowed;
+        return outcomes.empty() ? Outcome{} : outcomes[0];
+    };
+    Outcome o = deliver("127.0.0.0/8", 1);  // ::1 refused, 127.0.0.1 taken
+    EXPECT_EQ(o.kind, OutcomeKind::Delivered) << o.error;
+    EXPECT_EQ(SinkCount(), 1);
+
+    o = deliver("", 2);  // both refused
+    EXPECT_EQ(o.kind, OutcomeKind::Dead);
+    EXPECT_NE(o.error.find(" is not allowed by outbox.webhook_allowed_networks (nor 1 other "
+                           "address(es) of the host)"),
+              std::string::npos)
+        << o.error;
+
+    o = deliver("::1", 3);  // 127.0.0.1 refused; ::1 allowed, but the sink does not listen there
+    EXPECT_EQ(o.kind, OutcomeKind::Defer)
+        << "an allowed address that refuses is an outage: " << o.error;
+    EXPECT_EQ(SinkCount(), 1);
+}
+
+TEST_F(WebhookDriverTest, ABadNetworkListFailsTheDriver) {
+    WebhookDriverOptions options = Options("/a");
+    options.allowed_networks = "127.0.0.0/33";
+    std::string error;
+    EXPECT_EQ(MakeWebhookDriver(options, &error), nullptr);
+    EXPECT_EQ(error,
+              "outbox.webhook_allowed_networks is invalid: \"127.0.0.0/33\" has a prefix "
+              "length above 32");
+}
+
+// A destination a non-superuser configured: the status only, never the body (it may carry an
+// internal service's secrets, and error texts are what operators read).
+TEST_F(WebhookDriverTest, ResponseBodyIsLeftOutUnlessShown) {
+    WebhookDriverOptions options = Options("/g;status=403;body=token%3Dsecret-value");
+    options.show_response_body = false;
+    std::unique_ptr<Driver> d = Make(options);
+    std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].kind, OutcomeKind::Dead);
+    EXPECT_EQ(outcomes[0].error, "HTTP 403");
+    options.show_response_body = true;
+    d = Make(options);
+    outcomes = Deliver(*d, {MakeMessage(2)});
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].error, "HTTP 403: token=secret-value");
 }
 
 // timeout_ms longer than half of outbox.lease_timeout is lowered to it, with a log line: a

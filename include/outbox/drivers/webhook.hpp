@@ -21,6 +21,15 @@ struct WebhookDriverOptions {
     // a log line), so no lease lapses while its request is in flight and no other worker takes
     // the message over and sends it again.
     int64_t lease_timeout_ms = 30000;
+    // outbox.webhook_allowed_networks (network_policy.hpp): the networks of restricted
+    // addresses a connection may use. Every address a connection is about to use is checked
+    // when its socket is opened; a refused one is not connected to, and a request that has no
+    // allowed address left is a permanent failure (dead letter) naming the address.
+    std::string allowed_networks;
+    // Whether error texts may quote the start of a response body. Only for destinations whose
+    // config a superuser wrote: a body can carry an internal service's secrets, and error texts
+    // end up where operators read them (dead_letters.last_error, stats().last_error).
+    bool show_response_body = false;
 };
 
 // A ready driver, or nullptr with *error set (libcurl could not be set up). Calls

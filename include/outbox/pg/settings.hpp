@@ -13,6 +13,8 @@ extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
 extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
+// outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
+extern char *setting_webhook_allowed_networks;
 
 // Fault injection for the crash tests only (not shown, not in the sample config): the worker
 // stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;
