@@ -212,12 +212,12 @@ static HeapTuple CheckDestinationRow(TriggerData *td) {
     if (kind_text == nullptr)
         throw PgError(ERRCODE_NOT_NULL_VIOLATION,
                       std::string("destination \"") + name + "\" needs a kind", "",
-                      "Use \"kafka\" or \"webhook\".");
+                      "Use \"kafka\", \"webhook\", \"amqp\" or \"nats\".");
     auto kind = outbox::ParseDestinationKind(kind_text);
     if (!kind)
         throw PgError(ERRCODE_INVALID_PARAMETER_VALUE,
                       std::string("unknown destination kind \"") + kind_text + "\"", "",
-                      "Use \"kafka\" or \"webhook\".");
+                      "Use \"kafka\", \"webhook\", \"amqp\" or \"nats\".");
     char *old_json = nullptr;
     if (is_update) {
         char *old_name = TextColumn(td->tg_trigtuple, desc, "name");
@@ -300,5 +300,5 @@ Datum outbox_destinations_changed(PG_FUNCTION_ARGS) {
                         errmsg("outbox._destinations_changed() must be a trigger")));
     CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
     ReloadAtCommit();
-    return PointerGetDatum(nullptr);
+    return PointerGetDatum(NULL);
 }

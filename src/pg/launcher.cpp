@@ -36,6 +36,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
@@ -242,9 +243,17 @@ bool StartWorker(int i, Oid database, int worker_index) {
     WorkerArgs args = {database, worker_index, i};
     memcpy(worker.bgw_extra, &args, sizeof args);
 
+    // The handle is kept across passes, and each pass runs in a context that is reset after it:
+    // allocate it where it lives on. (A handle in the reset context was read after the reset;
+    // PostgreSQL 18 reuses that memory sooner, and the launcher crashed there.)
     BackgroundWorkerHandle *handle = nullptr;
-    if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+    MemoryContext pass_context = MemoryContextSwitchTo(TopMemoryContext);
+    bool registered = RegisterDynamicBackgroundWorker(&worker, &handle);
+    MemoryContextSwitchTo(pass_context);
+    if (!registered)
         return false;
+    if (slot_states[i].handle)
+        pfree(slot_states[i].handle);
     slot_states[i].handle = handle;
     slot_states[i].started_at = GetCurrentTimestamp();
     return true;
@@ -288,6 +297,8 @@ long Reconcile(const std::vector<Oid> &databases) {
                 kill(slot->pid, SIGTERM);
             if (!alive) {
                 slot->in_use = false;
+                if (st.handle)
+                    pfree(st.handle);
                 st = SlotState();
             }
             continue;
@@ -401,6 +412,8 @@ void LauncherMain() {
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
     pgstat_report_appname("outbox launcher");
+    // What pg_stat_activity.wait_event shows while the launcher waits (compat.hpp).
+    uint32 wait_event = NewWaitEvent("OutboxLauncherMain");
 
     slot_states = static_cast<SlotState *>(
         MemoryContextAllocZero(TopMemoryContext, sizeof(SlotState) * shared->num_slots));
@@ -409,7 +422,7 @@ void LauncherMain() {
     logged = new Logged();  // for the life of the process
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     shared->launcher_pid = MyProcPid;
-    shared->launcher_pgprocno = MyProc->pgprocno;
+    shared->launcher_pgprocno = OwnProcNumber();
     // Slots left by a previous launcher: keep live workers, free the rest.
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
@@ -432,8 +445,7 @@ void LauncherMain() {
             next = kRecheckMs;
         // A pass sees everything that changed before it started: a CREATE EXTENSION that
         // commits meanwhile sets the latch again (WakeLauncher).
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next,
-                        PG_WAIT_EXTENSION);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next, wait_event);
         ResetLatch(MyLatch);
     }
 }

@@ -29,6 +29,7 @@ int setting_retention_s = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
 char *setting_webhook_allowed_networks = nullptr;
+bool setting_drop_nonempty = false;
 int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
@@ -130,6 +131,12 @@ void DefineSettings() {
         "uses.",
         &setting_webhook_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
         CheckAllowedNetworks, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "outbox.drop_nonempty",
+        "Lets DROP EXTENSION outbox delete queued messages and dead letters.",
+        "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
+        "table has rows.",
+        &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
