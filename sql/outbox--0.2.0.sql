@@ -233,8 +233,9 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_
 -- log it (log_min_error_statement is back to its setting when the transaction aborts).
 SET log_min_error_statement = panic AS $$
 BEGIN
-    INSERT INTO outbox.destinations (name, kind, config)
-    VALUES (create_destination.name, create_destination.kind, create_destination.config)
+    -- created_by_superuser: asked for here, granted by the check trigger only to a superuser.
+    INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config, true)
     ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" already exists', create_destination.name

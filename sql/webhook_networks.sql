@@ -67,6 +67,22 @@ SELECT name, created_by_superuser FROM outbox.destinations ORDER BY name;
 -- A superuser may vouch for one directly (the check trigger does not fire for that column).
 UPDATE outbox.destinations SET created_by_superuser = true WHERE name = 'tenant';
 SELECT created_by_superuser FROM outbox.destinations WHERE name = 'tenant';
+-- An INSERT gets what it asks for only from a superuser: a restored dump keeps each row's value
+-- (create_destination asks for true), a plain INSERT gets the default, and another role asking
+-- for true gets false.
+INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+VALUES ('restored_t', 'webhook', '{"url": "https://hooks.example.com/rt"}', true),
+       ('restored_f', 'webhook', '{"url": "https://hooks.example.com/rf"}', false);
+INSERT INTO outbox.destinations (name, kind, config)
+VALUES ('plain', 'webhook', '{"url": "https://hooks.example.com/p"}');
+GRANT INSERT ON outbox.destinations TO outbox_regress_platform;
+SET ROLE outbox_regress_platform;
+INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+VALUES ('forged', 'webhook', '{"url": "https://hooks.example.com/f"}', true);
+RESET ROLE;
+REVOKE INSERT ON outbox.destinations FROM outbox_regress_platform;
+SELECT name, created_by_superuser FROM outbox.destinations
+ WHERE name IN ('restored_t', 'restored_f', 'plain', 'forged') ORDER BY name;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_regress_platform;
 REVOKE ALL ON SCHEMA outbox FROM outbox_regress_platform;

@@ -251,19 +251,19 @@ static HeapTuple CheckDestinationRow(TriggerData *td) {
     });
     CheckConfigOrThrow(name, *kind, json, old_json, privileges);
 
-    // created_by_superuser: whether a superuser wrote the config as it stands. An UPDATE by
-    // anyone else clears it; a superuser's UPDATE keeps what it was (changing the retries of a
-    // destination does not vouch for the URL someone else chose). Not in a 0.1.0 schema.
+    // created_by_superuser: whether a superuser wrote the config as it stands. An INSERT gets
+    // what it asks for (create_destination asks for true; a restored dump brings each row's own
+    // value) only when a superuser makes it, so a restore keeps the dumped values instead of
+    // vouching for every destination. An UPDATE by anyone else clears it; a superuser's UPDATE
+    // keeps what it was (changing the retries of a destination does not vouch for the URL
+    // someone else chose). Not in a 0.1.0 schema.
     return PgTry([&] {
         int att = SPI_fnumber(desc, "created_by_superuser");
         if (att <= 0)
             return tuple;
-        bool value = privileges.runs_code;
-        if (is_update) {
-            bool isnull;
-            Datum old_value = heap_getattr(td->tg_trigtuple, att, desc, &isnull);
-            value = value && !isnull && DatumGetBool(old_value);
-        }
+        bool isnull;
+        Datum asked = heap_getattr(is_update ? td->tg_trigtuple : tuple, att, desc, &isnull);
+        bool value = privileges.runs_code && !isnull && DatumGetBool(asked);
         int cols[1] = {att};
         Datum values[1] = {BoolGetDatum(value)};
         bool nulls[1] = {false};
