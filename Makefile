@@ -15,7 +15,8 @@ MODULE_big = outbox
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp \
-            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp
+            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
+            src/network_policy.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)

@@ -361,3 +361,28 @@ SET enable_seqscan = off SET jit = off AS $$
       LEFT JOIN pg_stat_all_tables AS t ON t.relid = 'outbox.messages'::regclass
      ORDER BY d.name
 $$;
+
+-- Whether a superuser wrote a destination's config as it stands (set by the check trigger):
+-- only then may a webhook's error texts quote response bodies. Destinations defined before
+-- 0.2.0 were written by someone unknown: false.
+ALTER TABLE outbox.destinations ADD COLUMN created_by_superuser boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN outbox.destinations.created_by_superuser IS
+    'a superuser wrote the config as it stands: webhook errors may quote response bodies';
+
+CREATE OR REPLACE FUNCTION outbox.create_destination(name text, kind text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
+BEGIN
+    -- created_by_superuser: asked for here, granted by the check trigger only to a superuser.
+    INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config, true)
+    ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" already exists', create_destination.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with outbox.alter_destination(), or drop it first.';
+    END IF;
+END
+$$;

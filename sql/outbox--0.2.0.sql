@@ -14,10 +14,16 @@ CREATE TABLE outbox.destinations (
     config      jsonb NOT NULL,
     paused      boolean NOT NULL DEFAULT false,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now()
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- Set by the check trigger: whether a superuser wrote the config as it stands (an UPDATE
+    -- of the config by anyone else clears it). Only then may a webhook's error texts quote
+    -- response bodies, which can carry an internal service's secrets.
+    created_by_superuser boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE outbox.destinations IS
     'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+COMMENT ON COLUMN outbox.destinations.created_by_superuser IS
+    'a superuser wrote the config as it stands: webhook errors may quote response bodies';
 
 -- Every row is validated on its way in, with the parser the worker uses (librdkafka itself for
 -- Kafka properties); all problems are reported in one error.
@@ -227,8 +233,9 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_
 -- log it (log_min_error_statement is back to its setting when the transaction aborts).
 SET log_min_error_statement = panic AS $$
 BEGIN
-    INSERT INTO outbox.destinations (name, kind, config)
-    VALUES (create_destination.name, create_destination.kind, create_destination.config)
+    -- created_by_superuser: asked for here, granted by the check trigger only to a superuser.
+    INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config, true)
     ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" already exists', create_destination.name

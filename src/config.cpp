@@ -861,6 +861,7 @@ void CheckWebhookConfig(const Json &object, const OutOfRange &out_of_range,
                     "milliseconds or a string such as \"500ms\" or \"30s\")");
             } else {
                 webhook.timeout_ms = *ms;
+                webhook.timeout_set = true;
             }
         } else if (key == "max_in_flight") {
             std::optional<int64_t> n = AsInteger(value);
@@ -1435,6 +1436,21 @@ std::vector<PrivilegedSetting> AddedOrChangedSettings(const std::vector<Privileg
         }
     }
     return changed;
+}
+
+std::optional<std::pair<std::string, std::string>> WebhookTimeoutProblem(
+    const WebhookConfig &config, int64_t lease_timeout_ms) {
+    if (!config.timeout_set || config.timeout_ms * 2 <= lease_timeout_ms)
+        return std::nullopt;
+    return std::make_pair(
+        "\"timeout_ms\" (" + std::to_string(config.timeout_ms) +
+            " ms) must be at most half of outbox.lease_timeout (" +
+            std::to_string(lease_timeout_ms) +
+            " ms): a request that outlasts the lease is taken over and sent again by another "
+            "worker",
+        "Lower \"timeout_ms\" to at most " + std::to_string(lease_timeout_ms / 2) +
+            ", or raise outbox.lease_timeout to at least " + std::to_string(config.timeout_ms * 2) +
+            " ms.");
 }
 
 // A Kafka topic name as the broker accepts it (Kafka's Topic.validate).

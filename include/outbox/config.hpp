@@ -39,6 +39,7 @@ struct WebhookConfig {
     std::vector<std::string> secret_keys;  // decoded key bytes, one per whsec_ secret
     Headers headers;                       // static headers sent on every request
     int64_t timeout_ms = 10000;
+    bool timeout_set = false;  // "timeout_ms" given (else the default, lowered to fit the lease)
     int max_in_flight = 32;
     std::string ca_file;  // empty: the system CA store
     bool tls_verify = true;
@@ -197,6 +198,14 @@ ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_t
 // settings an UPDATE of a destination adds or changes.
 std::vector<PrivilegedSetting> AddedOrChangedSettings(const std::vector<PrivilegedSetting> &before,
                                                       const std::vector<PrivilegedSetting> &after);
+
+// A webhook request must end within half of outbox.lease_timeout, or the lease lapses while it
+// is in flight and another worker sends the message again. A "timeout_ms" given that is longer
+// is a problem (with the hint that says what to do); nullopt otherwise. The default timeout is
+// never one: the driver lowers it to fit (so does it a given one when the lease is lowered
+// later, with a log line).
+std::optional<std::pair<std::string, std::string>> WebhookTimeoutProblem(
+    const WebhookConfig &config, int64_t lease_timeout_ms);
 
 // Settings whose values are secrets and must never be echoed: webhook "secret", and any key
 // containing "password", "secret", "token", "sasl.oauthbearer.config", or "ssl.key" (keys and

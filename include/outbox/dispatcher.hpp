@@ -27,6 +27,9 @@ struct DestinationSpec {
     bool paused = false;
     DestinationConfig config;
     std::string config_error;  // the stored config no longer passes the check (e.g. ca_file gone)
+    // outbox.destinations.created_by_superuser: a superuser wrote the config as it stands (a
+    // webhook's error texts may then quote response bodies).
+    bool config_by_superuser = false;
 };
 
 // Settings in force (the GUCs, with per-destination overrides applied by the dispatcher).
@@ -36,6 +39,7 @@ struct DispatchSettings {
     int max_attempts = 10;
     int64_t retry_base_ms = 1000;
     int64_t retry_max_ms = 300000;
+    std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
 };
 
 // Why a row goes to the dead letters (outbox.dead_letters.reason).
@@ -91,7 +95,8 @@ class Dispatcher {
     ~Dispatcher();
 
     // New settings. When the ones a driver is built with (batch size, lease timeout) change,
-    // every driver is rebuilt; drivers with messages in flight finish them first.
+    // every driver is rebuilt, and every webhook driver when the allowed networks change;
+    // drivers with messages in flight finish them first.
     void SetSettings(const DispatchSettings &settings);
     const DispatchSettings &Settings() const { return settings_; }
 
@@ -107,7 +112,9 @@ class Dispatcher {
     std::vector<ClaimRequest> PlanClaims(int64_t now_ms);
 
     // Rows claimed for `destination` (asked for `asked`). Expired and poison rows are resolved
-    // at once; the rest go to the driver.
+    // at once; the rest go to the driver — except a row whose earlier claim is still in flight
+    // (its lease lapsed, or the fast path locked it again): it is never sent twice; the request
+    // in flight takes the new claim's lease token, so its outcome is written back with it.
     void Submit(const std::string &destination, int asked, std::vector<Message> rows,
                 int64_t now_ms);
 
@@ -120,6 +127,10 @@ class Dispatcher {
 
     // File descriptors to wait on, one per driver that has one.
     std::vector<int> WaitFds() const;
+    // How many drivers have been built so far. A wait set built from WaitFds() must be built
+    // again when this changes even if the list of numbers did not: a new driver's fd often
+    // gets the number its predecessor's closed fd had, which the wait set no longer watches.
+    uint64_t DriversBuilt() const { return drivers_built_; }
 
     // Fast path: the rows of `destination` submitted under transaction locks (lease token 0)
     // whose outcome is not known yet; and, when they must outlive the transaction, the lease
@@ -162,6 +173,7 @@ class Dispatcher {
     Resolutions resolved_;
     std::vector<std::string> log_;
     bool stopping_ = false;
+    uint64_t drivers_built_ = 0;
     uint64_t random_state_;
     uint64_t NextRandom();
 };

@@ -35,11 +35,11 @@ PG_FUNCTION_INFO_V1(outbox_workers);
 using namespace outbox::pg;
 
 // outbox._destination_counters(): the counters of this database's destinations since start.
-Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
+static void ListDestinationCounters(FunctionCallInfo fcinfo) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     if (shared == nullptr)
-        return (Datum)0;
+        return;
 
     ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
         Datum values[9];
@@ -62,15 +62,19 @@ Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
         values[8] = TimestampTzGetDatum(shared->stats_reset);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     });
+}
+
+Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
+    CxxTry([fcinfo] { ListDestinationCounters(fcinfo); });
     return (Datum)0;
 }
 
 // outbox.workers(): one row per running worker, in every database.
-Datum outbox_workers(PG_FUNCTION_ARGS) {
+static void ListWorkers(FunctionCallInfo fcinfo) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     if (shared == nullptr)
-        return (Datum)0;
+        return;
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
@@ -105,5 +109,9 @@ Datum outbox_workers(PG_FUNCTION_ARGS) {
             values[8 + c] = Int64GetDatum(pg_atomic_read_u64(counters[c]));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
+}
+
+Datum outbox_workers(PG_FUNCTION_ARGS) {
+    CxxTry([fcinfo] { ListWorkers(fcinfo); });
     return (Datum)0;
 }

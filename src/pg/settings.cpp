@@ -1,5 +1,9 @@
 // The outbox.* settings (GUCs) of design §1.
 #include <climits>
+#include <string>
+#include <vector>
+
+#include "outbox/network_policy.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -7,6 +11,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/guard.hpp"
 #include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
@@ -22,6 +27,8 @@ int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
 int setting_retention_s = 0;
 char *setting_debug_pause = nullptr;
+char *setting_debug_fault = nullptr;
+char *setting_webhook_allowed_networks = nullptr;
 bool setting_drop_nonempty = false;
 int setting_debug_pause_ms = 0;
 
@@ -40,6 +47,33 @@ static bool CheckDatabases(char **newval, void **, GucSource) {
     list_free(names);
     pfree(copy);
     return ok;
+}
+
+// outbox.webhook_allowed_networks must be a list of networks (network_policy.hpp).
+static bool CheckAllowedNetworks(char **newval, void **, GucSource) {
+    std::vector<outbox::Network> networks;
+    std::string error;
+    bool ok = false;
+    try {
+        ok = outbox::ParseNetworkList(*newval, &networks, &error);
+    } catch (...) {
+        error = "out of memory";
+    }
+    if (!ok)
+        GUC_check_errdetail("%s.", error.c_str());
+    return ok;
+}
+
+// outbox.debug_fault: arms the one-shot fault of this process (see guard.hpp).
+static bool CheckDebugFault(char **newval, void **, GucSource) {
+    if (**newval == '\0' || strcmp(*newval, "bad_alloc_in_pg_try") == 0)
+        return true;
+    GUC_check_errdetail("outbox.debug_fault is empty or \"bad_alloc_in_pg_try\".");
+    return false;
+}
+
+static void AssignDebugFault(const char *newval, void *) {
+    debug_bad_alloc_in_pg_try = strcmp(newval, "bad_alloc_in_pg_try") == 0;
 }
 
 void DefineSettings() {
@@ -88,6 +122,15 @@ void DefineSettings() {
         "0 deletes them when delivered. Older archived rows are swept by the workers in "
         "bounded batches; dead letters are never swept.",
         &setting_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "outbox.webhook_allowed_networks",
+        "Networks of loopback, private, link-local and other internal addresses webhooks may "
+        "connect to.",
+        "A comma-separated list of CIDR networks, e.g. '127.0.0.0/8, ::1'. Public addresses are "
+        "always allowed; internal ones only when listed. Checked for every address a connection "
+        "uses.",
+        &setting_webhook_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
+        CheckAllowedNetworks, nullptr, nullptr);
     DefineCustomBoolVariable(
         "outbox.drop_nonempty",
         "Lets DROP EXTENSION outbox delete queued messages and dead letters.",
@@ -101,6 +144,9 @@ void DefineSettings() {
                             &setting_debug_pause_ms, 0, 0, 600 * 1000, PGC_SIGHUP,
                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);
+    DefineCustomStringVariable(
+        "outbox.debug_fault", "Fault injection for tests only.", nullptr, &setting_debug_fault, "",
+        PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, CheckDebugFault, AssignDebugFault, nullptr);
     MarkGUCPrefixReserved("outbox");
 }
 

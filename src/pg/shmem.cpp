@@ -218,6 +218,14 @@ void ReleaseDatabase(Oid database) {
     for (HeldDatabase &h : shared->held)
         if (h.database == database)
             h.database = InvalidOid;
+    LWLockRelease(shared->lock);
+    WakeLauncher();
+}
+
+void WakeLauncher() {
+    if (shared == nullptr)
+        return;
+    LWLockAcquire(shared->lock, LW_SHARED);
     pid_t launcher = shared->launcher_pid;
     int procno = shared->launcher_pgprocno;
     LWLockRelease(shared->lock);

@@ -911,5 +911,29 @@ TEST(ConfigTest, ProblemsAreSinglePrintableLines) {
     EXPECT_EQ(check.problems[0], "unknown key \"x?y?\\\"z\" for a webhook destination");
 }
 
+// A given timeout_ms must fit in half of outbox.lease_timeout; the default never is a problem
+// (the driver lowers it).
+TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
+    ConfigCheck given = CheckDestinationConfig(
+        DestinationKind::Webhook, R"({"url": "https://example.com/", "timeout_ms": "20s"})");
+    ASSERT_TRUE(given.ok());
+    EXPECT_TRUE(given.config.webhook.timeout_set);
+    auto problem = WebhookTimeoutProblem(given.config.webhook, 5000);
+    ASSERT_TRUE(problem.has_value());
+    EXPECT_EQ(problem->first,
+              "\"timeout_ms\" (20000 ms) must be at most half of outbox.lease_timeout (5000 ms): a "
+              "request that outlasts the lease is taken over and sent again by another worker");
+    EXPECT_EQ(problem->second,
+              "Lower \"timeout_ms\" to at most 2500, or raise outbox.lease_timeout to at least "
+              "40000 ms.");
+    EXPECT_FALSE(WebhookTimeoutProblem(given.config.webhook, 40000).has_value());
+    EXPECT_TRUE(WebhookTimeoutProblem(given.config.webhook, 39999).has_value());
+
+    ConfigCheck defaulted =
+        CheckDestinationConfig(DestinationKind::Webhook, R"({"url": "https://example.com/"})");
+    EXPECT_FALSE(defaulted.config.webhook.timeout_set);
+    EXPECT_FALSE(WebhookTimeoutProblem(defaulted.config.webhook, 1000).has_value());
+}
+
 }  // namespace
 }  // namespace outbox

@@ -15,6 +15,8 @@ extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
 extern bool
     setting_drop_nonempty;  // outbox.drop_nonempty (user): DROP EXTENSION may lose the queue
+// outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
+extern char *setting_webhook_allowed_networks;
 
 // Fault injection for the crash tests only (not shown, not in the sample config): the worker
 // stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;
@@ -22,6 +24,10 @@ extern bool
 // a test can stop the server at exactly that point. Off (empty) costs one string test per phase.
 extern char *setting_debug_pause;
 extern int setting_debug_pause_ms;
+// Fault injection for the boundary tests only (superuser, not shown): "bad_alloc_in_pg_try"
+// makes the next PgTry of each process that takes the setting throw std::bad_alloc inside its
+// PG_TRY body (include/outbox/pg/guard.hpp). Set again (or reloaded) to fire again.
+extern char *setting_debug_fault;
 
 // Defines every setting and reserves the "outbox." prefix. Called once from _PG_init.
 void DefineSettings();

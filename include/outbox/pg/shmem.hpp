@@ -148,6 +148,10 @@ bool DatabaseIsHeld(Oid database);
 bool HoldDatabase(Oid database, int wait_ms);
 void ReleaseDatabase(Oid database);
 
+// Makes the launcher look at outbox.databases and the databases now (it otherwise looks again
+// every 10 s for a database that did not exist).
+void WakeLauncher();
+
 // Resets the counters of one worker slot (a new worker starts from zero).
 void ResetSlotCounters(WorkerSlot *slot);
 
