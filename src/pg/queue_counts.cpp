@@ -351,29 +351,33 @@ static int64 CountRows(const char *destination) {
     return n;
 }
 
-// Reserves one row under a cap: succeeds (and counts the row in `*reserved`) when `queued` (the
-// committed size, -1: count it with `count_rows`) plus every reservation is below `cap`;
-// otherwise returns the size that was found. Lock-free but for the spinlock: producers never
-// wait for each other's transactions.
+// Reserves one row under a cap: succeeds (and counts the row in `*reserved`) when the committed
+// size plus every reservation, this one included, is within `cap`; otherwise sets `*depth` to
+// what was found besides this row. While `valid`, the kept size and the reservations are read in
+// one critical section. Otherwise the row is reserved first, the reservations read in the same
+// step, and the committed rows counted after (`count_rows`): a transaction gives its reservation
+// back only after its commit is visible, so every producer is seen either as reserved or as
+// committed, and of two that check at once the later one sees the other. Producers never wait
+// for each other's transactions, only for the spinlock.
 template <typename CountFn>
 static bool Reserve(slock_t *mutex, int64 *queued, int64 *reserved, bool valid, int64 cap,
                     CountFn count_rows, int64 *depth) {
-    int64 counted = 0;
-    if (!valid) {
-        // Reservations first, rows after: a transaction commits its rows before it gives its
-        // reservation back, so none is missed (two such checks at once may both pass).
-        SpinLockAcquire(mutex);
-        int64 held = *reserved;
-        SpinLockRelease(mutex);
-        counted = count_rows() + held;
-    }
     SpinLockAcquire(mutex);
-    *depth = valid ? *queued + *reserved : counted;
-    bool ok = *depth < cap;
-    if (ok)
-        (*reserved)++;
+    int64 held = ++(*reserved);
+    int64 total = valid ? *queued + held : 0;
+    if (valid && total > cap)
+        (*reserved)--;
     SpinLockRelease(mutex);
-    return ok;
+    if (!valid) {
+        total = count_rows() + held;
+        if (total > cap) {
+            SpinLockAcquire(mutex);
+            (*reserved)--;
+            SpinLockRelease(mutex);
+        }
+    }
+    *depth = total - 1;
+    return total <= cap;
 }
 
 void ReserveQueueRow(Oid messages, const char *destination, int64 destination_cap,
