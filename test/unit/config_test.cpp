@@ -559,18 +559,18 @@ TEST(ConfigTest, MaxPending) {
     ASSERT_TRUE(none.ok()) << JoinProblems(none);
     EXPECT_EQ(none.config.max_pending, 0);  // no cap
 
-    for (const char *kind_and_cap : {"1", "1000000000", "5.0"}) {
+    for (const char *cap : {"1", "1000000000", "5.0"}) {
         ConfigCheck ok = CheckDestinationConfig(
             DestinationKind::Webhook,
-            std::string(R"({"url": "http://h/", "max_pending": )") + kind_and_cap + "}");
-        EXPECT_TRUE(ok.ok()) << kind_and_cap << ": " << JoinProblems(ok);
+            std::string(R"({"url": "http://h/", "max_pending": )") + cap + "}");
+        EXPECT_TRUE(ok.ok()) << cap << ": " << JoinProblems(ok);
     }
     ConfigCheck top = CheckDestinationConfig(DestinationKind::Amqp,
                                              R"({"url": "amqp://h/", "max_pending": 1000000000})");
     ASSERT_TRUE(top.ok()) << JoinProblems(top);
     EXPECT_EQ(top.config.max_pending, 1000000000);
 
-    for (const char *bad : {"0", "-1", "1000000001", "2.5", "" 10 "", "true", "null", "[1]"}) {
+    for (const char *bad : {"0", "-1", "1000000001", "2.5", "\"10\"", "true", "null", "[1]"}) {
         ConfigCheck check = CheckDestinationConfig(
             DestinationKind::Kafka,
             std::string(R"({"bootstrap.servers": "b:9092", "max_pending": )") + bad + "}");
