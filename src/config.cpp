@@ -643,6 +643,16 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
         }
         return true;
     }
+    if (key == "max_pending") {
+        std::optional<int64_t> n = AsInteger(value);
+        if (!n || *n < 1 || *n > kMaxPendingLimit) {
+            problems->push_back("\"max_pending\" must be an integer between 1 and " +
+                                std::to_string(kMaxPendingLimit));
+        } else {
+            config->max_pending = *n;
+        }
+        return true;
+    }
     if (key == "ordering") {
         if (value == "none") {
             config->ordering = Ordering::None;

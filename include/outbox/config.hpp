@@ -16,6 +16,9 @@ namespace outbox {
 
 enum class DestinationKind { Kafka, Webhook, Amqp, Nats };
 
+// The largest "max_pending" a destination may set.
+constexpr int64_t kMaxPendingLimit = 1000000000;
+
 // "kafka", "webhook", "amqp", "nats"
 std::optional<DestinationKind> ParseDestinationKind(std::string_view text);
 const char *DestinationKindName(DestinationKind kind);
@@ -97,6 +100,7 @@ struct DestinationConfig {
     RetryPolicy retry;
     Ordering ordering = Ordering::None;
     OnDead on_dead = OnDead::Block;
+    int64_t max_pending = 0;  // "max_pending": the queue's cap; 0 = none
     KafkaConfig kafka;
     WebhookConfig webhook;
     AmqpConfig amqp;
@@ -143,10 +147,11 @@ struct ConfigCheck {
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
 // Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
-// "ordering": "key"), "max_attempts" (integer 1..1000), "retry_base" and "retry_max" (duration:
-// number of ms or string such as "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >=
-// retry_base when both are given, at most 7d), "topic" (kafka: a valid Kafka topic name, i.e.
-// 1..249 chars of [A-Za-z0-9._-], not "." or ".."; webhook: any non-empty string up to 249).
+// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "max_attempts"
+// (integer 1..1000), "retry_base" and "retry_max" (duration: number of ms or string such as
+// "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
+// 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
+// ".."; webhook: any non-empty string up to 249).
 //
 // kafka: every other key is a librdkafka property, checked with librdkafka itself
 // (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings, numbers or

@@ -103,6 +103,7 @@ static void LoadCache() {
         entry->has_topic = false;
         entry->ordered = false;
         entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
+        entry->max_pending = 0;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -121,6 +122,11 @@ static void LoadCache() {
                 entry->max_message_bytes = DatumGetInt64(
                     DirectFunctionCall1(numeric_int8, NumericGetDatum(max->val.numeric)));
             }
+            // Validated (an integer 1..kMaxPendingLimit) by the destinations check.
+            JsonbValue *cap = getKeyJsonValueFromContainer(&jb->root, "max_pending", 11, nullptr);
+            if (cap && cap->type == jbvNumeric)
+                entry->max_pending = DatumGetInt64(
+                    DirectFunctionCall1(numeric_int8, NumericGetDatum(cap->val.numeric)));
             JsonbValue *topic =
                 getKeyJsonValueFromContainer(&jb->root, topic_key, strlen(topic_key), nullptr);
             if (topic && topic->type == jbvString &&

@@ -533,6 +533,10 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errdetail("The message would expire before it could be delivered."),
                         errhint("Leave expires_at NULL for messages that never expire.")));
 
+    // Back-pressure, after the checks of the row itself: a refused row takes no lock and no
+    // number, and a row refused for another reason reserves no room.
+    ReserveQueueRow(RelationGetRelid(rel), dest.name, dest.max_pending, setting_max_pending);
+
     // Last, after every check: a refused row takes no lock and no number. An ordered message is
     // numbered only once it has its key's turn, so ids follow commit order within a key.
     if (dest.ordered && has_key) {

@@ -26,6 +26,7 @@ int setting_retry_base_ms = 1000;
 int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
 int setting_retention_s = 0;
+int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
 char *setting_webhook_allowed_networks = nullptr;
@@ -117,6 +118,11 @@ void DefineSettings() {
         "Counted on the bytes delivered: the JSON text of payload, or payload_bytes.",
         &setting_max_payload_bytes, 1024 * 1024, 1, 1024 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
         nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.max_pending", "Most messages the queue of a database may hold.",
+        "All destinations together: an INSERT beyond it is refused (SQLSTATE 53400). 0: no cap. "
+        "Set it per database with ALTER DATABASE ... SET outbox.max_pending.",
+        &setting_max_pending, 0, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.retention", "How long delivered messages are kept in outbox.archive.",
         "0 deletes them when delivered. Older archived rows are swept by the workers in "

@@ -553,6 +553,33 @@ TEST(ConfigTest, OrderingSettings) {
         << JoinProblems(random);
 }
 
+TEST(ConfigTest, MaxPending) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.max_pending, 0);  // no cap
+
+    for (const char *cap : {"1", "1000000000", "5.0"}) {
+        ConfigCheck ok = CheckDestinationConfig(
+            DestinationKind::Webhook,
+            std::string(R"({"url": "http://h/", "max_pending": )") + cap + "}");
+        EXPECT_TRUE(ok.ok()) << cap << ": " << JoinProblems(ok);
+    }
+    ConfigCheck top = CheckDestinationConfig(DestinationKind::Amqp,
+                                             R"({"url": "amqp://h/", "max_pending": 1000000000})");
+    ASSERT_TRUE(top.ok()) << JoinProblems(top);
+    EXPECT_EQ(top.config.max_pending, 1000000000);
+
+    for (const char *bad : {"0", "-1", "1000000001", "2.5", "\"10\"", "true", "null", "[1]"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Kafka,
+            std::string(R"({"bootstrap.servers": "b:9092", "max_pending": )") + bad + "}");
+        EXPECT_TRUE(
+            HasProblem(check, "\"max_pending\" must be an integer between 1 and 1000000000"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
 TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     ConfigCheck retries = CheckDestinationConfig(
         DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");

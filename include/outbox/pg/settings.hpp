@@ -12,6 +12,7 @@ extern int setting_max_attempts;       // outbox.max_attempts (sighup)
 extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
 extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
+extern int setting_max_pending;        // outbox.max_pending (superuser): database queue cap
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
 extern bool
     setting_drop_nonempty;  // outbox.drop_nonempty (user): DROP EXTENSION may lose the queue
