@@ -179,4 +179,9 @@ bool IsReservedHeaderName(std::string_view name) {
     return false;
 }
 
+// The producer's way to set the CloudEvents type.
+bool IsCloudEventTypeHeader(std::string_view name) {
+    return NameEquals(name, "ce_type") || NameEquals(name, "ce-type");
+}
+
 }  // namespace outbox

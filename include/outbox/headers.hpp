@@ -21,5 +21,10 @@ bool IsValidHeaderValue(std::string_view value);
 // headers (host, content-length, transfer-encoding, connection, keep-alive, te, trailer,
 // upgrade, expect, proxy-*) and JetStream's control headers (nats-*).
 bool IsReservedHeaderName(std::string_view name);
+// Whether `name` is the producer header that sets the CloudEvents type: "ce_type" or "ce-type",
+// in any case. Reserved for destinations' static headers, but a producer may set it (once): it
+// is not forwarded as such, its value becomes the transport's type attribute instead of the
+// topic.
+bool IsCloudEventTypeHeader(std::string_view name);
 
 }  // namespace outbox

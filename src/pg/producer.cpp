@@ -193,11 +193,25 @@ static void CheckHeaders(Datum headers) {
     JsonbValue v;
     JsonbIteratorToken token;
     char name[kMaxHeaderNameBytes + 1] = "";
+    bool type_seen = false;
+    bool current_is_type = false;
     while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
         if (token == WJB_KEY) {
             std::string_view n(v.val.string.val, v.val.string.len);
             bool valid = IsValidHeaderName(n);
-            bool reserved = valid && IsReservedHeaderName(n);
+            // ce_type (or ce-type) is the producer's CloudEvents type: sent as the transport's
+            // type attribute instead of the topic.
+            bool is_type = valid && outbox::IsCloudEventTypeHeader(n);
+            bool reserved = valid && !is_type && IsReservedHeaderName(n);
+            if (is_type && type_seen)
+                ereport(ERROR,
+                        (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                         errmsg("outbox message sets the CloudEvents type twice"),
+                         errdetail("Headers \"ce_type\" and \"ce-type\" (in any case) both set "
+                                   "the type."),
+                         errhint("Keep one of them.")));
+            type_seen = type_seen || is_type;
+            current_is_type = is_type;
             char shown[outbox::kQuotedBufferSize] = "";
             if (!valid || reserved)
                 outbox::QuoteText(n, shown);
@@ -227,6 +241,11 @@ static void CheckHeaders(Datum headers) {
                                 errdetail("A header value is at most %zu bytes of UTF-8 without "
                                           "control characters (tab allowed).",
                                           kMaxHeaderValueBytes)));
+            if (current_is_type && v.val.string.len == 0)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("outbox message header \"%s\" is empty", name),
+                                errdetail("A CloudEvents type is a non-empty string."),
+                                errhint("Leave the header out to use the topic as the type.")));
         }
     }
 }
@@ -407,13 +426,24 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox message has both payload and payload_bytes"),
                         errhint("Set exactly one: payload for JSON, payload_bytes for binary "
                                 "formats.")));
-    if (!has_json && !has_bytes)
+    // Neither: a Kafka tombstone (a null value deletes the key from a compacted topic), which
+    // only a Kafka destination can send and only for a key.
+    if (!has_json && !has_bytes && !(dest.is_kafka && !heap_attisnull(tuple, c.key, desc))) {
+        if (dest.is_kafka)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
+                     errdetail("A message to a Kafka destination without payload and "
+                               "payload_bytes is a tombstone, and a tombstone needs a key."),
+                     errhint("Set payload (jsonb) or payload_bytes (bytea), or set key to "
+                             "send a tombstone for that key.")));
         ereport(ERROR,
                 (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
                  errhint("Set payload (jsonb) or payload_bytes (bytea).")));
+    }
     int64 limit = setting_max_payload_bytes;
-    int64 size = has_json ? DeliveredJsonSize(payload)
-                          : int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ;
+    int64 size = has_json    ? DeliveredJsonSize(payload)
+                 : has_bytes ? int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ
+                             : 0;
     if (size > limit)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                         errmsg("outbox message payload is %lld bytes, over "
@@ -437,7 +467,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     // A Kafka destination sends at most message.max.bytes per record (librdkafka refuses more):
     // a message that cannot fit is refused now, not dead-lettered later.
     if (dest.max_message_bytes > 0) {
-        int64 record = size + kKafkaRelayOverheadBytes +
+        // Structured mode sends payload_bytes as base64 inside the event.
+        int64 value = dest.structured && has_bytes ? (size + 2) / 3 * 4 : size;
+        int64 record = value + kKafkaRelayOverheadBytes +
                        (has_key ? int64(toast_raw_datum_size(key)) - VARHDRSZ : 0) +
                        (has_headers ? int64(toast_raw_datum_size(headers)) - VARHDRSZ : 0);
         if (record > dest.max_message_bytes)
