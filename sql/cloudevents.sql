@@ -56,5 +56,31 @@ SELECT outbox.alter_destination('h', '{"url": "http://127.0.0.1:1/h", "headers":
 \echo :SQLSTATE
 SELECT destination, key, headers FROM outbox.messages ORDER BY id;
 
+-- Trace context captured at INSERT (W3C traceparent/tracestate): from outbox.traceparent, else
+-- from the statement's SQLCommenter comment, unless the producer passed a traceparent header.
+DELETE FROM outbox.messages;
+BEGIN;
+SET LOCAL outbox.traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+SET LOCAL outbox.tracestate = 'rojo=00f067aa0ba902b7';
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('k', 'set', '{}');
+INSERT INTO outbox.messages (destination, key, payload, headers)
+VALUES ('k', 'own', '{}', '{"TraceParent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}');
+COMMIT;
+INSERT INTO outbox.messages (destination, key, payload, headers) VALUES ('k', 'comment', '{}', '{"x-a": "1"}')
+/*app='shop',traceparent='00-5bd66ef5095369c7b0d1f8f4bd33716a-c532cb4098ac3dd2-01',tracestate='congo%3Dt61rcWkgMzE'*/;
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('k', 'literal', '{"c": "/*traceparent=''00-5bd66ef5095369c7b0d1f8f4bd33716a-c532cb4098ac3dd2-01''*/"}');
+-- Malformed: a WARNING, never an error; the row is queued without it.
+BEGIN;
+SET LOCAL outbox.traceparent = 'not-a-traceparent';
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('k', 'bad', '{}');
+SET LOCAL outbox.traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+SET LOCAL outbox.tracestate = 'Bad Key=1';
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('k', 'bad-state', '{}');
+COMMIT;
+-- ce_traceparent is the relay's, sent from traceparent.
+INSERT INTO outbox.messages (destination, payload, headers) VALUES ('k', '{}', '{"ce_traceparent": "x"}');
+\echo :SQLSTATE
+SELECT key, headers FROM outbox.messages ORDER BY id;
+
 SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

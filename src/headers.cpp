@@ -154,6 +154,11 @@ bool IsReservedHeaderName(std::string_view name) {
         "ce_source",
         "ce_time",
         "ce_specversion",
+        // The distributed-tracing extension: sent from the traceparent/tracestate headers.
+        "ce_traceparent",
+        "ce_tracestate",
+        "ce-traceparent",
+        "ce-tracestate",
         "host",
         "content-length",
         "transfer-encoding",

@@ -17,7 +17,8 @@ bool IsValidHeaderName(std::string_view name);
 bool IsValidHeaderValue(std::string_view value);
 // Names the relay sets itself and a producer or a destination may not override, compared
 // case-insensitively: webhook-id, webhook-timestamp, webhook-signature, the CloudEvents headers
-// (ce-id, ce-type, ce-source, ce-time, ce-specversion and their ce_ forms) and HTTP framing
+// (ce-id, ce-type, ce-source, ce-time, ce-specversion, ce-traceparent, ce-tracestate and their
+// ce_ forms) and HTTP framing
 // headers (host, content-length, transfer-encoding, connection, keep-alive, te, trailer,
 // upgrade, expect, proxy-*) and JetStream's control headers (nats-*).
 bool IsReservedHeaderName(std::string_view name);

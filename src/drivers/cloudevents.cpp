@@ -105,6 +105,14 @@ CloudEventAttributes AttributesOf(const Message &m, std::string_view source,
     a.type = CloudEventType(m, type_fallback);
     a.time = FormatRfc3339Ms(m.created_at_ms);
     a.datacontenttype = DataContentType(m, content_type_defaults);
+    for (const auto &[name, value] : m.headers) {
+        if (NameIs(name, "traceparent"))
+            a.traceparent = value;
+        else if (NameIs(name, "tracestate"))
+            a.tracestate = value;
+    }
+    if (a.traceparent.empty())
+        a.tracestate.clear();  // a tracestate means nothing without its traceparent
     return a;
 }
 
@@ -124,6 +132,14 @@ std::string StructuredEvent(const Message &m, const CloudEventAttributes &a) {
     if (!a.datacontenttype.empty()) {
         out += ",\"datacontenttype\":";
         out += JsonString(a.datacontenttype);
+    }
+    if (!a.traceparent.empty()) {
+        out += ",\"traceparent\":";
+        out += JsonString(a.traceparent);
+    }
+    if (!a.tracestate.empty()) {
+        out += ",\"tracestate\":";
+        out += JsonString(a.tracestate);
     }
     if (!m.tombstone) {
         if (m.payload_is_json) {
@@ -162,6 +178,10 @@ KafkaRecord BuildKafkaRecord(Message &m, std::string_view source, CloudEventsMod
     r.headers.emplace_back("ce_source", std::move(a.source));
     r.headers.emplace_back("ce_time", std::move(a.time));
     r.headers.emplace_back("ce_specversion", "1.0");
+    if (!a.traceparent.empty())
+        r.headers.emplace_back("ce_traceparent", std::move(a.traceparent));
+    if (!a.tracestate.empty())
+        r.headers.emplace_back("ce_tracestate", std::move(a.tracestate));
     return r;
 }
 

@@ -157,6 +157,39 @@ TEST(CloudEventsKafkaStructured, TombstoneStaysBinary) {
     EXPECT_EQ(Header(r, "ce_id"), "1234-1234-1234");
 }
 
+// The distributed-tracing extension: traceparent/tracestate travel as they are (the W3C
+// headers) and as the CloudEvents attributes.
+TEST(CloudEventsTracing, BinaryModeSendsCeTraceparent) {
+    Message m = Example();
+    m.headers = {{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+                 {"tracestate", "rojo=00f067aa0ba902b7"}};
+    KafkaRecord r = BuildKafkaRecord(m, "/s", CloudEventsMode::Binary);
+    EXPECT_EQ(Header(r, "traceparent"), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    EXPECT_EQ(Header(r, "ce_traceparent"),
+              "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    EXPECT_EQ(Header(r, "tracestate"), "rojo=00f067aa0ba902b7");
+    EXPECT_EQ(Header(r, "ce_tracestate"), "rojo=00f067aa0ba902b7");
+}
+
+TEST(CloudEventsTracing, StructuredModeHasTheAttributes) {
+    Message m = Example();
+    m.headers = {{"Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}};
+    KafkaRecord r = BuildKafkaRecord(m, "/s", CloudEventsMode::Structured);
+    nlohmann::json event = nlohmann::json::parse(r.value);
+    EXPECT_EQ(event["traceparent"], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    EXPECT_FALSE(event.contains("tracestate"));
+    EXPECT_EQ(Header(r, "Traceparent"), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+}
+
+TEST(CloudEventsTracing, NoTraceparentNoExtension) {
+    Message m = Example();
+    m.headers = {{"tracestate", "rojo=1"}};
+    KafkaRecord r = BuildKafkaRecord(m, "/s", CloudEventsMode::Binary);
+    EXPECT_EQ(Header(r, "ce_traceparent"), "<absent>");
+    EXPECT_EQ(Header(r, "ce_tracestate"), "<absent>");
+    EXPECT_EQ(Header(r, "tracestate"), "rojo=1");
+}
+
 TEST(CloudEvents, TypeAndContentTypeFallbacks) {
     Message m = Example();
     m.topic.clear();
@@ -177,6 +210,9 @@ TEST(CloudEvents, TypeHeaderNames) {
     EXPECT_FALSE(IsCloudEventTypeHeader("type"));
     // Still the relay's on the wire: a destination's static headers cannot set it.
     EXPECT_TRUE(IsReservedHeaderName("ce-type"));
+    EXPECT_TRUE(IsReservedHeaderName("ce_traceparent"));
+    EXPECT_TRUE(IsReservedHeaderName("CE-TRACESTATE"));
+    EXPECT_FALSE(IsReservedHeaderName("traceparent"));
 }
 
 TEST(CloudEventsConfig, ModeOfKafkaAndWebhookDestinations) {

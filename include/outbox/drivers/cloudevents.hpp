@@ -37,6 +37,10 @@ struct CloudEventAttributes {
     std::string type;
     std::string time;             // RFC 3339
     std::string datacontenttype;  // empty: not sent
+    // The distributed-tracing extension: the message's traceparent and tracestate headers
+    // (the producer's, or captured at INSERT); empty: not sent.
+    std::string traceparent;
+    std::string tracestate;
 };
 
 CloudEventAttributes AttributesOf(const Message &m, std::string_view source,
@@ -44,8 +48,8 @@ CloudEventAttributes AttributesOf(const Message &m, std::string_view source,
                                   const Headers *content_type_defaults = nullptr);
 
 // The event in the JSON event format (structured content mode, application/cloudevents+json):
-// specversion, id, source, type, time, datacontenttype, then "data" (the jsonb payload, as
-// JSON) or "data_base64" (payload_bytes).
+// specversion, id, source, type, time, datacontenttype, traceparent, tracestate, then "data"
+// (the jsonb payload, as JSON) or "data_base64" (payload_bytes).
 std::string StructuredEvent(const Message &m, const CloudEventAttributes &attributes);
 
 // What the Kafka driver produces for one message.
@@ -57,7 +61,8 @@ struct KafkaRecord {
 
 // The Kafka record of `m` (its payload is moved out). Binary mode (the CloudEvents Kafka
 // binding): the producer's headers (but content-type and the ce_type header), then
-// content-type (= datacontenttype), ce_id, ce_type, ce_source, ce_time, ce_specversion; the
+// content-type (= datacontenttype), ce_id, ce_type, ce_source, ce_time, ce_specversion,
+// ce_traceparent and ce_tracestate (when the message has them); the
 // value is the payload. Structured mode: the producer's headers (same exceptions), then
 // content-type: application/cloudevents+json; the value is StructuredEvent. A tombstone is
 // sent in binary mode whatever the mode (a null value cannot hold a structured event), without
