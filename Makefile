@@ -13,7 +13,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
-PURE_SRCS = src/message.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
+PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
             src/network_policy.cpp

@@ -673,6 +673,23 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
         }
         return true;
     }
+    if (key == "cloudevents" &&
+        (kind == DestinationKind::Kafka || kind == DestinationKind::Webhook)) {
+        std::optional<CloudEventsMode> mode;
+        if (value == "binary") {
+            mode = CloudEventsMode::Binary;
+        } else if (value == "structured") {
+            mode = CloudEventsMode::Structured;
+        }
+        if (!mode) {
+            problems->push_back("\"cloudevents\" must be \"binary\" or \"structured\"");
+        } else if (kind == DestinationKind::Kafka) {
+            config->kafka.cloudevents = *mode;
+        } else {
+            config->webhook.cloudevents = *mode;
+        }
+        return true;
+    }
     if (key == "topic") {
         if (kind == DestinationKind::Kafka) {
             if (!value.is_string() || !IsValidKafkaTopic(value.get_ref<const std::string &>())) {

@@ -30,8 +30,15 @@ struct RetryPolicy {
     int64_t retry_max_ms = -1;
 };
 
+// CloudEvents content mode of a destination ("cloudevents"; kafka and webhook).
+enum class CloudEventsMode {
+    Binary,      // the payload as the value/body, the attributes as headers (the default)
+    Structured,  // the whole event as one application/cloudevents+json document
+};
+
 struct KafkaConfig {
     std::string default_topic;  // "topic"; empty when not set
+    CloudEventsMode cloudevents = CloudEventsMode::Binary;
     // Every other key: a librdkafka property, its JSON string/number/boolean value as text,
     // in the order of the JSON object.
     std::vector<std::pair<std::string, std::string>> properties;
@@ -47,6 +54,7 @@ struct WebhookConfig {
     std::string ca_file;  // empty: the system CA store
     bool tls_verify = true;
     std::string default_topic;  // CloudEvents type when a message has no topic
+    CloudEventsMode cloudevents = CloudEventsMode::Binary;
 };
 
 // RabbitMQ (AMQP 0-9-1). See README "Destinations".
@@ -152,6 +160,8 @@ struct ConfigCheck {
 // "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
 // 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
 // ".."; webhook: any non-empty string up to 249).
+// kafka and webhook: "cloudevents" ("binary", the default, or "structured"; see
+// drivers/cloudevents.hpp).
 //
 // kafka: every other key is a librdkafka property, checked with librdkafka itself
 // (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings, numbers or

@@ -591,17 +591,21 @@ curl_slist *WebhookDriver::BuildHeaders(const Message &m, int64_t timestamp,
             }
         }
     }
-    add("content-type", content_type);
+    // Structured mode: the body is the whole event, the attributes are in it.
+    const bool structured = config_.cloudevents == CloudEventsMode::Structured;
+    add("content-type", structured ? "application/cloudevents+json" : content_type);
     std::string ts = std::to_string(timestamp);
     add("webhook-id", m.event_id);
     add("webhook-timestamp", ts);
     if (!signature.empty())
         add("webhook-signature", signature);
-    add("ce-id", m.event_id);
-    add("ce-type", !m.topic.empty() ? m.topic : ce_type_fallback_);
-    add("ce-source", source_);
-    add("ce-time", FormatRfc3339Ms(m.created_at_ms));
-    add("ce-specversion", "1.0");
+    if (!structured) {
+        add("ce-id", m.event_id);
+        add("ce-type", CloudEventType(m, ce_type_fallback_));
+        add("ce-source", source_);
+        add("ce-time", FormatRfc3339Ms(m.created_at_ms));
+        add("ce-specversion", "1.0");
+    }
     for (const auto &h : config_.headers) {
         if (is_content_type(h.first) || !sendable(h))
             continue;
@@ -645,6 +649,11 @@ bool WebhookDriver::Start(Message &m, int64_t waited_ms, Transfer *t, std::strin
         return false;
     }
     int64_t timestamp = static_cast<int64_t>(time(nullptr));
+    // Structured mode sends (and signs) the event document instead of the payload. Built
+    // again on every attempt from the row, like everything else of a request.
+    if (config_.cloudevents == CloudEventsMode::Structured)
+        m.payload =
+            StructuredEvent(m, AttributesOf(m, source_, ce_type_fallback_, &config_.headers));
     std::string signature;
     if (!config_.secret_keys.empty()) {
         signature = SignatureHeader(config_.secret_keys, m.event_id, timestamp, m.payload);

@@ -843,6 +843,7 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
         if (r.payload)
             m.payload.assign(r.payload, r.payload_len);
         m.payload_is_json = r.payload_is_json;
+        m.tombstone = r.payload == nullptr;  // neither payload column: a Kafka tombstone
         for (int h = 0; h < r.nheaders; h++)
             m.headers.emplace_back(std::string(r.header_names[h], r.header_name_lens[h]),
                                    std::string(r.header_values[h], r.header_value_lens[h]));

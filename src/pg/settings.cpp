@@ -30,6 +30,8 @@ int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
 char *setting_webhook_allowed_networks = nullptr;
+char *setting_traceparent = nullptr;
+char *setting_tracestate = nullptr;
 bool setting_drop_nonempty = false;
 int setting_debug_pause_ms = 0;
 
@@ -143,6 +145,16 @@ void DefineSettings() {
         "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
         "table has rows.",
         &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    // Not checked here: a bad value must not fail the application's SET LOCAL (or its
+    // transaction); the INSERT that would use it warns and goes on without it.
+    DefineCustomStringVariable(
+        "outbox.traceparent",
+        "W3C traceparent stored with the messages this session inserts without one.",
+        "Typically SET LOCAL once per transaction from the application's current span.",
+        &setting_traceparent, "", PGC_USERSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "outbox.tracestate", "W3C tracestate stored with outbox.traceparent.", nullptr,
+        &setting_tracestate, "", PGC_USERSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);

@@ -23,6 +23,9 @@ struct CachedDestination {
     // "routing_key" (amqp), "subject" (nats).
     char topic[256];
     bool ordered;  // "ordering": "key"
+    // "cloudevents": "structured" (kafka, webhook): the payload travels inside a JSON event,
+    // payload_bytes as base64.
+    bool structured;
     // Kafka: the largest message librdkafka sends ("message.max.bytes", librdkafka's default
     // 1,000,000 when not set); 0 for kinds without such a limit.
     int64 max_message_bytes;

@@ -19,6 +19,12 @@ extern bool
 // outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
 extern char *setting_webhook_allowed_networks;
 
+// The producer's trace context (user): stored with every message the session inserts without
+// a traceparent header, until reset (SET LOCAL: the transaction). Checked at INSERT, where a
+// malformed value is ignored with a WARNING.
+extern char *setting_traceparent;  // outbox.traceparent
+extern char *setting_tracestate;   // outbox.tracestate
+
 // Fault injection for the crash tests only (not shown, not in the sample config): the worker
 // stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;
 // "publish": messages handed to the driver; "write-back": written back, before the commit), so
