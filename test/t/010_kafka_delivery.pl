@@ -100,7 +100,7 @@ $node->safe_psql('postgres', q{
 sleep 1.5;
 is($node->safe_psql('postgres', q{
     SELECT attempts || ' ' || (lease_token IS NULL) FROM outbox.messages WHERE key = 'later'}),
-    '0 t', 'a message due in 10 s is not claimed after 1.5 s');
+    '0 true', 'a message due in 10 s is not claimed after 1.5 s');
 ok(!grep({ $_->{key} eq 'later' } @{ $broker->consume('orders') }),
     'a message due in 10 s is not delivered after 1.5 s');
 ok(wait_until(sub { grep { $_->{key} eq 'later' } @{ $broker->consume('orders') } }, 30),
