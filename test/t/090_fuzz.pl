@@ -499,8 +499,11 @@ ok(wait_until(sub {
 # outbox.stats() keeps its gauges in shared memory; once the fixed destinations are settled they
 # must agree with the table (and outbox.conservation() must balance). What is ahead (not due
 # yet) is every unordered message and the first message of each key, with available_at in the
-# future; the rest is pending or waiting behind a blocked key.
-is($node->safe_psql('postgres', qq{
+# future; the rest is pending or waiting behind a blocked key. A message scheduled two seconds
+# ahead can fall due (and be claimed) between the settle check above and this comparison, so
+# the comparison is retried until the gauges have caught up; a gauge that stays wrong fails it.
+my $disagreement;
+my $compare_stats = sub { $disagreement = $node->safe_psql('postgres', qq{
     WITH heads AS (
         SELECT DISTINCT ON (order_key) id FROM outbox.messages
          WHERE order_key IS NOT NULL ORDER BY order_key, id
@@ -518,8 +521,11 @@ is($node->safe_psql('postgres', qq{
                                       coalesce(t.pw, 0), coalesce(t.sch, 0)), '; '), '')
       FROM outbox.stats() s LEFT JOIN t ON t.destination = s.destination
      WHERE s.destination IN ($fixed_list)
-       AND (s.pending + s.waiting, s.scheduled) IS DISTINCT FROM (coalesce(t.pw, 0), coalesce(t.sch, 0))}),
-    '', 'outbox.stats() agrees with the table for the settled destinations');
+       AND (s.pending + s.waiting, s.scheduled) IS DISTINCT FROM (coalesce(t.pw, 0), coalesce(t.sch, 0))});
+    return $disagreement eq '';
+};
+wait_until($compare_stats, 30, 'outbox.stats() to agree with the table');
+is($disagreement, '', 'outbox.stats() agrees with the table for the settled destinations');
 is($node->safe_psql('postgres', qq{
     SELECT coalesce(string_agg(destination || ' balance ' || balance, ', '), '')
       FROM outbox.conservation() WHERE destination IN ($fixed_list) AND balance <> 0}),
