@@ -4,7 +4,9 @@
 // write back or to claim — one short transaction that writes back every outcome collected and
 // claims the next batches, then hand the claimed rows to the drivers after the commit. No
 // transaction is ever open while a driver waits for the network. The one wait point is a
-// WaitEventSet on the latch (commits wake us), postmaster death and the drivers' fds.
+// WaitEventSet on the latch (commits wake us), postmaster death and the drivers' fd: the drivers
+// run in the worker's driver process (outbox-driver, src/pg/driver_process.cpp), whose socket
+// the worker waits on; a crash there is handled by the worker, never by the postmaster.
 #include <cerrno>
 #include <ctime>
 #include <algorithm>
@@ -14,8 +16,7 @@
 #include <vector>
 
 #include "outbox/dispatcher.hpp"
-#include "outbox/drivers/kafka.hpp"
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/driver_supervisor.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -39,6 +40,7 @@ extern "C" {
 }
 
 #include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/driver_process.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/queue_counts.hpp"
@@ -97,6 +99,7 @@ DispatchSettings CurrentSettings() {
     s.max_attempts = setting_max_attempts;
     s.retry_base_ms = setting_retry_base_ms;
     s.retry_max_ms = setting_retry_max_ms;
+    s.driver_build = setting_debug_drivers_in_process ? 1 : 0;
     return s;
 }
 
@@ -104,8 +107,11 @@ class Worker {
   public:
     Worker(WorkerSlot *slot, std::string database);
     void Run();
-    // Destroys the drivers (stops librdkafka's threads); safe to call twice.
-    void ReleaseDrivers() { dispatcher_.reset(); }
+    // Destroys the drivers, then ends the driver process; safe to call twice.
+    void ReleaseDrivers() {
+        dispatcher_.reset();
+        drivers_.reset();
+    }
 
   private:
     bool Turn(bool woken, bool poll_due);
@@ -131,6 +137,7 @@ class Worker {
 
     WorkerSlot *slot_;
     std::string database_;
+    std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
     std::unique_ptr<Dispatcher> dispatcher_;
     Resolutions pending_;  // outcomes not yet written back
     uint64 seen_generation_ = 0;
@@ -157,29 +164,20 @@ void OnWorkerExit(int, Datum arg) {
     slot->destination[0] = '\0';
     SpinLockRelease(&slot->mutex);
     pg_atomic_write_u32(&slot->state, kWorkerStopping);
+    pg_atomic_write_u32(&slot->driver_pid, 0);
     slot->pid = 0;
 }
 
 Worker::Worker(WorkerSlot *slot, std::string database)
     : slot_(slot), database_(std::move(database)) {
+    // Started with the first driver it hosts.
+    drivers_ = std::make_unique<DriverProcess>(CurrentDriverProcessOptions());
     dispatcher_ = std::make_unique<Dispatcher>(
-        [this](const DestinationSpec &spec, std::string *error) -> std::unique_ptr<Driver> {
-            if (spec.config.kind == DestinationKind::Webhook) {
-                WebhookDriverOptions options;
-                options.config = spec.config.webhook;
-                options.destination = spec.name;
-                options.source = "/outbox/" + database_;
-                return MakeWebhookDriver(options, error);
-            }
-            KafkaDriverOptions options;
-            options.config = spec.config.kafka;
-            options.client_id = "outbox-" + database_ + "-" + spec.name;
-            options.source = "/outbox/" + database_;
-            options.lease_timeout_ms = dispatcher_->Settings().lease_timeout_ms;
-            options.max_in_flight = size_t(dispatcher_->Settings().batch_size) * 2;
-            return MakeKafkaDriver(options, error);
+        [this](const DestinationSpec &spec, std::string *error) {
+            return BuildDriver(drivers_.get(), spec, database_, dispatcher_->Settings(), error);
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
+    dispatcher_->SetPollHook([this] { drivers_->Service(); });
     dispatcher_->SetSettings(CurrentSettings());
     if (!pg_strong_random(&lease_base_, sizeof lease_base_))
         lease_base_ = uint64(MyProcPid) << 32 ^ uint64(NowMs());
@@ -323,6 +321,9 @@ void Worker::Publish(const Resolutions &resolved,
 
 void Worker::LogDriverLines() {
     std::vector<std::string> lines;
+    drivers_->TakeLog(lines);
+    pg_atomic_write_u32(&slot_->driver_pid, uint32(drivers_->pid()));
+    pg_atomic_write_u64(&slot_->driver_restarts, drivers_->restarts());
     dispatcher_->TakeLog(lines);
     for (const std::string &line : lines)
         ereport(LOG, (errmsg("outbox: %s", line.c_str())));
@@ -550,6 +551,7 @@ void Worker::Run() {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
             dispatcher_->SetSettings(CurrentSettings());
+            drivers_->SetOptions(CurrentDriverProcessOptions());
             latch_set = true;
             // A shorter poll_interval applies now, not once the longer one has passed.
             next_poll = std::min(next_poll, NowMs() + setting_poll_interval_ms);
