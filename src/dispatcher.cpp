@@ -137,6 +137,7 @@ void Dispatcher::EnsureDriver(Destination &d, int64_t now_ms) {
         d.next_build_ms = now_ms + kRebuildIntervalMs;
     } else {
         d.build_error.clear();
+        drivers_built_++;
     }
 }
 

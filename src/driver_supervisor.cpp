@@ -94,6 +94,12 @@ std::string ShortStatus(int status) {
     return "status " + std::to_string(status);
 }
 
+// RLIMIT_AS soft limit for `bytes` (0: none) under the hard limit `max`.
+rlim_t SoftLimit(uint64_t bytes, rlim_t max) {
+    rlim_t want = bytes ? rlim_t(bytes) : RLIM_INFINITY;
+    return max != RLIM_INFINITY && (want == RLIM_INFINITY || want > max) ? max : want;
+}
+
 bool SetNonBlocking(int fd) {
     int flags = fcntl(fd, F_GETFL);
     return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
@@ -331,11 +337,15 @@ void DriverProcess::SetOptions(const DriverProcessOptions &options) {
         return;
     if (limit_changed) {
         // The running helper gets the new limit now; one above what it already uses just lets
-        // it grow, one below makes its next allocations fail (it exits and starts again).
+        // it grow, one below makes its next allocations fail (it exits and starts again). Only
+        // the soft limit is set, so that a later reload may raise it again without privileges.
         struct rlimit limit;
-        limit.rlim_cur = limit.rlim_max =
-            options_.memory_limit_bytes ? rlim_t(options_.memory_limit_bytes) : RLIM_INFINITY;
-        if (prlimit(pid_, RLIMIT_AS, &limit, nullptr) != 0)
+        bool ok = prlimit(pid_, RLIMIT_AS, nullptr, &limit) == 0;
+        if (ok) {
+            limit.rlim_cur = SoftLimit(options_.memory_limit_bytes, limit.rlim_max);
+            ok = prlimit(pid_, RLIMIT_AS, &limit, nullptr) == 0;
+        }
+        if (!ok)
             AddLog("could not change the driver process's memory limit: " +
                    std::string(strerror(errno)) + "; it applies from its next start");
     }
@@ -448,9 +458,11 @@ bool DriverProcess::Spawn(std::string *error) {
     for (std::string &a : options_.args)
         argv.push_back(const_cast<char *>(a.c_str()));
     argv.push_back(nullptr);
+    // The soft limit only (see SetOptions); the hard one stays what the server has.
     struct rlimit limit;
-    limit.rlim_cur = limit.rlim_max =
-        options_.memory_limit_bytes ? rlim_t(options_.memory_limit_bytes) : RLIM_INFINITY;
+    if (getrlimit(RLIMIT_AS, &limit) != 0)
+        limit.rlim_max = RLIM_INFINITY;
+    limit.rlim_cur = SoftLimit(options_.memory_limit_bytes, limit.rlim_max);
     long max_fd = sysconf(_SC_OPEN_MAX);
     if (max_fd < 0 || max_fd > 65536)
         max_fd = 65536;
@@ -919,6 +931,16 @@ void DriverProcess::DropSuspects(uint64_t handle, std::vector<Message> *dropped)
         } else {
             ++it;
         }
+    }
+}
+
+void DriverProcess::Freeze(bool frozen) {
+    if (!Running())
+        return;
+    kill(pid_, frozen ? SIGSTOP : SIGCONT);
+    if (!frozen) {
+        last_rx_ms_ = MonotonicMs();
+        ping_sent_ms_ = 0;
     }
 }
 

@@ -122,6 +122,10 @@ class Dispatcher {
 
     // File descriptors to wait on, each once (drivers in the helper process share one).
     std::vector<int> WaitFds() const;
+    // Counts the drivers built so far. A wait set registered for WaitFds must be built again
+    // when it changes even if the numbers did not: a new driver's fd may reuse the number of a
+    // destroyed one, which the kernel already dropped from the old registration.
+    uint64_t DriversBuilt() const { return drivers_built_; }
 
     // Runs at the start of every Poll, before the drivers are served: the driver process reads
     // its socket once there for all of its drivers.
@@ -169,6 +173,7 @@ class Dispatcher {
     Resolutions resolved_;
     std::vector<std::string> log_;
     bool stopping_ = false;
+    uint64_t drivers_built_ = 0;
     uint64_t random_state_;
     uint64_t NextRandom();
 };

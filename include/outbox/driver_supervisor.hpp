@@ -98,6 +98,10 @@ class DriverProcess {
 
     // Ends the helper: EOF, then up to `grace_ms` for it to exit, then SIGKILL.
     void Stop(int64_t grace_ms);
+    // Stops (SIGSTOP) or continues the helper: for the tests' pauses of the worker
+    // (outbox.debug_pause), which freeze delivery at a chosen point. Silence while frozen does
+    // not count as a helper that stopped answering.
+    void Freeze(bool frozen);
 
     // For the tests: the crash count of a message id, and whether a helper runs now.
     int CrashCount(int64_t id) const;

@@ -76,15 +76,23 @@ int64 NowMs() {
     return int64(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-// Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to.
+DriverProcess *paused_drivers = nullptr;  // the worker's driver process, for DebugPause
+
+// Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to. The
+// driver process is stopped meanwhile, so that the whole worker stands still at that point, as
+// it did when the drivers ran inside it (a message handed to the driver is not sent meanwhile).
 void DebugPause(const char *phase) {
     if (setting_debug_pause == nullptr || setting_debug_pause[0] == '\0' ||
         strcmp(setting_debug_pause, phase) != 0)
         return;
     ereport(LOG, (errmsg("outbox: pausing %d ms in phase \"%s\" (outbox.debug_pause)",
                          setting_debug_pause_ms, phase)));
+    if (paused_drivers)
+        paused_drivers->Freeze(true);
     (void)WaitLatch(nullptr, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, setting_debug_pause_ms,
                     PG_WAIT_EXTENSION);
+    if (paused_drivers)
+        paused_drivers->Freeze(false);
 }
 
 // The worker's session skips the _messages_changed trigger: it counts its own removals.
@@ -110,6 +118,7 @@ class Worker {
     // Destroys the drivers, then ends the driver process; safe to call twice.
     void ReleaseDrivers() {
         dispatcher_.reset();
+        paused_drivers = nullptr;
         drivers_.reset();
     }
 
@@ -151,6 +160,7 @@ class Worker {
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
+    uint64_t wait_built_ = 0;  // DriversBuilt() when wait_set_ was made
 };
 
 Worker *the_worker = nullptr;  // for the exit callback
@@ -172,6 +182,7 @@ Worker::Worker(WorkerSlot *slot, std::string database)
     : slot_(slot), database_(std::move(database)) {
     // Started with the first driver it hosts.
     drivers_ = std::make_unique<DriverProcess>(CurrentDriverProcessOptions());
+    paused_drivers = drivers_.get();
     dispatcher_ = std::make_unique<Dispatcher>(
         [this](const DestinationSpec &spec, std::string *error) {
             return BuildDriver(drivers_.get(), spec, database_, dispatcher_->Settings(), error);
@@ -522,7 +533,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
 
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     std::vector<int> fds = dispatcher_->WaitFds();
-    if (wait_set_ == nullptr || fds != wait_fds_) {
+    if (wait_set_ == nullptr || fds != wait_fds_ || dispatcher_->DriversBuilt() != wait_built_) {
         if (wait_set_)
             FreeWaitEventSet(wait_set_);
         wait_set_ = CreateWaitEventSet(TopMemoryContext, int(fds.size()) + 2);
@@ -531,6 +542,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
         for (int fd : fds)
             AddWaitEventToSet(wait_set_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
         wait_fds_ = fds;
+        wait_built_ = dispatcher_->DriversBuilt();
     }
     WaitEvent events[8];
     int n =
