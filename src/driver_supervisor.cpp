@@ -275,6 +275,7 @@ void RemoteDriver::OnOpened(const protocol::OpenedFrame &f) {
     // Nothing sent to it (or held for it) can go anywhere now; the helper drops the rest.
     std::vector<Message> dropped;
     process_->DropSuspects(handle_, &dropped);
+    process_->ForgetSentSuspects(handle_);
     for (const auto &[id, sent] : in_flight_)
         Resolve(id, sent.lease_token, OutcomeKind::Unacknowledged,
                 "the driver could not be built: " + f.error);
@@ -432,6 +433,7 @@ void DriverProcess::Unregister(uint64_t handle) {
     drivers_.erase(handle);
     std::vector<Message> dropped;
     DropSuspects(handle, &dropped);
+    ForgetSentSuspects(handle);
     if (Running()) {
         std::string bytes;
         protocol::Encode(protocol::CloseFrame{handle}, &bytes);
@@ -583,8 +585,14 @@ void DriverProcess::Send(std::string bytes) {
     else
         out_.append(bytes);
     std::string why;
-    if (!Flush(&why))
+    if (!Flush(&why)) {
+        // What the helper answered before it went is still in the socket: it counts.
+        bool eof = false;
+        std::string ignored;
+        if (Running() && ReadAvailable(&eof, &ignored))
+            Dispatch(&ignored);
         HandleDeath(why, false);
+    }
 }
 
 // Writes out_ completely. When the socket is full, waits for it (reading what the helper sends
@@ -713,7 +721,7 @@ bool DriverProcess::Dispatch(std::string *why) {
 }
 
 bool DriverProcess::AnswerDue() const {
-    if (ping_sent_ms_ != 0 || suspect_handle_ != 0)
+    if (ping_sent_ms_ != 0 || !suspects_sent_.empty())
         return true;
     for (const auto &[handle, d] : drivers_) {
         if (d->link_ == RemoteDriver::Link::Opening)
@@ -741,8 +749,11 @@ void DriverProcess::Service() {
     }
     now = MonotonicMs();
     if (Running() && AnswerDue()) {
-        if (now - last_rx_ms_ >= options_.answer_timeout_ms) {
-            Kill("stopped answering for " + Seconds(now - last_rx_ms_));
+        // Silence alone proves nothing (the broker may be slow, or this worker was busy): a
+        // ping decides. Only a ping left unanswered for answer_timeout_ms ends the helper.
+        if (ping_sent_ms_ != 0 && now - ping_sent_ms_ >= options_.answer_timeout_ms) {
+            Kill("stopped answering (no reply to a ping within " +
+                 Seconds(options_.answer_timeout_ms) + ")");
         } else if (ping_sent_ms_ == 0 && now - last_rx_ms_ >= options_.ping_interval_ms) {
             std::string bytes;
             protocol::Encode(protocol::PingFrame{++ping_seq_}, &bytes);
@@ -770,8 +781,9 @@ int64_t DriverProcess::TimeoutMs() const {
         if (!drivers_.empty())
             consider(restart_at_ms_);
     } else if (AnswerDue()) {
-        consider(last_rx_ms_ + options_.answer_timeout_ms);
-        if (ping_sent_ms_ == 0)
+        if (ping_sent_ms_ != 0)
+            consider(ping_sent_ms_ + options_.answer_timeout_ms);
+        else
             consider(last_rx_ms_ + options_.ping_interval_ms);
     }
     if (!suspects_.empty())
@@ -818,8 +830,7 @@ void DriverProcess::HandleDeath(const std::string &why, bool we_killed) {
             per_destination +=
                 (per_destination.empty() ? "" : ", ") + d->name_ + ": " + std::to_string(n);
     }
-    suspect_handle_ = 0;
-    suspect_id_ = 0;
+    suspects_sent_.clear();
 
     if (lived >= options_.healthy_after_ms || restart_delay_ms_ == 0)
         restart_delay_ms_ = options_.restart_base_ms;
@@ -862,10 +873,7 @@ void DriverProcess::Answered(uint64_t handle, int64_t id) {
     // Answered, so not the cause of a crash. (crash_order_ keeps the id until it reaches the
     // front; erasing an id that is gone is harmless.)
     crashes_.erase(id);
-    if (suspect_handle_ == handle && suspect_id_ == id) {
-        suspect_handle_ = 0;
-        suspect_id_ = 0;
-    }
+    suspects_sent_.erase({handle, id});
     if (crash_order_.size() > 2 * kMaxCrashCounts) {
         std::deque<int64_t> live;
         for (int64_t x : crash_order_)
@@ -879,29 +887,43 @@ void DriverProcess::Hold(uint64_t handle, Message m) {
     suspects_.push_back(Suspect{handle, std::move(m), MonotonicMs()});
 }
 
-// Sends the next suspect when none is in the helper.
+// Sends the next group of suspects once the previous one has answered: up to kSuspectGroup of
+// them, and a message one crash short of poison alone (see the header).
 void DriverProcess::PumpSuspects() {
-    while (suspect_handle_ == 0 && Running() && !suspects_.empty()) {
-        Suspect &s = suspects_.front();
-        auto it = drivers_.find(s.handle);
-        if (it == drivers_.end()) {
-            suspects_.pop_front();
+    if (!suspects_sent_.empty() || !Running())
+        return;
+    std::map<uint64_t, std::vector<Message>> group;
+    size_t picked = 0;
+    size_t limit = 0;  // decided by the first suspect that can go now
+    for (auto it = suspects_.begin(); it != suspects_.end() && (limit == 0 || picked < limit);) {
+        auto d = drivers_.find(it->handle);
+        RemoteDriver *driver = d == drivers_.end() ? nullptr : d->second;
+        auto f = driver ? driver->in_flight_.find(it->message.id)
+                        : std::unordered_map<int64_t, RemoteDriver::Sent>::iterator();
+        if (!driver || f == driver->in_flight_.end() || !f->second.held) {
+            it = suspects_.erase(it);  // resolved meanwhile
             continue;
         }
-        RemoteDriver *d = it->second;
-        if (d->link_ != RemoteDriver::Link::Ready)
-            return;  // opening again after a restart: wait for it
-        auto f = d->in_flight_.find(s.message.id);
-        if (f == d->in_flight_.end() || !f->second.held) {
-            suspects_.pop_front();
+        if (driver->link_ != RemoteDriver::Link::Ready) {
+            ++it;  // its driver is opening again after a restart
+            continue;
+        }
+        bool last_chance = CrashCount(it->message.id) >= options_.poison_after - 1;
+        if (limit == 0)
+            limit = last_chance ? 1 : kSuspectGroup;
+        else if (last_chance) {
+            ++it;  // goes alone, in a group of its own
             continue;
         }
         f->second.held = false;
-        suspect_handle_ = s.handle;
-        suspect_id_ = s.message.id;
+        suspects_sent_.insert({it->handle, it->message.id});
+        group[it->handle].push_back(std::move(it->message));
+        it = suspects_.erase(it);
+        picked++;
+    }
+    for (auto &[handle, messages] : group) {
         std::string bytes;
-        protocol::EncodeSubmit(s.handle, &s.message, 1, &bytes);
-        suspects_.pop_front();
+        protocol::EncodeSubmit(handle, messages, &bytes);
         Send(std::move(bytes));
     }
 }
@@ -921,6 +943,11 @@ void DriverProcess::ExpireSuspects(int64_t now) {
         d->Resolve(s.message.id, s.message.lease_token, OutcomeKind::Unacknowledged,
                    "held back after a driver process crash (it was in flight then); due again");
     }
+}
+
+void DriverProcess::ForgetSentSuspects(uint64_t handle) {
+    for (auto it = suspects_sent_.begin(); it != suspects_sent_.end();)
+        it = it->first == handle ? suspects_sent_.erase(it) : std::next(it);
 }
 
 void DriverProcess::DropSuspects(uint64_t handle, std::vector<Message> *dropped) {

@@ -12,13 +12,17 @@
 //     again at once, attempt refunded, not an outage;
 //   - each message that was in flight counts one crash; a message in flight during
 //     `poison_after` crashes comes back as OutcomeKind::Poison (dead letters, reason poison);
-//   - a message with a crash against it (a suspect) is sent alone: at most one suspect is in
-//     the helper at a time, so the messages that happened to travel with a crashing message are
-//     not buried with it (they are cleared one by one), while every other message flows as usual;
+//   - a message with a crash against it (a suspect) waits for its turn: one group of suspects is
+//     in the helper at a time, of up to kSuspectGroup messages, and a message one crash short of
+//     poison goes alone. So the messages that happened to travel with a crashing message are
+//     cleared instead of buried with it (only the one that crashes the helper when it is alone
+//     reaches poison_after), while every message without a crash against it flows as usual;
 //   - the helper is restarted after base_ms, doubling to max_ms while it keeps crashing (reset
 //     once it has run healthy_after_ms), and every destination's driver is opened in it again;
-//   - a helper that stops answering (nothing received for answer_timeout_ms while an answer is
-//     due; it is pinged every ping_interval_ms then) is killed and handled the same way.
+//   - a helper that stops answering is killed and handled the same way: while an answer is due
+//     (messages in flight, an Open) and nothing came for ping_interval_ms, it is pinged, and a
+//     ping left unanswered for answer_timeout_ms ends it. (Silence alone is no proof: the broker
+//     may be slow, or the worker itself was busy and did not listen.)
 //
 // Crash counts live in this object's memory, per message id: they survive helper restarts but
 // not a worker restart (a worker that dies is itself counted by the claims' attempts, the
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -62,6 +67,7 @@ class RemoteDriver;
 class DriverProcess {
   public:
     static constexpr size_t kMaxCrashCounts = 65536;
+    static constexpr size_t kSuspectGroup = 64;
 
     explicit DriverProcess(DriverProcessOptions options);
     ~DriverProcess();  // stops the helper (Stop)
@@ -130,6 +136,7 @@ class DriverProcess {
     void PumpSuspects();
     void ExpireSuspects(int64_t now);
     void DropSuspects(uint64_t handle, std::vector<Message> *dropped);
+    void ForgetSentSuspects(uint64_t handle);
     void Answered(uint64_t handle, int64_t id);
     int CountCrash(int64_t id);
     bool IsSuspect(int64_t id) const { return crashes_.count(id) != 0; }
@@ -156,8 +163,8 @@ class DriverProcess {
     std::unordered_map<int64_t, int> crashes_;  // message id -> crashes it was in flight for
     std::deque<int64_t> crash_order_;           // ids in the order they were first counted
     std::deque<Suspect> suspects_;              // waiting to be sent alone
-    uint64_t suspect_handle_ = 0;               // the suspect in the helper now (0: none)
-    int64_t suspect_id_ = 0;
+    // The suspects in the helper now (handle, id): the next ones go when all have answered.
+    std::set<std::pair<uint64_t, int64_t>> suspects_sent_;
     std::vector<std::string> log_;
 };
 

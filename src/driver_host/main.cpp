@@ -10,7 +10,7 @@
 // One loop: wait (epoll) on the socket and every driver's fd, for at most the drivers' poll
 // timeouts; read everything the worker sent and act on it (open/close drivers, submit,
 // abandon...); poll every driver; send their outcomes, state and log lines in one write. It
-// exits when the worker closes the socket (EOF), and dies with it (PR_SET_PDEATHSIG).
+// exits when the worker closes the socket (EOF), at once, and dies with it (PR_SET_PDEATHSIG).
 //
 // Exit codes: 0 EOF; 2 a malformed frame from the worker; 3 out of memory
 // (outbox.driver_memory_limit, RLIMIT_AS); 4 not started by a worker; 5 another error.
@@ -430,7 +430,11 @@ int main(int argc, char **argv) {
     try {
         EnsureCurlGlobalInit();  // before any thread exists
         Host host;
-        return host.Run();
+        int code = host.Run();
+        // Straight out, without destroying the drivers: the worker has every answer it will
+        // get, and librdkafka's orderly shutdown can take a second (the kernel closes the
+        // connections just as well).
+        _exit(code);
     } catch (const std::bad_alloc &) {
         static const char kMessage[] =
             "outbox-driver: out of memory (outbox.driver_memory_limit); exiting\n";

@@ -539,10 +539,30 @@ TEST_F(DriverSupervisorTest, AHelperThatStopsAnsweringIsKilled) {
     ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 2; })) << log_;
     EXPECT_LT(NowMs() - t0, 3000);
     EXPECT_EQ(got_[1].back().kind, OutcomeKind::Unacknowledged);
-    EXPECT_NE(log_.find("driver process " + std::to_string(old) + " stopped answering for"),
+    EXPECT_NE(log_.find("driver process " + std::to_string(old) +
+                        " stopped answering (no reply to a ping within 1.0 s); killed"),
               std::string::npos)
         << log_;
     EXPECT_NE(kill(old, 0), 0) << "killed and reaped";
+}
+
+TEST_F(DriverSupervisorTest, ABusyWorkerDoesNotTakeASlowBrokerForAHungHelper) {
+    DriverProcessOptions o = Options();
+    o.answer_timeout_ms = 500;
+    o.ping_interval_ms = 100;
+    DriverProcess p(o);
+    auto d = OpenKafka(p);
+    ASSERT_NE(d, nullptr);
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() > 0; }));
+    pid_t pid = p.pid();
+    rd_kafka_mock_broker_set_rtt(mock_, 1, 2500);  // the helper has nothing to say for 2.5 s
+    d->Submit(Batch(1, 5));
+    usleep(1500 * 1000);  // and the worker does not listen for three answer timeouts
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 5; })) << log_;
+    rd_kafka_mock_broker_set_rtt(mock_, 1, 0);
+    EXPECT_EQ(Resolved(OutcomeKind::Delivered), 5u);
+    EXPECT_EQ(p.pid(), pid);
+    EXPECT_EQ(log_.find("stopped answering"), std::string::npos) << log_;
 }
 
 TEST_F(DriverSupervisorTest, AbandonBringsEverythingBackAsDeferred) {
