@@ -52,6 +52,11 @@ std::string Seconds(int64_t ms) {
     return buf;
 }
 
+// "1 message", "37 messages".
+std::string Messages(size_t n) {
+    return std::to_string(n) + (n == 1 ? " message" : " messages");
+}
+
 // How a helper ended, for the log: never "terminated by signal" (the tests' crash check looks
 // for PostgreSQL's own wording of a backend crash).
 std::string DescribeStatus(int status) {
@@ -289,8 +294,8 @@ size_t RemoteDriver::OnDeath(const std::string &crash, int *poisoned) {
     for (const auto &[id, sent] : in_flight_)
         if (!sent.held)
             lost++;
-    std::string retry = "driver process crashed (" + crash + "); " + std::to_string(lost) +
-                        " messages in flight will be retried";
+    std::string retry =
+        "driver process crashed (" + crash + "); " + Messages(lost) + " in flight will be retried";
     for (auto it = in_flight_.begin(); it != in_flight_.end();) {
         if (it->second.held) {  // never reached this helper: waits for the next one
             ++it;
@@ -841,8 +846,8 @@ void DriverProcess::HandleDeath(const std::string &why, bool we_killed) {
         start_error_ = "the driver process " + what + " before it was ready";
 
     std::string line = "driver process " + std::to_string(pid) + " " + what + " after " +
-                       Seconds(lived) + "; " + std::to_string(lost) +
-                       " messages in flight without an answer will be delivered again";
+                       Seconds(lived) + "; " + Messages(lost) +
+                       " in flight without an answer will be delivered again";
     if (!per_destination.empty())
         line += " (" + per_destination + ")";
     if (poisoned > 0)

@@ -85,7 +85,7 @@ for my $sig ('SEGV', 'ABRT', 'KILL') {
         ($in_flight) = ($line // '') =~ /\($dest: (\d+)\)/;
         defined $line }, 30), "$dest: the worker logged the crash with its signal")
       or diag(slurp_file($node->logfile, $offset));
-    like($line // '', qr/messages in flight without an answer will be delivered again/,
+    like($line // '', qr/messages? in flight without an answer will be delivered again/,
         "$dest: ... and that the unanswered messages will be delivered again");
     $in_flight //= 0;
     cmp_ok($in_flight, '>', 0, "$dest: messages were in flight at the crash");
@@ -99,7 +99,7 @@ for my $sig ('SEGV', 'ABRT', 'KILL') {
     cmp_ok($restarts_after, '>', $restarts, "$dest: outbox.workers().driver_restarts counted it");
     ok(!kill(0, $driver_pid), "$dest: the old driver process is gone");
     like(stats_row($node, $dest)->{last_error} // '',
-        qr/^driver process crashed \(signal $number: \Q$name\E\); \d+ messages in flight will be retried$/,
+        qr/^driver process crashed \(signal $number: \Q$name\E\); \d+ messages? in flight will be retried$/,
         "$dest: outbox.stats().last_error says messages in flight are retried");
 
     my $got = topic_keys($dest);
