@@ -492,6 +492,11 @@ bool DriverProcess::Spawn(std::string *error) {
     pid_t parent = getpid();
     fflush(stdout);
     fflush(stderr);
+    // No PostgreSQL signal handler may run in the child before exec: every signal is blocked
+    // across the fork, and the child resets the handlers before it unblocks them.
+    sigset_t all, saved;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &saved);
     pid_t pid = fork();
     if (pid == 0) {
         // The child. Its own session: the postmaster signals the worker's process group at
@@ -501,16 +506,16 @@ bool DriverProcess::Spawn(std::string *error) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(1);
-        // Nothing of PostgreSQL's signal setup crosses exec: an empty mask, default handlers
-        // (ignored signals would otherwise stay ignored).
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr);
+        // Nothing of PostgreSQL's signal setup crosses exec: default handlers (ignored signals
+        // would otherwise stay ignored), then an empty mask.
         struct sigaction dfl;
         memset(&dfl, 0, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         for (int sig = 1; sig < NSIG; sig++)
             sigaction(sig, &dfl, nullptr);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
         setrlimit(RLIMIT_AS, &limit);
         // fd 3: the socket; fd 4: the exec pipe; 0 and 1: /dev/null; 2 stays the worker's
         // stderr (the server log), where a library's last words (abort messages) belong.
@@ -537,6 +542,7 @@ bool DriverProcess::Spawn(std::string *error) {
         _exit(127);
     }
     int fork_errno = errno;
+    sigprocmask(SIG_SETMASK, &saved, nullptr);
     close(sv[1]);
     close(exec_pipe[1]);
     if (dev_null >= 0)
