@@ -431,6 +431,9 @@ void DriverProcess::SendOpen(RemoteDriver *d) {
     d->link_ = RemoteDriver::Link::Opening;
     std::string bytes;
     protocol::Encode(protocol::OpenFrame{d->handle_, d->kind_, d->name_, d->options_}, &bytes);
+    // A driver opened again after a restart is still probing if it was.
+    if (d->probing_)
+        protocol::Encode(protocol::SetProbingFrame{d->handle_, true}, &bytes);
     Send(std::move(bytes));
 }
 
