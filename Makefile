@@ -15,8 +15,7 @@ MODULE_big = outbox
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp \
-            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
-            src/key_floors.cpp
+            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
@@ -26,9 +25,10 @@ DATA = $(wildcard sql/outbox--*.sql)
 PG_CONFIG ?= pg_config
 # Only what PostgreSQL looks up by name is exported (PostgreSQL 15's PGDLLEXPORT is empty).
 PG_CPPFLAGS = -Iinclude -isystem $(shell $(PG_CONFIG) --includedir-server) \
+              -DOUTBOX_EXTVERSION='"$(EXTVERSION)"' \
               '-DPGDLLEXPORT=__attribute__((visibility("default")))'
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -fvisibility=hidden $(if $(WERROR),-Werror)
-SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lstdc++
+SHLIB_LINK = -lrdkafka -lcurl -lrabbitmq -lnats -lcrypto -lstdc++
 
 # Debian builds LLVM bitcode with clang and without our C++ flags; JIT inlining of this module
 # buys nothing (its hot paths are SPI and network I/O), so no bitcode is built or installed.
@@ -59,7 +59,8 @@ build/driver-host/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/driv
 	$(CXX) $(DRIVER_HOST_CXXFLAGS) -c -o $@ $<
 
 $(DRIVER_HOST): $(DRIVER_HOST_OBJS)
-	$(CXX) -pie -Wl,-z,relro,-z,now -o $@ $(DRIVER_HOST_OBJS) -lrdkafka -lcurl -lcrypto -lpthread
+	$(CXX) -pie -Wl,-z,relro,-z,now -o $@ $(DRIVER_HOST_OBJS) -lrdkafka -lcurl -lrabbitmq -lnats \
+		-lcrypto -lpthread
 
 all: $(DRIVER_HOST)
 install: install-driver-host
@@ -83,7 +84,7 @@ $(UNIT_BUILD)/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/drivers/
 
 $(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
 	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_OBJS) -lgtest -lgtest_main -lpthread -lrdkafka -lcurl \
-		-lcrypto
+		-lrabbitmq -lnats -lcrypto
 
 # The supervisor's tests run the real helper: $(DRIVER_HOST) from this tree.
 .PHONY: unit format

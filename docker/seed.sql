@@ -5,14 +5,15 @@
 \set ON_ERROR_STOP on
 \set QUIET on
 
-\echo '== destinations: orders -> Redpanda (Kafka API), billing-hook -> webhook-sink'
--- redpanda:9092 is the broker's listener inside the compose network, the address it advertises.
+\echo '== destinations: orders -> Apache Kafka (3 brokers), billing-hook -> webhook-sink'
+-- kafka-N:9092 are the brokers' listeners inside the compose network, the addresses they
+-- advertise; the topic exists (kafka-init), with replication factor 3.
 -- The webhook secret is the README's example: the sink does not check signatures.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM outbox.stats() WHERE destination = 'orders') THEN
         PERFORM outbox.create_destination('orders', 'kafka',
-            '{"bootstrap.servers": "redpanda:9092", "topic": "orders"}');
+            '{"bootstrap.servers": "kafka-1:9092,kafka-2:9092,kafka-3:9092", "topic": "orders"}');
     END IF;
     IF NOT EXISTS (SELECT FROM outbox.stats() WHERE destination = 'billing-hook') THEN
         PERFORM outbox.create_destination('billing-hook', 'webhook',

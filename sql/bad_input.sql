@@ -189,18 +189,39 @@ SELECT count(*) AS rows_after_key_refusals FROM outbox.messages;
 -- Payloads
 --------------------------------------------------------------------------------------------------
 -- At the default outbox.max_payload_bytes (1MB = 1048576) and one byte over, for jsonb (the
--- delivered text: a string of 1048574 characters plus its quotes) and bytea.
-INSERT INTO outbox.messages (destination, payload) VALUES ('orders', to_jsonb(repeat('a', 1048574)));
-INSERT INTO outbox.messages (destination, payload) VALUES ('orders', to_jsonb(repeat('a', 1048575)));
+-- delivered text: a string of 1048574 characters plus its quotes) and bytea (to a webhook:
+-- Kafka destinations have a lower limit of their own, below).
+INSERT INTO outbox.messages (destination, payload) VALUES ('hook', to_jsonb(repeat('a', 1048574)));
+INSERT INTO outbox.messages (destination, payload) VALUES ('hook', to_jsonb(repeat('a', 1048575)));
 \echo :SQLSTATE
-INSERT INTO outbox.messages (destination, payload_bytes) VALUES ('orders', decode(repeat('ff', 1048576), 'hex'));
-INSERT INTO outbox.messages (destination, payload_bytes) VALUES ('orders', decode(repeat('ff', 1048577), 'hex'));
+INSERT INTO outbox.messages (destination, payload_bytes) VALUES ('hook', decode(repeat('ff', 1048576), 'hex'));
+INSERT INTO outbox.messages (destination, payload_bytes) VALUES ('hook', decode(repeat('ff', 1048577), 'hex'));
 \echo :SQLSTATE
 -- Delivered bytes, not characters: 524288 two-byte characters plus quotes are 2 bytes over.
-INSERT INTO outbox.messages (destination, payload) VALUES ('orders', to_jsonb(repeat('é', 524288)));
+INSERT INTO outbox.messages (destination, payload) VALUES ('hook', to_jsonb(repeat('é', 524288)));
 \echo :SQLSTATE
 SELECT octet_length(payload::text) AS json_bytes, length(payload_bytes) AS binary_bytes FROM outbox.messages ORDER BY id;
 DELETE FROM outbox.messages;
+-- A Kafka destination sends at most librdkafka's message.max.bytes (1,000,000 unless set) per
+-- record, key, headers and outbox's own headers (1,024 bytes kept for them) included: a message
+-- under outbox.max_payload_bytes that could not be sent is refused at INSERT, not dead-lettered.
+INSERT INTO outbox.messages (destination, payload_bytes) VALUES ('orders', decode(repeat('ab', 998976), 'hex'));
+INSERT INTO outbox.messages (destination, payload_bytes) VALUES ('orders', decode(repeat('ab', 998977), 'hex'));
+\echo :SQLSTATE
+INSERT INTO outbox.messages (destination, payload, key, headers)
+VALUES ('orders', to_jsonb(repeat('a', 998000)), repeat('k', 1000), '{"x-big": "v"}');
+\echo :SQLSTATE
+INSERT INTO outbox.messages (destination, payload) VALUES ('orders', to_jsonb(repeat('a', 1040000)));
+\echo :SQLSTATE
+-- With a larger message.max.bytes, outbox.max_payload_bytes is the limit again.
+SELECT outbox.create_destination('big', 'kafka', '{"bootstrap.servers": "127.0.0.1:9092", "topic": "big", "message.max.bytes": 2000000}');
+INSERT INTO outbox.messages (destination, payload) VALUES ('big', to_jsonb(repeat('a', 1040000)));
+INSERT INTO outbox.messages (destination, payload) VALUES ('big', to_jsonb(repeat('a', 1048575)));
+\echo :SQLSTATE
+SELECT destination, octet_length(coalesce(payload::text, '')) + coalesce(length(payload_bytes), 0) AS bytes
+  FROM outbox.messages ORDER BY id;
+DELETE FROM outbox.messages;
+SELECT outbox.drop_destination('big');
 -- Empty and degenerate payloads are deliverable: JSON null, an empty string, zero bytes, deep
 -- nesting within what jsonb itself accepts.
 INSERT INTO outbox.messages (destination, payload) VALUES ('orders', 'null'), ('orders', '""'), ('orders', '{}');
@@ -245,14 +266,36 @@ DELETE FROM outbox.messages;
 -- id and created_at are assigned at INSERT: a producer that sets them (OVERRIDING SYSTEM VALUE
 -- included, which needs only INSERT) is refused, so a forged id can never collide with a
 -- later message or a dead letter.
+CREATE ROLE outbox_regress_forger;
+GRANT USAGE ON SCHEMA outbox TO outbox_regress_forger;
+GRANT INSERT ON outbox.messages TO outbox_regress_forger;
+GRANT SELECT ON outbox.messages_id_seq TO outbox_regress_forger;
+SET ROLE outbox_regress_forger;
 INSERT INTO outbox.messages (id, destination, payload) OVERRIDING SYSTEM VALUE
 SELECT last_value + 1, 'orders', '{"forged": "id"}' FROM outbox.messages_id_seq;
 \echo :SQLSTATE
 INSERT INTO outbox.messages (destination, payload, created_at) VALUES ('orders', '{"forged": "created_at"}', '1970-01-01 00:00:00+00');
 \echo :SQLSTATE
+-- A NULL id is numbered, never kept.
+INSERT INTO outbox.messages (id, destination, payload) VALUES (NULL, 'orders', '{"forged": "null id"}');
 INSERT INTO outbox.messages (destination, payload) VALUES ('orders', '{"forged": "nothing"}');
-SELECT payload->>'forged' AS forged, created_at = now() AS created_now FROM outbox.messages ORDER BY id;
+RESET ROLE;
+SELECT payload->>'forged' AS forged, id IS NOT NULL AS numbered, created_at = now() AS created_now
+  FROM outbox.messages ORDER BY id;
+-- Only the owner of outbox.messages (a superuser: pg_restore, and outbox.requeue, which runs
+-- with the owner's rights) inserts rows that keep their id; the id sequence then moves past it,
+-- so the next producer's number never meets it.
+INSERT INTO outbox.messages (id, destination, payload, created_at)
+SELECT last_value + 5, 'orders', '{"kept": "id"}', '2000-01-01 00:00:00+00' FROM outbox.messages_id_seq;
+SET ROLE outbox_regress_forger;
+INSERT INTO outbox.messages (destination, payload) VALUES ('orders', '{"after": "kept id"}');
+RESET ROLE;
+SELECT coalesce(payload->>'kept', payload->>'after') AS message, created_at = '2000-01-01 00:00:00+00' AS kept_created_at
+  FROM outbox.messages WHERE payload ? 'kept' OR payload ? 'after' ORDER BY id;
 DELETE FROM outbox.messages;
+REVOKE ALL ON outbox.messages, outbox.messages_id_seq FROM outbox_regress_forger;
+REVOKE ALL ON SCHEMA outbox FROM outbox_regress_forger;
+DROP ROLE outbox_regress_forger;
 
 --------------------------------------------------------------------------------------------------
 -- Destination configs: every setting of both kinds with a value of the wrong type. One call
@@ -388,7 +431,7 @@ SELECT outbox.create_destination('bad_kafka', 'kafka', '{"bootstrap.servers": "b
 --------------------------------------------------------------------------------------------------
 SELECT outbox.create_destination('bad_kafka', 'kafka', '{"bootstrap.servers": "b:9092",
     "sasl.password": {"value": "MARKER-sasl-password"}, "ssl.key.password": ["MARKER-ssl-key"],
-    "ssl.keystore.password": null, "sasl.oauthbearer.client.secret": "MARKER-oidc-secret",
+    "ssl.keystore.password": null, "sasl.oauthbearer.client.secret": ["MARKER-oidc"],
     "SASL.PASSWORD": "MARKER-wrong-case", "sasl.passwd": "MARKER-typo"}');
 \echo :SQLSTATE
 SELECT outbox.create_destination('bad_hook', 'webhook', '{"url": "ftp://user:MARKER-url-password@example.com/",
@@ -415,4 +458,5 @@ SELECT md5(string_agg(name || kind || config::text || paused, ',' ORDER BY name)
   FROM outbox.destinations;
 SELECT name FROM outbox.destinations ORDER BY name;
 
+SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

@@ -3,6 +3,365 @@
 
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.2.0'" to load this file. \quit
 
+--------------------------------------------------------------------------------------------------
+-- Per-key ordering on SQL and row locks: a row per key in outbox.ordered_keys replaces the walk
+-- over messages_key_order's leaf pages, its in-memory floors and the shared generation counter.
+--------------------------------------------------------------------------------------------------
+-- Per-key ordering: one row per (destination, order key) that has or recently had queued
+-- messages. Producers of a key take turns on its row's lock (the insert check upserts it before
+-- it numbers the message, and holds it until commit), so ids follow commit order within a key.
+-- The worker reads these rows to find the keys whose head is due and where each key's messages
+-- begin, and never waits for their locks. The rules every writer keeps (src/pg/key_order.cpp):
+--   floor   no queued message of the key has a lower id; lowered (with floor_version + 1) only
+--           by a transaction that puts a message back with its old id (requeue, restore,
+--           ordering turned on); raised by the worker past a head it removed, only while
+--           floor_version is the one it read when it found that head.
+--   due_at  the key's head cannot be claimed before this ('infinity': no queued message);
+--           producers lower it, the worker sets it from what it saw of the head, only while
+--           version (bumped by every write) is the one it read.
+-- Not kept by pg_dump: the insert check rebuilds it as the queue is restored.
+CREATE TABLE outbox.ordered_keys (
+    destination   text NOT NULL,
+    order_key     bigint NOT NULL,
+    key           text NOT NULL,     -- a key of this order (keys whose hashes collide share one)
+    floor         bigint NOT NULL,
+    due_at        timestamptz NOT NULL,
+    floor_version bigint NOT NULL DEFAULT 0,
+    version       bigint NOT NULL DEFAULT 0,
+    idle_since    timestamptz,       -- when due_at became 'infinity'; swept after a while
+    PRIMARY KEY (destination, order_key)
+);
+COMMENT ON TABLE outbox.ordered_keys IS
+    'per-key ordering: the keys of ordering = key destinations, where their queued messages begin and when their head is due; kept by outbox';
+CREATE INDEX ordered_keys_due ON outbox.ordered_keys (destination, due_at, order_key);
+-- Written once per key per worker transaction, mostly without changing an indexed column: room
+-- on each page for those updates to stay there (HOT, pruned in place), and autovacuum soon.
+ALTER TABLE outbox.ordered_keys SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
+-- The keys of the ordered messages queued now, each from its first message.
+INSERT INTO outbox.ordered_keys (destination, order_key, key, floor, due_at)
+SELECT m.destination, m.order_key, min(m.key), min(m.id), now()
+  FROM outbox.messages AS m
+ WHERE m.order_key IS NOT NULL
+ GROUP BY m.destination, m.order_key;
+
+DROP FUNCTION outbox._key_heads(text, bigint, bigint, integer, boolean);
+DROP FUNCTION outbox._requeueing();
+DROP FUNCTION outbox._reordering_keys();
+-- The head of each key of a destination (its first queued message), found as a claim finds it:
+-- one descent of messages_key_order per key, from the key's floor. Keys without queued
+-- messages ('infinity') are not looked at.
+CREATE FUNCTION outbox._key_heads(destination text)
+RETURNS TABLE (order_key bigint, id bigint, tid tid) LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT k.order_key, h.id, h.ctid
+      FROM outbox.ordered_keys AS k
+     CROSS JOIN LATERAL (
+           SELECT m.id, m.ctid FROM outbox.messages AS m
+            WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = k.destination
+            ORDER BY m.id LIMIT 1) AS h
+     WHERE k.destination = _key_heads.destination AND k.due_at < 'infinity'
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.alter_destination(name text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
+DECLARE
+    new_config jsonb;
+BEGIN
+    IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
+        RAISE EXCEPTION 'outbox.alter_destination needs a JSON object of settings to change'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Settings given are replaced, settings given as null are removed, others are kept.';
+    END IF;
+    UPDATE outbox.destinations AS d
+       SET config = jsonb_strip_nulls(d.config || alter_destination.config), updated_at = now()
+     WHERE d.name = alter_destination.name
+    RETURNING d.config INTO new_config;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', alter_destination.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- Queued messages follow the new ordering: without it they all go at once; with it the
+    -- messages of a key go in id order from now on.
+    IF new_config->>'ordering' IS DISTINCT FROM 'key' THEN
+        UPDATE outbox.messages AS m SET order_key = NULL
+         WHERE m.destination = alter_destination.name AND m.order_key IS NOT NULL;
+        DELETE FROM outbox.ordered_keys AS k WHERE k.destination = alter_destination.name;
+    ELSE
+        -- A message given its order key now may lie below its key's floor: the floor goes down
+        -- with floor_version + 1 (see outbox.ordered_keys), as a requeue does.
+        WITH ordered AS (
+            UPDATE outbox.messages AS m SET order_key = outbox._order_key(m.destination, m.key)
+             WHERE m.destination = alter_destination.name AND m.key IS NOT NULL
+               AND m.order_key IS NULL
+            RETURNING m.order_key, m.key, m.id)
+        INSERT INTO outbox.ordered_keys AS k (destination, order_key, key, floor, due_at)
+        SELECT alter_destination.name, o.order_key, min(o.key), min(o.id), now()
+          FROM ordered AS o GROUP BY o.order_key
+        ON CONFLICT (destination, order_key) DO UPDATE
+           SET floor = least(k.floor, excluded.floor), floor_version = k.floor_version + 1,
+               due_at = least(k.due_at, excluded.due_at), version = k.version + 1;
+        -- on_dead may have changed: keys held back are looked at again now.
+        UPDATE outbox.ordered_keys AS k SET due_at = now(), version = k.version + 1
+         WHERE k.destination = alter_destination.name AND k.due_at > now()
+           AND k.due_at < 'infinity';
+    END IF;
+    -- Keys a dead letter held may go on (on_dead = skip), or messages changed queues.
+    PERFORM outbox.wake();
+END
+$$;
+COMMENT ON FUNCTION outbox.alter_destination(text, jsonb) IS
+    'change settings of a destination: given keys replace, null removes, the rest is kept';
+
+CREATE OR REPLACE FUNCTION outbox.drop_destination(name text, force boolean DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pending bigint;
+BEGIN
+    -- Wait for producers in flight and hold new ones until commit, so no message for this
+    -- destination can appear after it was counted.
+    LOCK TABLE outbox.messages IN SHARE MODE;
+    PERFORM FROM outbox.destinations AS d WHERE d.name = drop_destination.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', drop_destination.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT count(*) INTO pending FROM outbox.messages AS m WHERE m.destination = drop_destination.name;
+    IF pending > 0 AND NOT coalesce(force, false) THEN
+        RAISE EXCEPTION 'destination "%" has % undelivered messages', drop_destination.name, pending
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Wait for them to be delivered, or pass force => true to move them to outbox.dead_letters.';
+    END IF;
+    IF pending > 0 THEN
+        WITH moved AS (
+            DELETE FROM outbox.messages AS m WHERE m.destination = drop_destination.name RETURNING m.*
+        )
+        INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,
+                                         payload_bytes, headers, expires_at, created_at, attempts,
+                                         reason, last_error, first_failed_at)
+        SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,
+               created_at, attempts, 'dropped', 'destination dropped with force => true',
+               first_failed_at
+          FROM moved;
+        RAISE NOTICE '% undelivered messages of destination "%" moved to outbox.dead_letters',
+            pending, drop_destination.name;
+    END IF;
+    DELETE FROM outbox.ordered_keys AS k WHERE k.destination = drop_destination.name;
+    DELETE FROM outbox.destinations AS d WHERE d.name = drop_destination.name;
+END
+$$;
+COMMENT ON FUNCTION outbox.drop_destination(text, boolean) IS
+    'remove a destination; refused while it has undelivered messages unless force => true';
+
+CREATE OR REPLACE FUNCTION outbox.requeue(ids bigint[])
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    moved_count bigint;
+    missing text;
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'outbox.requeue needs an array of dead letter ids'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT dl.destination INTO missing FROM outbox.dead_letters AS dl
+     WHERE dl.id = ANY (ids)
+       AND NOT EXISTS (SELECT FROM outbox.destinations AS d WHERE d.name = dl.destination)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'outbox destination "%" does not exist', missing
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Create it with outbox.create_destination(), or check the name against outbox.destinations.';
+    END IF;
+    -- The rows keep their id: only the owner of outbox.messages (this function's) may insert
+    -- rows that carry one (src/pg/producer.cpp).
+    WITH moved AS (
+        DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
+    )
+    INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
+                                 headers, created_at)
+    SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
+           moved.payload_bytes, moved.headers, moved.created_at
+      FROM moved ORDER BY moved.id;
+    GET DIAGNOSTICS moved_count = ROW_COUNT;
+    RETURN moved_count;
+END
+$$;
+COMMENT ON FUNCTION outbox.requeue(bigint[]) IS
+    'move the given dead letters back to the queue; returns how many were moved';
+
+-- Dead letters are never removed automatically; this removes old ones on request.
+CREATE OR REPLACE FUNCTION outbox.purge_dead_letters(older_than interval, destination text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    IF older_than IS NULL OR older_than < interval '0' THEN
+        RAISE EXCEPTION 'outbox.purge_dead_letters needs an age of zero or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example: SELECT outbox.purge_dead_letters(interval ''30 days'');';
+    END IF;
+    -- A purged dead letter no longer holds its key (ordering = key, on_dead = block): the key's
+    -- head is looked at again now.
+    WITH gone AS (
+        DELETE FROM outbox.dead_letters AS dl
+         WHERE dl.failed_at < now() - older_than
+           AND (purge_dead_letters.destination IS NULL OR dl.destination = purge_dead_letters.destination)
+        RETURNING dl.destination, dl.key
+    ), released AS (
+        UPDATE outbox.ordered_keys AS k SET due_at = least(k.due_at, now()), version = k.version + 1
+          FROM (SELECT DISTINCT g.destination, g.key FROM gone AS g WHERE g.key IS NOT NULL) AS g
+         WHERE k.destination = g.destination AND k.order_key = outbox._order_key(g.destination, g.key)
+    )
+    SELECT count(*) INTO purged FROM gone;
+    RETURN purged;
+END
+$$;
+COMMENT ON FUNCTION outbox.purge_dead_letters(interval, text) IS
+    'delete dead letters that failed longer ago than older_than (of one destination, or all); returns how many';
+
+CREATE OR REPLACE FUNCTION outbox.skip(id bigint)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    skipped outbox.dead_letters;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'outbox.skip needs the id of a dead letter' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE outbox.dead_letters AS dl SET skipped_at = now()
+     WHERE dl.id = skip.id AND dl.skipped_at IS NULL
+    RETURNING dl.* INTO skipped;
+    IF FOUND THEN
+        -- the key's next message may go now
+        UPDATE outbox.ordered_keys AS k SET due_at = least(k.due_at, now()), version = k.version + 1
+         WHERE k.destination = skipped.destination
+           AND k.order_key = outbox._order_key(skipped.destination, skipped.key);
+        PERFORM outbox.wake();
+    ELSE
+        PERFORM FROM outbox.dead_letters AS dl WHERE dl.id = skip.id;
+        IF FOUND THEN
+            RAISE NOTICE 'dead letter % was already skipped', skip.id;
+        ELSE
+            RAISE EXCEPTION 'dead letter % does not exist', skip.id
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'outbox.dead_letters lists them; a requeued message is no longer a dead letter.';
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.skip(bigint) IS
+    'let the later messages of a dead letter''s key go on without it (ordering = key, on_dead = block); the dead letter stays';
+
+--------------------------------------------------------------------------------------------------
+-- Queue counts: inserts are counted from what each statement inserted.
+--------------------------------------------------------------------------------------------------
+-- What was actually inserted (not what an ON CONFLICT clause or another trigger left out);
+-- ALWAYS: an insert applied as a replica counts too (the worker itself never inserts).
+CREATE FUNCTION outbox._messages_inserted() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_messages_inserted' LANGUAGE C;
+CREATE TRIGGER messages_inserted AFTER INSERT ON outbox.messages
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_inserted();
+ALTER TABLE outbox.messages ENABLE ALWAYS TRIGGER messages_inserted;
+
+--------------------------------------------------------------------------------------------------
+-- Claims after a drain: autovacuum comes for the queue soon.
+--------------------------------------------------------------------------------------------------
+-- A queue: every row is deleted soon after it is inserted. Autovacuum comes for it after 10,000
+-- dead rows (not a fraction of the table), at full speed, so that the index entries of delivered
+-- messages do not pile up for long (claims start past them meanwhile: src/pg/queue.cpp).
+ALTER TABLE outbox.messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 100000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0,
+    autovacuum_analyze_threshold = 100000);
+
+REVOKE ALL ON FUNCTION outbox._key_heads(text), outbox._messages_inserted() FROM PUBLIC;
+-- Producers that ran on the 0.1.0 schema with this module were not counted: count again.
+SELECT outbox.recount();
+
+-- Destination kinds amqp (RabbitMQ) and nats (NATS JetStream): the kinds are checked by the
+-- destinations trigger (the module); stats() reads their "tls_verify" as for webhooks.
+COMMENT ON TABLE outbox.destinations IS
+    'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
+    'define a kafka, webhook, amqp or nats destination; the config is checked now, every problem reported at once';
+CREATE OR REPLACE FUNCTION outbox.stats()
+RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
+               retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
+               failed_total bigint, last_error text, last_success_at timestamptz,
+               scheduled bigint, dead_lettered_total bigint, expired_total bigint,
+               deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
+               waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
+               queue_last_autovacuum timestamptz)
+-- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
+-- empty and would scan all of it; every part of this query has an index to use. jit off: the
+-- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET jit = off AS $$
+    WITH counts AS (SELECT * FROM outbox._queue_counts())
+    SELECT d.name, d.kind, d.paused,
+           greatest(coalesce(q.queued, 0) - coalesce(blocked.waiting + keyed.behind_scheduled, 0)
+                    - ahead.in_flight - ahead.retrying - ahead.scheduled
+                    - coalesce(keyed.in_flight, 0) - coalesce(keyed.retrying, 0)
+                    - coalesce(keyed.scheduled, 0), 0),
+           ahead.in_flight + coalesce(keyed.in_flight, 0),
+           ahead.retrying + coalesce(keyed.retrying, 0), dead.n,
+           now() - least(head.created_at, ahead.oldest, keyed.oldest),
+           coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
+           ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
+           coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
+           blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
+           -- false only where TLS certificate verification was switched off explicitly
+           CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
+                THEN coalesce((d.config->>'tls_verify')::boolean, true)
+                ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
+           t.n_dead_tup, t.last_autovacuum
+      FROM outbox.destinations AS d
+      LEFT JOIN counts AS q ON q.destination = d.name
+      CROSS JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL) AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0) AS scheduled,
+                 min(m.created_at) AS oldest
+            FROM outbox.messages AS m
+           WHERE m.destination = d.name AND m.order_key IS NULL
+             AND m.available_at > now()) AS ahead
+      LEFT JOIN LATERAL (
+          SELECT m.created_at FROM outbox.messages AS m
+           WHERE m.destination = d.name AND m.order_key IS NULL
+           ORDER BY m.available_at, m.id LIMIT 1) AS head ON true
+      -- ordering = key: the head of each key (the messages behind a head are pending or
+      -- waiting, never in flight)
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE m.lease_token IS NOT NULL AND m.available_at > now())
+                     AS in_flight,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts > 0
+                                    AND m.available_at > now()) AS retrying,
+                 count(*) FILTER (WHERE m.lease_token IS NULL AND m.attempts = 0
+                                    AND m.available_at > now()) AS scheduled,
+                 min(m.created_at) AS oldest,
+                 coalesce(sum(behind.n), 0) AS behind_scheduled
+            FROM outbox._key_heads(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS h
+            JOIN outbox.messages AS m ON m.ctid = h.tid
+            LEFT JOIN LATERAL (
+                SELECT count(*) AS n FROM outbox.messages AS w
+                 WHERE m.lease_token IS NULL AND m.attempts = 0 AND m.available_at > now()
+                   AND w.order_key = m.order_key AND w.id > m.id) AS behind ON true) AS keyed
+        ON d.config->>'ordering' = 'key'
+      LEFT JOIN LATERAL (
+          SELECT count(*) AS keys, coalesce(sum(b.waiting), 0) AS waiting
+            FROM outbox.blocked_keys(CASE WHEN coalesce(q.queued, 0) > 0 THEN d.name END) AS b)
+          AS blocked
+        ON d.config->>'ordering' = 'key'
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS n FROM outbox.dead_letters AS dl WHERE dl.destination = d.name) AS dead
+      LEFT JOIN outbox._destination_counters() AS c ON c.destination = d.name
+      LEFT JOIN pg_stat_all_tables AS t ON t.relid = 'outbox.messages'::regclass
+     ORDER BY d.name
+$$;
+
 -- outbox.workers() gains driver_pid and driver_restarts: each worker's driver process
 -- (outbox-driver). A function's result columns cannot change in place, so it is dropped and
 -- created again, and the EXECUTE privileges roles held on it are granted back.

@@ -17,7 +17,7 @@ CREATE TABLE outbox.destinations (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE outbox.destinations IS
-    'Kafka clusters and webhook endpoints messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+    'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
 
 -- Every row is validated on its way in, with the parser the worker uses (librdkafka itself for
 -- Kafka properties); all problems are reported in one error.
@@ -71,9 +71,48 @@ COMMENT ON TABLE outbox.messages IS
 CREATE SEQUENCE outbox.messages_id_seq OWNED BY outbox.messages.id;
 CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHERE order_key IS NULL;
 -- Per-key ordering: the messages of each key in id order; the first one of a key is its head,
--- the only one that may be claimed (outbox._key_heads walks the heads, key by key).
--- Ordered messages are only here: nothing is written to let a key's next message go.
+-- the only one that may be claimed. A claim finds it with one descent from the key's floor
+-- (outbox.ordered_keys), never crossing the entries of the key's delivered messages.
 CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;
+-- A queue: every row is deleted soon after it is inserted. Autovacuum comes for it after 10,000
+-- dead rows (not a fraction of the table), at full speed, so that the index entries of delivered
+-- messages do not pile up for long (claims start past them meanwhile: src/pg/queue.cpp).
+ALTER TABLE outbox.messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 100000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0,
+    autovacuum_analyze_threshold = 100000);
+
+-- Per-key ordering: one row per (destination, order key) that has or recently had queued
+-- messages. Producers of a key take turns on its row's lock (the insert check upserts it before
+-- it numbers the message, and holds it until commit), so ids follow commit order within a key.
+-- The worker reads these rows to find the keys whose head is due and where each key's messages
+-- begin, and never waits for their locks. The rules every writer keeps (src/pg/key_order.cpp):
+--   floor   no queued message of the key has a lower id; lowered (with floor_version + 1) only
+--           by a transaction that puts a message back with its old id (requeue, restore,
+--           ordering turned on); raised by the worker past a head it removed, only while
+--           floor_version is the one it read when it found that head.
+--   due_at  the key's head cannot be claimed before this ('infinity': no queued message);
+--           producers lower it, the worker sets it from what it saw of the head, only while
+--           version (bumped by every write) is the one it read.
+-- Not kept by pg_dump: the insert check rebuilds it as the queue is restored.
+CREATE TABLE outbox.ordered_keys (
+    destination   text NOT NULL,
+    order_key     bigint NOT NULL,
+    key           text NOT NULL,     -- a key of this order (keys whose hashes collide share one)
+    floor         bigint NOT NULL,
+    due_at        timestamptz NOT NULL,
+    floor_version bigint NOT NULL DEFAULT 0,
+    version       bigint NOT NULL DEFAULT 0,
+    idle_since    timestamptz,       -- when due_at became 'infinity'; swept after a while
+    PRIMARY KEY (destination, order_key)
+);
+COMMENT ON TABLE outbox.ordered_keys IS
+    'per-key ordering: the keys of ordering = key destinations, where their queued messages begin and when their head is due; kept by outbox';
+CREATE INDEX ordered_keys_due ON outbox.ordered_keys (destination, due_at, order_key);
+-- Written once per key per worker transaction, mostly without changing an indexed column: room
+-- on each page for those updates to stay there (HOT, pruned in place), and autovacuum soon.
+ALTER TABLE outbox.ordered_keys SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
 
 -- The destination must exist (checked against a per-backend cache, not a foreign key), the
 -- payload must be deliverable, and the workers are woken when the transaction commits.
@@ -199,7 +238,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
-    'define a kafka or webhook destination; the config is checked now, every problem reported at once';
+    'define a kafka, webhook, amqp or nats destination; the config is checked now, every problem reported at once';
 
 CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -224,14 +263,28 @@ BEGIN
     END IF;
     -- Queued messages follow the new ordering: without it they all go at once; with it the
     -- messages of a key go in id order from now on.
-    PERFORM outbox._reordering_keys();
     IF new_config->>'ordering' IS DISTINCT FROM 'key' THEN
         UPDATE outbox.messages AS m SET order_key = NULL
          WHERE m.destination = alter_destination.name AND m.order_key IS NOT NULL;
+        DELETE FROM outbox.ordered_keys AS k WHERE k.destination = alter_destination.name;
     ELSE
-        UPDATE outbox.messages AS m SET order_key = outbox._order_key(m.destination, m.key)
-         WHERE m.destination = alter_destination.name AND m.key IS NOT NULL
-           AND m.order_key IS NULL;
+        -- A message given its order key now may lie below its key's floor: the floor goes down
+        -- with floor_version + 1 (see outbox.ordered_keys), as a requeue does.
+        WITH ordered AS (
+            UPDATE outbox.messages AS m SET order_key = outbox._order_key(m.destination, m.key)
+             WHERE m.destination = alter_destination.name AND m.key IS NOT NULL
+               AND m.order_key IS NULL
+            RETURNING m.order_key, m.key, m.id)
+        INSERT INTO outbox.ordered_keys AS k (destination, order_key, key, floor, due_at)
+        SELECT alter_destination.name, o.order_key, min(o.key), min(o.id), now()
+          FROM ordered AS o GROUP BY o.order_key
+        ON CONFLICT (destination, order_key) DO UPDATE
+           SET floor = least(k.floor, excluded.floor), floor_version = k.floor_version + 1,
+               due_at = least(k.due_at, excluded.due_at), version = k.version + 1;
+        -- on_dead may have changed: keys held back are looked at again now.
+        UPDATE outbox.ordered_keys AS k SET due_at = now(), version = k.version + 1
+         WHERE k.destination = alter_destination.name AND k.due_at > now()
+           AND k.due_at < 'infinity';
     END IF;
     -- Keys a dead letter held may go on (on_dead = skip), or messages changed queues.
     PERFORM outbox.wake();
@@ -273,6 +326,7 @@ BEGIN
         RAISE NOTICE '% undelivered messages of destination "%" moved to outbox.dead_letters',
             pending, drop_destination.name;
     END IF;
+    DELETE FROM outbox.ordered_keys AS k WHERE k.destination = drop_destination.name;
     DELETE FROM outbox.destinations AS d WHERE d.name = drop_destination.name;
 END
 $$;
@@ -310,12 +364,23 @@ CREATE FUNCTION outbox.requeue(ids bigint[])
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     moved_count bigint;
+    missing text;
 BEGIN
     IF ids IS NULL THEN
         RAISE EXCEPTION 'outbox.requeue needs an array of dead letter ids'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM outbox._requeueing();
+    SELECT dl.destination INTO missing FROM outbox.dead_letters AS dl
+     WHERE dl.id = ANY (ids)
+       AND NOT EXISTS (SELECT FROM outbox.destinations AS d WHERE d.name = dl.destination)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'outbox destination "%" does not exist', missing
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Create it with outbox.create_destination(), or check the name against outbox.destinations.';
+    END IF;
+    -- The rows keep their id: only the owner of outbox.messages (this function's) may insert
+    -- rows that carry one (src/pg/producer.cpp).
     WITH moved AS (
         DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
     )
@@ -363,10 +428,19 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'For example: SELECT outbox.purge_dead_letters(interval ''30 days'');';
     END IF;
-    DELETE FROM outbox.dead_letters AS dl
-     WHERE dl.failed_at < now() - older_than
-       AND (purge_dead_letters.destination IS NULL OR dl.destination = purge_dead_letters.destination);
-    GET DIAGNOSTICS purged = ROW_COUNT;
+    -- A purged dead letter no longer holds its key (ordering = key, on_dead = block): the key's
+    -- head is looked at again now.
+    WITH gone AS (
+        DELETE FROM outbox.dead_letters AS dl
+         WHERE dl.failed_at < now() - older_than
+           AND (purge_dead_letters.destination IS NULL OR dl.destination = purge_dead_letters.destination)
+        RETURNING dl.destination, dl.key
+    ), released AS (
+        UPDATE outbox.ordered_keys AS k SET due_at = least(k.due_at, now()), version = k.version + 1
+          FROM (SELECT DISTINCT g.destination, g.key FROM gone AS g WHERE g.key IS NOT NULL) AS g
+         WHERE k.destination = g.destination AND k.order_key = outbox._order_key(g.destination, g.key)
+    )
+    SELECT count(*) INTO purged FROM gone;
     RETURN purged;
 END
 $$;
@@ -381,20 +455,20 @@ COMMENT ON FUNCTION outbox.purge_dead_letters(interval, text) IS
 -- messages_key_order.
 CREATE FUNCTION outbox._order_key(destination text, key text) RETURNS bigint
     AS 'MODULE_PATHNAME', 'outbox_order_key' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
--- The head message of each key of a destination (its lowest visible id), by order key, read
--- from messages_key_order's leaf entries. from_key/to_key bound the walk, n the number of
--- heads; with due_only only heads due now (the claim's candidates; it locks them itself).
-CREATE FUNCTION outbox._key_heads(destination text, from_key bigint DEFAULT NULL,
-                                  to_key bigint DEFAULT NULL, n integer DEFAULT NULL,
-                                  due_only boolean DEFAULT false)
-RETURNS TABLE (order_key bigint, id bigint, tid tid)
-    AS 'MODULE_PATHNAME', 'outbox_key_heads' LANGUAGE C VOLATILE ROWS 100;
--- Marks this transaction's inserts as requeued dead letters: they keep their id.
-CREATE FUNCTION outbox._requeueing() RETURNS void
-    AS 'MODULE_PATHNAME', 'outbox_requeueing' LANGUAGE C;
--- This transaction gives queued messages order keys (key_order.hpp: ReorderingKeys).
-CREATE FUNCTION outbox._reordering_keys() RETURNS void
-    AS 'MODULE_PATHNAME', 'outbox_reordering_keys' LANGUAGE C;
+-- The head of each key of a destination (its first queued message), found as a claim finds it:
+-- one descent of messages_key_order per key, from the key's floor. Keys without queued
+-- messages ('infinity') are not looked at.
+CREATE FUNCTION outbox._key_heads(destination text)
+RETURNS TABLE (order_key bigint, id bigint, tid tid) LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT k.order_key, h.id, h.ctid
+      FROM outbox.ordered_keys AS k
+     CROSS JOIN LATERAL (
+           SELECT m.id, m.ctid FROM outbox.messages AS m
+            WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = k.destination
+            ORDER BY m.id LIMIT 1) AS h
+     WHERE k.destination = _key_heads.destination AND k.due_at < 'infinity'
+$$;
 
 CREATE FUNCTION outbox.skip(id bigint)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -408,7 +482,11 @@ BEGIN
      WHERE dl.id = skip.id AND dl.skipped_at IS NULL
     RETURNING dl.* INTO skipped;
     IF FOUND THEN
-        PERFORM outbox.wake();  -- the key's next message may go now
+        -- the key's next message may go now
+        UPDATE outbox.ordered_keys AS k SET due_at = least(k.due_at, now()), version = k.version + 1
+         WHERE k.destination = skipped.destination
+           AND k.order_key = outbox._order_key(skipped.destination, skipped.key);
+        PERFORM outbox.wake();
     ELSE
         PERFORM FROM outbox.dead_letters AS dl WHERE dl.id = skip.id;
         IF FOUND THEN
@@ -478,6 +556,14 @@ CREATE TRIGGER messages_changed AFTER DELETE OR UPDATE OF destination
     ON outbox.messages FOR EACH ROW EXECUTE FUNCTION outbox._messages_changed();
 CREATE TRIGGER messages_truncated AFTER TRUNCATE
     ON outbox.messages FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_changed();
+-- What was actually inserted (not what an ON CONFLICT clause or another trigger left out);
+-- ALWAYS: an insert applied as a replica counts too (the worker itself never inserts).
+CREATE FUNCTION outbox._messages_inserted() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_messages_inserted' LANGUAGE C;
+CREATE TRIGGER messages_inserted AFTER INSERT ON outbox.messages
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_inserted();
+ALTER TABLE outbox.messages ENABLE ALWAYS TRIGGER messages_inserted;
 -- Per destination: the queue size, the size the counts started from, and since then:
 -- produced, removed (deleted by SQL), delivered, dead-lettered, expired.
 CREATE FUNCTION outbox._queue_counts(
@@ -525,7 +611,8 @@ SET enable_seqscan = off SET jit = off AS $$
            coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
            blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
            -- false only where TLS certificate verification was switched off explicitly
-           CASE d.kind WHEN 'webhook' THEN coalesce((d.config->>'tls_verify')::boolean, true)
+           CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
+                THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum
       FROM outbox.destinations AS d

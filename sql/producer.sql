@@ -78,8 +78,7 @@ INSERT INTO outbox.messages (destination, payload, lease_token) VALUES ('orders'
 \echo :SQLSTATE
 INSERT INTO outbox.messages (destination, payload, last_error) VALUES ('orders', '{}', 'x');
 \echo :SQLSTATE
-INSERT INTO outbox.messages (id, destination, payload) VALUES (1, 'orders', '{}');
-\echo :SQLSTATE
+-- (id: refused for everyone but the table's owner, see bad_input.sql)
 SELECT count(*) AS rows_after_refusals FROM outbox.messages;
 
 -- Accepted edge cases: NULL available_at means now; a header with unicode; 64 headers.
@@ -150,4 +149,5 @@ ROLLBACK;
 INSERT INTO outbox.messages (destination, payload) VALUES ('hook', '{}');
 SELECT destination FROM outbox.messages;
 
+SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

@@ -41,4 +41,5 @@ SELECT outbox.publish(ARRAY['kafka_a', 'hook_b'], 'rolled.back', '{}') IS NOT NU
 ROLLBACK;
 SELECT count(*) AS rows FROM outbox.messages WHERE topic = 'rolled.back';
 
+SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

@@ -68,4 +68,33 @@ SELECT destination, initial, produced, delivered, dead_lettered, expired, remove
 SELECT s.destination, s.pending + s.scheduled = (SELECT count(*) FROM outbox.messages m WHERE m.destination = s.destination) AS exact
   FROM outbox.stats() s;
 
+-- A requeue leaves nothing behind in its transaction: later inserts in it are numbered and
+-- checked as any producer's, ordered and unordered, also after a requeue that moved nothing,
+-- and after a requeue in a savepoint that rolled back.
+SELECT outbox.create_destination('keyed', 'kafka', '{"bootstrap.servers": "127.0.0.1:9092", "topic": "keyed", "ordering": "key"}');
+INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload, created_at, attempts, reason, last_error)
+VALUES (201, '0190a8c0-0000-7000-8000-0000000000c9', 'keyed', 'keyed', 'k', '{"n": 0}', now(), 1, 'rejected', 'x'),
+       (202, '0190a8c0-0000-7000-8000-0000000000ca', 'orders', 'orders', NULL, '{"n": 0}', now(), 1, 'rejected', 'x');
+BEGIN;
+SELECT outbox.requeue(ARRAY[201, 202]::bigint[]);
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('keyed', 'k', '{"n": 1}'), ('orders', NULL, '{"n": 1}');
+SELECT outbox.requeue(ARRAY[]::bigint[]);
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('keyed', 'k', '{"n": 2}'), ('orders', NULL, '{"n": 2}');
+SAVEPOINT s;
+SELECT outbox.requeue(ARRAY[999]::bigint[]);
+ROLLBACK TO s;
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('keyed', 'k', '{"n": 3}'), ('orders', NULL, '{"n": 3}');
+-- and a producer still may not set created_at in it
+SAVEPOINT refused;
+INSERT INTO outbox.messages (destination, payload, created_at) VALUES ('orders', '{}', now());
+\echo :SQLSTATE
+ROLLBACK TO refused;
+COMMIT;
+SELECT id > 202 OR id IN (201, 202) AS id_ok, destination, key, payload->>'n' AS n, created_at IS NOT NULL AS created
+  FROM outbox.messages WHERE destination IN ('keyed', 'orders') AND payload ? 'n' AND (key IS NULL OR key = 'k')
+ ORDER BY destination, id;
+-- The requeued message is the head of its key, ahead of the ones inserted after it.
+SELECT m.payload->>'n' AS head_n FROM outbox._key_heads('keyed') h JOIN outbox.messages m ON m.id = h.id;
+
+SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

@@ -3,8 +3,13 @@
 // budget; anything doubtful is a Retry, which does.
 #include "outbox/classify.hpp"
 
+#include <cctype>
+
+#include <amqp.h>
+#include <amqp_framing.h>
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
+#include <nats/nats.h>
 
 namespace outbox {
 
@@ -114,6 +119,159 @@ OutcomeKind ClassifyKafkaResult(int err, int status) {
 
         default:
             return OutcomeKind::Retry;
+    }
+}
+
+// The AMQP 0-9-1 name of a reply code.
+const char *AmqpReplyCodeName(int reply_code) {
+    switch (reply_code) {
+        case AMQP_REPLY_SUCCESS:
+            return "REPLY_SUCCESS";
+        case AMQP_CONTENT_TOO_LARGE:
+            return "CONTENT_TOO_LARGE";
+        case AMQP_NO_ROUTE:
+            return "NO_ROUTE";
+        case AMQP_NO_CONSUMERS:
+            return "NO_CONSUMERS";
+        case AMQP_ACCESS_REFUSED:
+            return "ACCESS_REFUSED";
+        case AMQP_NOT_FOUND:
+            return "NOT_FOUND";
+        case AMQP_RESOURCE_LOCKED:
+            return "RESOURCE_LOCKED";
+        case AMQP_PRECONDITION_FAILED:
+            return "PRECONDITION_FAILED";
+        case AMQP_CONNECTION_FORCED:
+            return "CONNECTION_FORCED";
+        case AMQP_INVALID_PATH:
+            return "INVALID_PATH";
+        case AMQP_FRAME_ERROR:
+            return "FRAME_ERROR";
+        case AMQP_SYNTAX_ERROR:
+            return "SYNTAX_ERROR";
+        case AMQP_COMMAND_INVALID:
+            return "COMMAND_INVALID";
+        case AMQP_CHANNEL_ERROR:
+            return "CHANNEL_ERROR";
+        case AMQP_UNEXPECTED_FRAME:
+            return "UNEXPECTED_FRAME";
+        case AMQP_RESOURCE_ERROR:
+            return "RESOURCE_ERROR";
+        case AMQP_NOT_ALLOWED:
+            return "NOT_ALLOWED";
+        case AMQP_NOT_IMPLEMENTED:
+            return "NOT_IMPLEMENTED";
+        case AMQP_INTERNAL_ERROR:
+            return "INTERNAL_ERROR";
+        default:
+            return "";
+    }
+}
+
+// What to do with a message the broker returned.
+OutcomeKind ClassifyAmqpReturn(int reply_code) {
+    return reply_code == AMQP_NO_ROUTE || reply_code == AMQP_NO_CONSUMERS ? OutcomeKind::Dead
+                                                                          : OutcomeKind::Retry;
+}
+
+// What to do with the unconfirmed messages of a channel the broker closed.
+OutcomeKind ClassifyAmqpChannelClose(int reply_code) {
+    switch (reply_code) {
+        case AMQP_NOT_FOUND:
+        case AMQP_ACCESS_REFUSED:
+        case AMQP_NOT_ALLOWED:
+        case AMQP_NOT_IMPLEMENTED:
+            return OutcomeKind::Dead;
+        case AMQP_CONNECTION_FORCED:
+            return OutcomeKind::Defer;
+        default:
+            return OutcomeKind::Retry;
+    }
+}
+
+// What to do with the unconfirmed messages of a connection that ended.
+OutcomeKind ClassifyAmqpConnectionEnd(int reply_code) {
+    return reply_code == 0 || reply_code == AMQP_CONNECTION_FORCED ? OutcomeKind::Defer
+                                                                   : OutcomeKind::Retry;
+}
+
+// What to do with a JetStream publish outcome.
+OutcomeKind ClassifyNatsPublish(int nats_status, int js_error, bool connection_lost) {
+    switch (nats_status) {
+        case NATS_OK:
+            return OutcomeKind::Delivered;
+        case NATS_NO_RESPONDERS:
+        case NATS_MAX_PAYLOAD:
+        case NATS_NOT_PERMITTED:
+            return OutcomeKind::Dead;
+        case NATS_CONNECTION_CLOSED:
+        case NATS_CONNECTION_DISCONNECTED:
+        case NATS_NO_SERVER:
+        case NATS_NOT_YET_CONNECTED:
+        case NATS_IO_ERROR:
+        case NATS_STALE_CONNECTION:
+        case NATS_SSL_ERROR:
+        case NATS_CONNECTION_AUTH_FAILED:
+        case NATS_INSUFFICIENT_BUFFER:
+            return OutcomeKind::Defer;
+        case NATS_TIMEOUT:
+            return connection_lost ? OutcomeKind::Defer : OutcomeKind::Retry;
+        default:
+            break;
+    }
+    switch (js_error) {
+        case JSStreamNotFoundErr:
+        case JSStreamNotMatchErr:
+        case JSStreamMessageExceedsMaximumErr:
+        case JSStreamWrongLastMsgIDErr:
+        case JSStreamWrongLastSequenceErr:
+        case JSNotEnabledErr:
+        case JSNotEnabledForAccountErr:
+            return OutcomeKind::Dead;
+        default:
+            return OutcomeKind::Retry;
+    }
+}
+
+// What to do with the messages purged after a fatal producer error.
+OutcomeKind ClassifyKafkaFatal(int fatal_err) {
+    switch (fatal_err) {
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return OutcomeKind::Dead;
+        default:
+            return OutcomeKind::Defer;
+    }
+}
+
+// The explanation an operator needs next to librdkafka's text, where it is misleading alone.
+std::string KafkaErrorHint(const KafkaErrorContext &c) {
+    switch (c.err) {
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+            if (c.message_bytes > 0 && c.message_bytes < c.batch_size)
+                return "(the message is " + std::to_string(c.message_bytes) +
+                       " bytes: the broker checks whole batches against the topic's "
+                       "max.message.bytes; if that is below batch.size (" +
+                       std::to_string(c.batch_size) + "), set \"batch.size\" to at most that)";
+            return "";
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+            return "(an idempotent producer's principal needs WRITE on the topic)";
+        case RD_KAFKA_RESP_ERR__AUTHENTICATION: {
+            std::string m = c.sasl_mechanism;
+            for (char &ch : m)
+                ch = static_cast<char>(toupper(static_cast<unsigned char>(ch)));
+            if (m.rfind("SCRAM-", 0) != 0 || c.librdkafka_version >= 0x020601ff ||
+                c.librdkafka_version <= 0)
+                return "";
+            int v = c.librdkafka_version;
+            return "(librdkafka " + std::to_string((v >> 24) & 0xff) + "." +
+                   std::to_string((v >> 16) & 0xff) + "." + std::to_string((v >> 8) & 0xff) +
+                   " cannot do SCRAM with Kafka 4.x brokers, whatever the password: it needs "
+                   "2.6.1; use PLAIN over SASL_SSL or OAUTHBEARER)";
+        }
+        default:
+            return "";
     }
 }
 

@@ -3,6 +3,7 @@
 // is collected so that a DBA fixes a config in one round trip, not one error at a time.
 #include "outbox/config.hpp"
 
+#include <amqp.h>
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
 #include <nlohmann/json.hpp>
@@ -895,6 +896,395 @@ void CheckWebhookConfig(const Json &object, const OutOfRange &out_of_range,
     }
 }
 
+// The problem with a file setting (`key` names a file the driver reads), or nullopt when the
+// database server can read it (or, without `check_files`, when it is a path at all).
+std::optional<std::string> FileSettingProblem(const std::string &key, const Json &value,
+                                              bool check_files) {
+    const std::string expected = Quote(key) + " must name a readable file";
+    if (!value.is_string()) {
+        return expected;
+    }
+    const std::string &path = value.get_ref<const std::string &>();
+    if (path.empty() || ContainsNul(path)) {
+        return expected;
+    }
+    if (!check_files) {
+        return std::nullopt;
+    }
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+        return expected + " (" + Quote(path) + ": " + FileErrorText(errno) + ")";
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return expected + " (" + Quote(path) + " is not a regular file)";
+    }
+    if (access(path.c_str(), R_OK) != 0) {
+        return expected + " (" + Quote(path) + ": " + FileErrorText(errno) + ")";
+    }
+    return std::nullopt;
+}
+
+// A file setting of the amqp and nats kinds: recorded as privileged (the server reads the
+// file) and checked; `*target` gets the path when it is good.
+void CheckFileSetting(const std::string &key, const Json &value, const CheckOptions &options,
+                      std::string *target, ConfigCheck *check) {
+    check->privileged.push_back(
+        {key, value.dump(), ServerAccess::ReadsFiles,
+         Quote(key) + " has the database server read a file" + std::string(kOnlyFileReaders)});
+    if (std::optional<std::string> problem = FileSettingProblem(key, value, options.check_files)) {
+        check->problems.push_back(std::move(*problem));
+    } else {
+        *target = value.get<std::string>();
+    }
+}
+
+// "max_in_flight" of the amqp and nats kinds.
+void CheckMaxInFlight(const Json &value, int *target, std::vector<std::string> *problems) {
+    std::optional<int64_t> n = AsInteger(value);
+    if (!n || *n < 1 || *n > 10000) {
+        problems->push_back("\"max_in_flight\" must be an integer between 1 and 10000");
+    } else {
+        *target = static_cast<int>(*n);
+    }
+}
+
+// A duration setting between `min_ms` and `max_ms`; `range` is how the problem states them.
+void CheckDurationSetting(const std::string &key, const Json &value, int64_t min_ms, int64_t max_ms,
+                          const char *range, int64_t *target, std::vector<std::string> *problems) {
+    std::optional<int64_t> ms = AsDurationMs(value);
+    if (!ms || *ms < min_ms || *ms > max_ms) {
+        problems->push_back(Quote(key) + " must be a duration between " + range +
+                            " (a number of milliseconds or a string such as \"500ms\" or "
+                            "\"5s\")");
+    } else {
+        *target = *ms;
+    }
+}
+
+// A boolean setting.
+void CheckBoolSetting(const std::string &key, const Json &value, bool *target,
+                      std::vector<std::string> *problems) {
+    if (!value.is_boolean()) {
+        problems->push_back(Quote(key) + " must be true or false");
+    } else {
+        *target = value.get<bool>();
+    }
+}
+
+// Whether `url` is an amqp:// or amqps:// URL with a host, as librabbitmq parses it. Query
+// parameters are refused: librabbitmq would take them as part of the vhost.
+bool IsValidAmqpUrl(const std::string &url) {
+    if (ContainsNul(url) || url.find('?') != std::string::npos ||
+        url.find('#') != std::string::npos) {
+        return false;
+    }
+    std::string lower = AsciiLowerCopy(url);
+    size_t rest = StartsWith(lower, "amqp://") ? 7 : StartsWith(lower, "amqps://") ? 8 : 0;
+    if (rest == 0 || url.size() == rest || url[rest] == '/') {
+        return false;
+    }
+    std::vector<char> buffer(url.begin(), url.end());
+    buffer.push_back('\0');
+    struct amqp_connection_info info;
+    if (amqp_parse_url(buffer.data(), &info) != AMQP_STATUS_OK) {
+        return false;
+    }
+    return info.host != nullptr && info.host[0] != '\0' && info.port > 0 && info.port <= 65535;
+}
+
+// The amqp-specific part of CheckDestinationConfig.
+void CheckAmqpConfig(const Json &object, const OutOfRange &out_of_range,
+                     const CheckOptions &options, ConfigCheck *check) {
+    DestinationConfig *config = &check->config;
+    std::vector<std::string> *problems = &check->problems;
+    AmqpConfig &amqp = config->amqp;
+    bool url_given = false;
+    bool cert_given = false;
+    bool key_given = false;
+    for (const auto &item : object.items()) {
+        const std::string &key = item.key();
+        const Json &value = item.value();
+        url_given = url_given || key == "url";
+        if (ReportOutOfRange(out_of_range, key, problems)) {
+            continue;
+        }
+        if (key == "topic") {
+            problems->push_back("unknown key \"topic\" for an amqp destination");
+            check->hints.push_back(
+                "The default routing key of an amqp destination is \"routing_key\".");
+            continue;
+        }
+        if (CheckCommonKey(DestinationKind::Amqp, key, value, config, problems)) {
+            continue;
+        }
+        if (key == "url") {
+            // Never quoted: it carries the credentials.
+            if (!value.is_string() || !IsValidAmqpUrl(value.get_ref<const std::string &>())) {
+                problems->push_back(
+                    "\"url\" must be an amqp:// or amqps:// URL with a host, such as "
+                    "\"amqp://user:password@host:5672/vhost\" (no query parameters)");
+            } else {
+                amqp.url = value.get<std::string>();
+            }
+        } else if (key == "exchange") {
+            if (!value.is_string() || value.get_ref<const std::string &>().size() > 255 ||
+                ContainsNul(value.get_ref<const std::string &>()) ||
+                !IsValidHeaderValue(value.get_ref<const std::string &>())) {
+                problems->push_back(
+                    "\"exchange\" must be a string of at most 255 bytes of valid UTF-8 without "
+                    "control characters (\"\" is the default exchange)");
+            } else {
+                amqp.exchange = value.get<std::string>();
+            }
+        } else if (key == "routing_key") {
+            if (!value.is_string() ||
+                !IsValidAmqpRoutingKey(value.get_ref<const std::string &>())) {
+                problems->push_back(
+                    "\"routing_key\" must be 1 to 255 bytes of valid UTF-8 without control "
+                    "characters");
+            } else {
+                amqp.routing_key = value.get<std::string>();
+            }
+        } else if (key == "max_in_flight") {
+            CheckMaxInFlight(value, &amqp.max_in_flight, problems);
+        } else if (key == "heartbeat") {
+            int64_t ms = 0;
+            CheckDurationSetting(key, value, 0, 10 * kMsPerMinute, "0 (off) and 10min", &ms,
+                                 problems);
+            // AMQP negotiates whole seconds; a fraction is rounded up, so 500ms is not off.
+            amqp.heartbeat_s = static_cast<int>((ms + kMsPerSecond - 1) / kMsPerSecond);
+        } else if (key == "connect_timeout") {
+            CheckDurationSetting(key, value, 100, kMsPerMinute, "100ms and 1min",
+                                 &amqp.connect_timeout_ms, problems);
+        } else if (key == "ca_file") {
+            CheckFileSetting(key, value, options, &amqp.ca_file, check);
+        } else if (key == "cert_file") {
+            cert_given = true;
+            CheckFileSetting(key, value, options, &amqp.cert_file, check);
+        } else if (key == "key_file") {
+            key_given = true;
+            CheckFileSetting(key, value, options, &amqp.key_file, check);
+        } else if (key == "tls_verify") {
+            CheckBoolSetting(key, value, &amqp.tls_verify, problems);
+        } else {
+            problems->push_back("unknown key " + Quote(key) + " for an amqp destination");
+        }
+    }
+    if (!url_given) {
+        problems->push_back("\"url\" is required for an amqp destination");
+    }
+    if (cert_given != key_given) {
+        problems->push_back("\"cert_file\" and \"key_file\" go together: set both or neither");
+    }
+    bool tls_setting =
+        object.contains("ca_file") || cert_given || key_given || object.contains("tls_verify");
+    if (tls_setting && !amqp.url.empty() && !StartsWith(AsciiLowerCopy(amqp.url), "amqps://")) {
+        problems->push_back(
+            "\"ca_file\", \"cert_file\", \"key_file\" and \"tls_verify\" apply to amqps:// URLs "
+            "only");
+    }
+}
+
+// Whether one NATS server URL is nats://, tls:// or a bare host:port that cnats accepts. The
+// URL may carry credentials; it is never quoted.
+bool IsValidNatsServer(const std::string &server) {
+    if (server.empty() || ContainsNul(server)) {
+        return false;
+    }
+    for (char c : server) {
+        if (static_cast<unsigned char>(c) <= ' ' || c == 0x7F || c == ',') {
+            return false;
+        }
+    }
+    std::string lower = AsciiLowerCopy(server);
+    size_t scheme_end = lower.find("://");
+    std::string_view rest = server;
+    if (scheme_end != std::string::npos) {
+        std::string_view scheme = std::string_view(lower).substr(0, scheme_end);
+        if (scheme != "nats" && scheme != "tls") {
+            return false;
+        }
+        rest = rest.substr(scheme_end + 3);
+    }
+    size_t at = rest.rfind('@');
+    if (at != std::string_view::npos) {
+        rest = rest.substr(at + 1);
+    }
+    if (!rest.empty() && rest.back() == '/') {
+        rest.remove_suffix(1);
+    }
+    if (rest.empty() || rest.find('/') != std::string_view::npos || rest[0] == ':') {
+        return false;
+    }
+    size_t colon = rest.rfind(':');
+    if (colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
+        std::string_view port = rest.substr(colon + 1);
+        if (port.empty() || port.size() > 5) {
+            return false;
+        }
+        int number = 0;
+        for (char c : port) {
+            if (c < '0' || c > '9') {
+                return false;
+            }
+            number = number * 10 + (c - '0');
+        }
+        return number >= 1 && number <= 65535;
+    }
+    return true;
+}
+
+// The nats-specific part of CheckDestinationConfig.
+void CheckNatsConfig(const Json &object, const OutOfRange &out_of_range,
+                     const CheckOptions &options, ConfigCheck *check) {
+    DestinationConfig *config = &check->config;
+    std::vector<std::string> *problems = &check->problems;
+    NatsConfig &nats = config->nats;
+    bool servers_given = false;
+    bool cert_given = false;
+    bool key_given = false;
+    auto secret_string = [&](const std::string &key, const Json &value, std::string *target) {
+        if (!value.is_string() || value.get_ref<const std::string &>().empty() ||
+            ContainsNul(value.get_ref<const std::string &>())) {
+            problems->push_back(Quote(key) + " must be a non-empty string");
+        } else {
+            *target = value.get<std::string>();
+        }
+    };
+    for (const auto &item : object.items()) {
+        const std::string &key = item.key();
+        const Json &value = item.value();
+        servers_given = servers_given || key == "servers";
+        if (ReportOutOfRange(out_of_range, key, problems)) {
+            continue;
+        }
+        if (key == "topic") {
+            problems->push_back("unknown key \"topic\" for a nats destination");
+            check->hints.push_back("The default subject of a nats destination is \"subject\".");
+            continue;
+        }
+        if (CheckCommonKey(DestinationKind::Nats, key, value, config, problems)) {
+            continue;
+        }
+        if (key == "servers") {
+            std::vector<std::string> servers;
+            bool ok = true;
+            if (value.is_string()) {
+                const std::string &text = value.get_ref<const std::string &>();
+                size_t start = 0;
+                while (start <= text.size()) {
+                    size_t comma = text.find(',', start);
+                    std::string part = text.substr(
+                        start, comma == std::string::npos ? std::string::npos : comma - start);
+                    size_t b = part.find_first_not_of(' ');
+                    size_t e = part.find_last_not_of(' ');
+                    part = b == std::string::npos ? std::string() : part.substr(b, e - b + 1);
+                    ok = ok && IsValidNatsServer(part);
+                    servers.push_back(std::move(part));
+                    if (comma == std::string::npos) {
+                        break;
+                    }
+                    start = comma + 1;
+                }
+            } else if (value.is_array() && !value.empty()) {
+                for (const Json &element : value) {
+                    ok = ok && element.is_string() &&
+                         IsValidNatsServer(element.get_ref<const std::string &>());
+                    if (element.is_string()) {
+                        servers.push_back(element.get<std::string>());
+                    }
+                }
+            } else {
+                ok = false;
+            }
+            if (!ok || servers.empty()) {
+                // Never quoted: a server URL may carry credentials.
+                problems->push_back(
+                    "\"servers\" must list NATS servers as nats://host:port or tls://host:port "
+                    "URLs, in a comma-separated string or an array of strings");
+            } else {
+                nats.servers = std::move(servers);
+            }
+        } else if (key == "subject") {
+            if (!value.is_string() || !IsValidNatsSubject(value.get_ref<const std::string &>())) {
+                problems->push_back(
+                    "\"subject\" must be a NATS subject to publish to: tokens of printable "
+                    "ASCII separated by \".\", no spaces, no wildcards (\"*\", \">\"), not a "
+                    "system subject (\"$...\", \"_INBOX...\"), at most 255 bytes");
+            } else {
+                nats.subject = value.get<std::string>();
+            }
+        } else if (key == "user") {
+            secret_string(key, value, &nats.user);
+        } else if (key == "password") {
+            secret_string(key, value, &nats.password);
+        } else if (key == "token") {
+            secret_string(key, value, &nats.token);
+        } else if (key == "nkey") {
+            // An NKey public user key: "U" and 55 more base32 characters.
+            bool ok = value.is_string() && value.get_ref<const std::string &>().size() == 56 &&
+                      value.get_ref<const std::string &>()[0] == 'U';
+            if (ok) {
+                for (char c : value.get_ref<const std::string &>()) {
+                    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= '2' && c <= '7'));
+                }
+            }
+            if (!ok) {
+                problems->push_back(
+                    "\"nkey\" must be an NKey public user key (56 characters starting with "
+                    "\"U\")");
+            } else {
+                nats.nkey = value.get<std::string>();
+            }
+        } else if (key == "creds_file") {
+            CheckFileSetting(key, value, options, &nats.creds_file, check);
+        } else if (key == "nkey_seed_file") {
+            CheckFileSetting(key, value, options, &nats.nkey_seed_file, check);
+        } else if (key == "ca_file") {
+            CheckFileSetting(key, value, options, &nats.ca_file, check);
+        } else if (key == "cert_file") {
+            cert_given = true;
+            CheckFileSetting(key, value, options, &nats.cert_file, check);
+        } else if (key == "key_file") {
+            key_given = true;
+            CheckFileSetting(key, value, options, &nats.key_file, check);
+        } else if (key == "tls") {
+            CheckBoolSetting(key, value, &nats.tls, problems);
+        } else if (key == "tls_verify") {
+            CheckBoolSetting(key, value, &nats.tls_verify, problems);
+        } else if (key == "max_in_flight") {
+            CheckMaxInFlight(value, &nats.max_in_flight, problems);
+        } else if (key == "ack_timeout") {
+            CheckDurationSetting(key, value, 100, 10 * kMsPerMinute, "100ms and 10min",
+                                 &nats.ack_timeout_ms, problems);
+        } else if (key == "connect_timeout") {
+            CheckDurationSetting(key, value, 100, kMsPerMinute, "100ms and 1min",
+                                 &nats.connect_timeout_ms, problems);
+        } else {
+            problems->push_back("unknown key " + Quote(key) + " for a nats destination");
+        }
+    }
+    if (!servers_given) {
+        problems->push_back("\"servers\" is required for a nats destination");
+    }
+    if (cert_given != key_given) {
+        problems->push_back("\"cert_file\" and \"key_file\" go together: set both or neither");
+    }
+    if (object.contains("nkey") != object.contains("nkey_seed_file")) {
+        problems->push_back("\"nkey\" and \"nkey_seed_file\" go together: set both or neither");
+    }
+    if (object.contains("password") && !object.contains("user")) {
+        problems->push_back("\"password\" needs \"user\"");
+    }
+    int methods = (object.contains("user") ? 1 : 0) + (object.contains("token") ? 1 : 0) +
+                  (object.contains("creds_file") ? 1 : 0) + (object.contains("nkey") ? 1 : 0);
+    if (methods > 1) {
+        problems->push_back(
+            "choose one way to authenticate: \"user\"/\"password\", \"token\", \"creds_file\" "
+            "or \"nkey\"/\"nkey_seed_file\"");
+    }
+}
+
 // What stands in for a number beyond the range of a double until the problem is reported:
 // a JSON string no config setting accepts (jsonb can hold U+0001, but no one writes this).
 constexpr std::string_view kOutOfRangeMarker = "\x01outbox: number out of range\x01";
@@ -994,10 +1384,19 @@ void CheckConfigInto(DestinationKind kind, std::string_view json_text, const Che
         check.problems.push_back("the config must be a JSON object");
         return;
     }
-    if (kind == DestinationKind::Kafka) {
-        CheckKafkaConfig(object, out_of_range, &check);
-    } else {
-        CheckWebhookConfig(object, out_of_range, options, &check);
+    switch (kind) {
+        case DestinationKind::Kafka:
+            CheckKafkaConfig(object, out_of_range, &check);
+            break;
+        case DestinationKind::Webhook:
+            CheckWebhookConfig(object, out_of_range, options, &check);
+            break;
+        case DestinationKind::Amqp:
+            CheckAmqpConfig(object, out_of_range, options, &check);
+            break;
+        case DestinationKind::Nats:
+            CheckNatsConfig(object, out_of_range, options, &check);
+            break;
     }
     if (check.config.ordering == Ordering::Key) {
         for (const auto &[key, value] : check.config.kafka.properties) {
@@ -1053,6 +1452,38 @@ bool IsValidKafkaTopic(std::string_view topic) {
     return true;
 }
 
+// An AMQP routing key as outbox sends it (see config.hpp).
+bool IsValidAmqpRoutingKey(std::string_view key) {
+    if (key.empty() || key.size() > 255 || !IsValidHeaderValue(key)) {
+        return false;
+    }
+    for (char c : key) {
+        unsigned char u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7F) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A NATS subject a message may be published to (see config.hpp).
+bool IsValidNatsSubject(std::string_view subject) {
+    if (subject.empty() || subject.size() > 255 || subject.front() == '.' ||
+        subject.back() == '.' || subject.front() == '$' || StartsWith(subject, "_INBOX.") ||
+        subject == "_INBOX") {
+        return false;
+    }
+    char previous = '.';
+    for (char c : subject) {
+        unsigned char u = static_cast<unsigned char>(c);
+        if (u <= 0x20 || u >= 0x7F || c == '*' || c == '>' || (c == '.' && previous == '.')) {
+            return false;
+        }
+        previous = c;
+    }
+    return true;
+}
+
 // A destination name: also a key in shared memory and a metrics label.
 bool IsValidDestinationName(std::string_view name) {
     if (name.empty() || name.size() > 63) {
@@ -1076,6 +1507,12 @@ std::optional<DestinationKind> ParseDestinationKind(std::string_view text) {
     if (text == "webhook") {
         return DestinationKind::Webhook;
     }
+    if (text == "amqp") {
+        return DestinationKind::Amqp;
+    }
+    if (text == "nats") {
+        return DestinationKind::Nats;
+    }
     return std::nullopt;
 }
 
@@ -1086,6 +1523,10 @@ const char *DestinationKindName(DestinationKind kind) {
             return "kafka";
         case DestinationKind::Webhook:
             return "webhook";
+        case DestinationKind::Amqp:
+            return "amqp";
+        case DestinationKind::Nats:
+            return "nats";
     }
     return "unknown";
 }

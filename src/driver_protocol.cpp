@@ -15,6 +15,12 @@ static_assert(sizeof(KafkaDriverOptions) == 136,
 static_assert(sizeof(WebhookDriverOptions) == 232,
               "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
+static_assert(sizeof(AmqpDriverOptions) == 328,
+              "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
+static_assert(sizeof(NatsDriverOptions) == 480,
+              "NatsDriverOptions changed: add the new field to VisitNatsOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
 
 namespace {
 
@@ -671,6 +677,18 @@ std::string EncodeOptions(const WebhookDriverOptions &options) {
     return out;
 }
 
+std::string EncodeOptions(const AmqpDriverOptions &options) {
+    std::string out;
+    VisitAmqpOptions(options, OptionWriter{&out});
+    return out;
+}
+
+std::string EncodeOptions(const NatsDriverOptions &options) {
+    std::string out;
+    VisitNatsOptions(options, OptionWriter{&out});
+    return out;
+}
+
 bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error) {
     return DecodeOptionsWith(bytes, options, error, [](KafkaDriverOptions &o, OptionReader v) {
         VisitKafkaOptions(o, v);
@@ -681,6 +699,16 @@ bool DecodeOptions(std::string_view bytes, WebhookDriverOptions *options, std::s
     return DecodeOptionsWith(bytes, options, error, [](WebhookDriverOptions &o, OptionReader v) {
         VisitWebhookOptions(o, v);
     });
+}
+
+bool DecodeOptions(std::string_view bytes, AmqpDriverOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error,
+                             [](AmqpDriverOptions &o, OptionReader v) { VisitAmqpOptions(o, v); });
+}
+
+bool DecodeOptions(std::string_view bytes, NatsDriverOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error,
+                             [](NatsDriverOptions &o, OptionReader v) { VisitNatsOptions(o, v); });
 }
 
 }  // namespace outbox::protocol

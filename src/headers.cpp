@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 
 namespace outbox {
@@ -168,9 +169,14 @@ bool IsReservedHeaderName(std::string_view name) {
             return true;
         }
     }
-    constexpr std::string_view kProxyPrefix = "proxy-";
-    return name.size() >= kProxyPrefix.size() &&
-           NameEquals(name.substr(0, kProxyPrefix.size()), kProxyPrefix);
+    // proxy-*: HTTP proxies; nats-*: JetStream's control headers (Nats-Msg-Id, Nats-Rollup,
+    // Nats-Expected-...), which would let a producer purge or fence a stream.
+    for (std::string_view prefix : {std::string_view("proxy-"), std::string_view("nats-")}) {
+        if (name.size() >= prefix.size() && NameEquals(name.substr(0, prefix.size()), prefix)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 }  // namespace outbox

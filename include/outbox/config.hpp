@@ -14,9 +14,10 @@
 
 namespace outbox {
 
-enum class DestinationKind { Kafka, Webhook };
+enum class DestinationKind { Kafka, Webhook, Amqp, Nats };
 
-std::optional<DestinationKind> ParseDestinationKind(std::string_view text);  // "kafka", "webhook"
+// "kafka", "webhook", "amqp", "nats"
+std::optional<DestinationKind> ParseDestinationKind(std::string_view text);
 const char *DestinationKindName(DestinationKind kind);
 
 // Per-destination overrides of outbox.max_attempts / retry_base / retry_max; -1 = use the GUC.
@@ -44,6 +45,40 @@ struct WebhookConfig {
     std::string default_topic;  // CloudEvents type when a message has no topic
 };
 
+// RabbitMQ (AMQP 0-9-1). See README "Destinations".
+struct AmqpConfig {
+    std::string url;          // amqp:// or amqps://; its credentials are a secret: never shown
+    std::string exchange;     // "" is the default exchange (routing key = queue name)
+    std::string routing_key;  // when a message has no topic
+    int max_in_flight = 0;    // publishes awaiting their confirm; 0: the worker's default
+    int heartbeat_s = 30;     // AMQP heartbeat (0: off)
+    int64_t connect_timeout_ms = 5000;
+    std::string ca_file;    // amqps: the only trust anchor; empty: the system store
+    std::string cert_file;  // amqps: client certificate (with key_file)
+    std::string key_file;
+    bool tls_verify = true;
+};
+
+// NATS JetStream. See README "Destinations".
+struct NatsConfig {
+    std::vector<std::string> servers;  // nats:// or tls:// URLs; may carry credentials
+    std::string subject;               // when a message has no topic
+    std::string user;
+    std::string password;
+    std::string token;
+    std::string creds_file;      // user JWT + NKey seed (.creds)
+    std::string nkey;            // NKey public key, with nkey_seed_file
+    std::string nkey_seed_file;  // file holding the NKey seed
+    std::string ca_file;
+    std::string cert_file;
+    std::string key_file;
+    bool tls = false;  // require TLS (also implied by a tls:// server)
+    bool tls_verify = true;
+    int max_in_flight = 0;       // publishes awaiting their PubAck; 0: the worker's default
+    int64_t ack_timeout_ms = 0;  // PubAck wait; 0: the worker's default (below the lease)
+    int64_t connect_timeout_ms = 5000;
+};
+
 // Per-key ordering (see README "Per-key ordering").
 enum class Ordering {
     None,  // fastest: any message may be delivered at any time
@@ -63,6 +98,8 @@ struct DestinationConfig {
     OnDead on_dead = OnDead::Block;
     KafkaConfig kafka;
     WebhookConfig webhook;
+    AmqpConfig amqp;
+    NatsConfig nats;
 };
 
 // What a setting makes the database server do beyond talking to the network. The pure check
@@ -140,6 +177,17 @@ struct ConfigCheck {
 // must name a readable file when options.check_files), "tls_verify" (boolean). Unknown keys
 // are problems.
 //
+// amqp: "url" (required; amqp:// or amqps:// as librabbitmq parses it, with a host, no query),
+// "exchange" (0..255 bytes), "routing_key" (IsValidAmqpRoutingKey), "max_in_flight"
+// (1..10000), "heartbeat" (0..10min, rounded up to seconds), "connect_timeout" (100ms..1min),
+// "ca_file"/"cert_file"/"key_file" (ReadsFiles; amqps only; cert and key together),
+// "tls_verify". nats: "servers" (required; nats:// or tls:// URLs or host:port, a comma list
+// or an array), "subject" (IsValidNatsSubject), one of "user"+"password", "token",
+// "creds_file", "nkey"+"nkey_seed_file"; "tls", "tls_verify", "ca_file", "cert_file" +
+// "key_file", "max_in_flight", "ack_timeout" (100ms..10min), "connect_timeout". File settings
+// are ReadsFiles. For both, "topic" is refused with a hint (they say "routing_key" and
+// "subject"), and URLs are never quoted (they carry credentials).
+//
 // Problems name the key and say what is expected. A problem never quotes the value of a secret
 // setting (see IsSecretSetting); other values may be quoted, truncated to 64 bytes.
 ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_text,
@@ -161,6 +209,16 @@ namespace outbox {
 
 // A Kafka topic name: 1..249 characters of [A-Za-z0-9._-], and not "." or "..".
 bool IsValidKafkaTopic(std::string_view name);
+
+// An AMQP routing key as outbox sends it: 1..255 bytes (an AMQP short string) of valid UTF-8
+// without control characters (it is also the CloudEvents type).
+bool IsValidAmqpRoutingKey(std::string_view key);
+
+// A NATS subject a message may be published to: 1..255 bytes of printable ASCII without
+// spaces, tokens separated by '.', none empty, no wildcard ('*', '>'), and not a system
+// subject (a first token starting with '$', such as $JS.API, or _INBOX): those would let a
+// producer drive JetStream's API with the destination's credentials.
+bool IsValidNatsSubject(std::string_view subject);
 
 // A destination name: 1..63 characters of [A-Za-z0-9_.-], starting with a letter or digit
 // (it is also a key in shared memory and appears in metrics labels).

@@ -77,10 +77,12 @@ struct ClaimRequest {
     // The fast path: lock the rows for the rest of the worker's transaction instead of leasing
     // them, and record their outcomes before it commits (see README "How it works").
     bool hold_locks = false;
-    // Where the previous fast-path batch of the same transaction ended (PostgreSQL timestamp
-    // and id; the first batch starts at the beginning).
+    // Where the previous batch of the same transaction ended (PostgreSQL timestamp and id); the
+    // first batch starts where the destination's due messages are known to begin (queue.cpp),
+    // or with from_start (the poll's claims) at the beginning.
     int64_t after_available_at = INT64_MIN;
     int64_t after_id = 0;
+    bool from_start = false;
 };
 
 // Builds the driver for a destination; nullptr with *error when it cannot.

@@ -23,7 +23,9 @@
 #include <variant>
 #include <vector>
 
+#include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/kafka.hpp"
+#include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
 #include "outbox/message.hpp"
 
@@ -176,9 +178,10 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
 // Driver options, field by field. Each field is encoded with its name and a type tag, in the
 // order of the visitor below, and decoding checks both: a module and a helper built from
 // different sources refuse each other's options instead of misreading them. A field added to
-// KafkaDriverOptions / WebhookDriverOptions needs one line in its visitor (the static_asserts in
-// driver_protocol.cpp notice a new field that was not added). Supported field types: std::string,
-// bool, int, int64_t, size_t, std::vector<std::string>, Headers.
+// KafkaDriverOptions / WebhookDriverOptions / AmqpDriverOptions / NatsDriverOptions needs one line
+// in its visitor (the static_asserts in driver_protocol.cpp notice a new field that was not added).
+// Supported field types: std::string, bool, int, int64_t, size_t, std::vector<std::string>,
+// Headers.
 // ---------------------------------------------------------------------------------------------
 
 template <typename Options, typename V>
@@ -205,10 +208,58 @@ void VisitWebhookOptions(Options &o, V &&v) {
     v("source", o.source);
 }
 
+template <typename Options, typename V>
+void VisitAmqpOptions(Options &o, V &&v) {
+    v("config.url", o.config.url);
+    v("config.exchange", o.config.exchange);
+    v("config.routing_key", o.config.routing_key);
+    v("config.max_in_flight", o.config.max_in_flight);
+    v("config.heartbeat_s", o.config.heartbeat_s);
+    v("config.connect_timeout_ms", o.config.connect_timeout_ms);
+    v("config.ca_file", o.config.ca_file);
+    v("config.cert_file", o.config.cert_file);
+    v("config.key_file", o.config.key_file);
+    v("config.tls_verify", o.config.tls_verify);
+    v("destination", o.destination);
+    v("source", o.source);
+    v("client_name", o.client_name);
+    v("confirm_timeout_ms", o.confirm_timeout_ms);
+    v("max_in_flight", o.max_in_flight);
+}
+
+template <typename Options, typename V>
+void VisitNatsOptions(Options &o, V &&v) {
+    v("config.servers", o.config.servers);
+    v("config.subject", o.config.subject);
+    v("config.user", o.config.user);
+    v("config.password", o.config.password);
+    v("config.token", o.config.token);
+    v("config.creds_file", o.config.creds_file);
+    v("config.nkey", o.config.nkey);
+    v("config.nkey_seed_file", o.config.nkey_seed_file);
+    v("config.ca_file", o.config.ca_file);
+    v("config.cert_file", o.config.cert_file);
+    v("config.key_file", o.config.key_file);
+    v("config.tls", o.config.tls);
+    v("config.tls_verify", o.config.tls_verify);
+    v("config.max_in_flight", o.config.max_in_flight);
+    v("config.ack_timeout_ms", o.config.ack_timeout_ms);
+    v("config.connect_timeout_ms", o.config.connect_timeout_ms);
+    v("destination", o.destination);
+    v("source", o.source);
+    v("client_name", o.client_name);
+    v("ack_timeout_ms", o.ack_timeout_ms);
+    v("max_in_flight", o.max_in_flight);
+}
+
 std::string EncodeOptions(const KafkaDriverOptions &options);
 std::string EncodeOptions(const WebhookDriverOptions &options);
+std::string EncodeOptions(const AmqpDriverOptions &options);
+std::string EncodeOptions(const NatsDriverOptions &options);
 bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error);
 bool DecodeOptions(std::string_view bytes, WebhookDriverOptions *options, std::string *error);
+bool DecodeOptions(std::string_view bytes, AmqpDriverOptions *options, std::string *error);
+bool DecodeOptions(std::string_view bytes, NatsDriverOptions *options, std::string *error);
 
 // `text` cut to at most `max_bytes`, never in the middle of a UTF-8 sequence.
 std::string CutText(std::string_view text, size_t max_bytes);

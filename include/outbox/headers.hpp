@@ -19,7 +19,7 @@ bool IsValidHeaderValue(std::string_view value);
 // case-insensitively: webhook-id, webhook-timestamp, webhook-signature, the CloudEvents headers
 // (ce-id, ce-type, ce-source, ce-time, ce-specversion and their ce_ forms) and HTTP framing
 // headers (host, content-length, transfer-encoding, connection, keep-alive, te, trailer,
-// upgrade, expect, proxy-*).
+// upgrade, expect, proxy-*) and JetStream's control headers (nats-*).
 bool IsReservedHeaderName(std::string_view name);
 
 }  // namespace outbox

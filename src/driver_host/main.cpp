@@ -2,10 +2,10 @@
 //
 // Started by the worker (src/driver_supervisor.cpp) with fork + exec; fd 3 is its end of a
 // socketpair, fd 2 the server log, 0 and 1 /dev/null. It includes no PostgreSQL header and
-// shares nothing with the database server: it hosts the real drivers (KafkaDriver,
-// WebhookDriver), one per destination, and runs them on the worker's behalf. A crash here
-// (librdkafka, libcurl, OpenSSL, out of memory) ends this process only; the worker notices,
-// redelivers what was unanswered and starts a new one.
+// shares nothing with the database server: it hosts the real drivers (Kafka, webhooks, AMQP,
+// NATS), one per destination, and runs them on the worker's behalf. A crash here (librdkafka,
+// libcurl, librabbitmq, libnats, OpenSSL, out of memory) ends this process only; the worker
+// notices, redelivers what was unanswered and starts a new one.
 //
 // One loop: wait (epoll) on the socket and every driver's fd, for at most the drivers' poll
 // timeouts; read everything the worker sent and act on it (open/close drivers, submit,
@@ -35,8 +35,10 @@
 #include <vector>
 
 #include "outbox/driver_protocol.hpp"
+#include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/driver.hpp"
 #include "outbox/drivers/kafka.hpp"
+#include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
 
 namespace outbox {
@@ -244,6 +246,14 @@ void Host::Open(protocol::OpenFrame &f) {
         WebhookDriverOptions options;
         if (protocol::DecodeOptions(f.options, &options, &error))
             driver = MakeWebhookDriver(options, &error);
+    } else if (f.kind == "amqp") {
+        AmqpDriverOptions options;
+        if (protocol::DecodeOptions(f.options, &options, &error))
+            driver = MakeAmqpDriver(options, &error);
+    } else if (f.kind == "nats") {
+        NatsDriverOptions options;
+        if (protocol::DecodeOptions(f.options, &options, &error))
+            driver = MakeNatsDriver(options, &error);
     } else {
         error = "this outbox-driver has no driver of kind \"" + f.kind + "\"";
     }

@@ -22,4 +22,22 @@ std::string FormatRfc3339Ms(int64_t unix_ms) {
     return buf;
 }
 
+// The NATS binding's percent-encoding of a header value.
+std::string PercentEncodeNatsHeaderValue(std::string_view value) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(value.size());
+    for (char c : value) {
+        unsigned char u = static_cast<unsigned char>(c);
+        if (u < 0x21 || u > 0x7E || c == '"' || c == '%') {
+            out.push_back('%');
+            out.push_back(kHex[u >> 4]);
+            out.push_back(kHex[u & 0x0F]);
+        } else {
+            out.push_back(c);
+        }
+    }
+    return out;
+}
+
 }  // namespace outbox

@@ -83,6 +83,7 @@ class KafkaDriver final : public Driver {
         int64_t id;
         int64_t lease_token;
         int64_t submitted_ms;  // monotonic
+        size_t bytes;          // key, value and headers, for KafkaErrorHint
     };
     struct Report {
         uint64_t seq;
@@ -97,9 +98,11 @@ class KafkaDriver final : public Driver {
     static void OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
     void AddLog(std::string line);
     void PurgeIfStalled();
+    std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
 
     rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *main_queue_ = nullptr;
+    rd_kafka_topic_t *default_topic_ = nullptr;  // kept so its metadata is fetched at start
     int pipe_[2] = {-1, -1};
     std::string source_;
     size_t max_in_flight_;
@@ -111,6 +114,8 @@ class KafkaDriver final : public Driver {
     // librdkafka's latest error (error_cb) since the last delivery: what a purged message
     // reports instead of "_PURGE_QUEUE" (e.g. a failed SASL authentication).
     std::string last_broker_error_;
+    size_t batch_size_ = 0;           // batch.size, for KafkaErrorHint
+    std::string sasl_mechanism_;      // sasl.mechanisms, for KafkaErrorHint
     bool probing_ = false;            // one probe in flight: held until a broker is back
     std::vector<Report> reports_;     // delivery reports recorded by OnDelivery
     std::vector<Outcome> immediate_;  // messages librdkafka refused in Submit
@@ -158,6 +163,31 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
             message_timeout_ms_ = std::atoll(errstr);
         }
     }
+    // A topic the broker does not know is reported (UNKNOWN_TOPIC_OR_PART: dead) only after
+    // topic.metadata.propagation.max.ms (default 30 s); a message that times out first is an
+    // outage and would be deferred for ever. Keep it below message.timeout.ms.
+    int64_t propagation_cap = std::min<int64_t>(30000, message_timeout_ms_ / 2);
+    if (!user_sets("topic.metadata.propagation.max.ms")) {
+        ok = ok && set("topic.metadata.propagation.max.ms", std::to_string(propagation_cap));
+    } else {
+        size_t size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "topic.metadata.propagation.max.ms", errstr, &size) ==
+                RD_KAFKA_CONF_OK &&
+            std::atoll(errstr) > propagation_cap) {
+            AddLog("topic.metadata.propagation.max.ms lowered to " +
+                   std::to_string(propagation_cap) + " to stay below message.timeout.ms");
+            ok = ok && set("topic.metadata.propagation.max.ms", std::to_string(propagation_cap));
+        }
+    }
+    {
+        size_t size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "batch.size", errstr, &size) == RD_KAFKA_CONF_OK)
+            batch_size_ = static_cast<size_t>(std::atoll(errstr));
+        size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "sasl.mechanisms", errstr, &size) == RD_KAFKA_CONF_OK &&
+            (user_sets("sasl.mechanisms") || user_sets("sasl.mechanism")))
+            sasl_mechanism_ = errstr;
+    }
     // The guarantees: idempotent, acknowledged by all in-sync replicas.
     ok = ok && set("enable.idempotence", "true") && set("acks", "all") && set("log.queue", "true");
     if (!ok) {
@@ -186,6 +216,10 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
     rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, served by Poll
     main_queue_ = rd_kafka_queue_get_main(rk_);
     rd_kafka_queue_io_event_enable(main_queue_, pipe_[1], "1", 1);
+    // The destination's default topic is looked up now (creating its handle sends the metadata
+    // request), not when its first message waits for it.
+    if (!options.config.default_topic.empty())
+        default_topic_ = rd_kafka_topic_new(rk_, options.config.default_topic.c_str(), nullptr);
     return true;
 }
 
@@ -196,12 +230,26 @@ KafkaDriver::~KafkaDriver() {
                                 RD_KAFKA_PURGE_F_NON_BLOCKING);
         rd_kafka_queue_io_event_enable(main_queue_, -1, nullptr, 0);
         rd_kafka_queue_destroy(main_queue_);
+        if (default_topic_)
+            rd_kafka_topic_destroy(default_topic_);
         rd_kafka_poll(rk_, 0);
         rd_kafka_destroy(rk_);
     }
     for (int fd : pipe_)
         if (fd >= 0)
             close(fd);
+}
+
+// librdkafka's text for an error, with what it means where that text alone misleads.
+std::string KafkaDriver::Explain(rd_kafka_resp_err_t err, size_t message_bytes) const {
+    KafkaErrorContext c;
+    c.err = err;
+    c.message_bytes = message_bytes;
+    c.batch_size = batch_size_;
+    c.sasl_mechanism = sasl_mechanism_;
+    c.librdkafka_version = rd_kafka_version();
+    std::string hint = KafkaErrorHint(c);
+    return hint.empty() ? std::string() : " " + hint;
 }
 
 void KafkaDriver::AddLog(std::string line) {
@@ -234,11 +282,11 @@ void KafkaDriver::OnError(rd_kafka_t *rk, int err, const char *reason, void *opa
         }
         if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
             self->all_down_since_ms_ = MonotonicMs();
-        std::string line =
-            std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " + reason;
+        std::string line = std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) +
+                           ": " + reason + self->Explain(static_cast<rd_kafka_resp_err_t>(err), 0);
         // "all brokers are down" says less than the error that brought them down.
         if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || self->last_broker_error_.empty())
-            self->last_broker_error_ = line.substr(0, 300);
+            self->last_broker_error_ = line.substr(0, 600);
         self->AddLog(std::move(line));
     } catch (...) {
         self->record_failed_ = true;
@@ -276,6 +324,9 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
         rd_kafka_header_add(headers, "ce_specversion", -1, "1.0", 3);
 
         uint64_t seq = next_seq_++;
+        size_t bytes = m.payload.size() + (m.key ? m.key->size() : 0);
+        for (const auto &[name, value] : m.headers)
+            bytes += name.size() + value.size();
         rd_kafka_resp_err_t err;
         if (m.key)
             err = rd_kafka_producev(
@@ -292,10 +343,11 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
                 RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_headers_destroy(headers);  // only taken over on success
-            refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED), ErrorText(err));
+            refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
+                   ErrorText(err) + Explain(err, bytes));
             continue;
         }
-        in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs()});
+        in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs(), bytes});
     }
 }
 
@@ -332,16 +384,28 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
             all_down_since_ms_ = 0;
             last_broker_error_.clear();
         }
-        // Only outbox purges (see PurgeIfStalled and Abandon): nothing answered in time.
+        // Purged by outbox (see PurgeIfStalled and Abandon: nothing answered in time), or by
+        // librdkafka after a fatal error (the queued messages, never sent).
         bool purged =
             r.err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || r.err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+        // A message that timed out says less than the broker error behind it (an outage probe
+        // during a failed SASL authentication times out, for instance).
+        bool timed_out = r.err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ||
+                         r.err == RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE;
+        char fatal_text[512];
+        rd_kafka_resp_err_t fatal = purged
+                                        ? rd_kafka_fatal_error(rk_, fatal_text, sizeof fatal_text)
+                                        : RD_KAFKA_RESP_ERR_NO_ERROR;
         if (purged)
-            o.kind = OutcomeKind::Defer;
+            o.kind = fatal ? ClassifyKafkaFatal(fatal) : OutcomeKind::Defer;
         if (o.kind != OutcomeKind::Delivered)
-            o.error = purged && !last_broker_error_.empty()
-                          ? "not acknowledged; last broker error " + last_broker_error_
+            o.error = fatal ? std::string(rd_kafka_err2name(fatal)) + ": " + fatal_text +
+                                  Explain(fatal, it->second.bytes)
+                      : (purged || timed_out) && !last_broker_error_.empty()
+                          ? std::string(timed_out ? "timed out" : "not acknowledged") +
+                                "; last broker error " + last_broker_error_
                       : r.err != RD_KAFKA_RESP_ERR_NO_ERROR
-                          ? ErrorText(r.err)
+                          ? ErrorText(r.err) + Explain(r.err, it->second.bytes)
                           : "delivery not confirmed (status POSSIBLY_PERSISTED)";
         out.push_back(std::move(o));
         in_flight_.erase(it);

@@ -13,6 +13,7 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "commands/dbcommands.h"
+#include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"

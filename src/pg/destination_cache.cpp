@@ -12,10 +12,12 @@ extern "C" {
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 
 namespace outbox::pg {
@@ -78,7 +80,7 @@ static void LoadCache() {
     AttrNumber att_kind = get_attnum(relid, "kind");
     AttrNumber att_config = get_attnum(relid, "config");
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-    TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
+    TableScanDesc scan = BeginTableScan(rel, snapshot);
     HeapTuple tuple;
     while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
         bool isnull;
@@ -91,9 +93,16 @@ static void LoadCache() {
         auto *entry =
             static_cast<CachedDestination *>(hash_search(table, name_str, HASH_ENTER, nullptr));
         Datum kind = heap_getattr(tuple, att_kind, desc, &isnull);
-        entry->is_kafka = !isnull && strcmp(TextDatumGetCString(kind), "kafka") == 0;
+        const char *kind_text = isnull ? "" : TextDatumGetCString(kind);
+        entry->is_kafka = strcmp(kind_text, "kafka") == 0;
+        entry->is_amqp = strcmp(kind_text, "amqp") == 0;
+        entry->is_nats = strcmp(kind_text, "nats") == 0;
+        const char *topic_key = entry->is_amqp   ? "routing_key"
+                                : entry->is_nats ? "subject"
+                                                 : "topic";
         entry->has_topic = false;
         entry->ordered = false;
+        entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -101,7 +110,19 @@ static void LoadCache() {
             entry->ordered = ordering && ordering->type == jbvString &&
                              ordering->val.string.len == 3 &&
                              memcmp(ordering->val.string.val, "key", 3) == 0;
-            JsonbValue *topic = getKeyJsonValueFromContainer(&jb->root, "topic", 5, nullptr);
+            JsonbValue *max = entry->is_kafka ? getKeyJsonValueFromContainer(
+                                                    &jb->root, "message.max.bytes", 17, nullptr)
+                                              : nullptr;
+            if (max && max->type == jbvString) {
+                char buf[32] = "";
+                memcpy(buf, max->val.string.val, Min(max->val.string.len, int(sizeof buf) - 1));
+                entry->max_message_bytes = strtoll(buf, nullptr, 10);
+            } else if (max && max->type == jbvNumeric) {
+                entry->max_message_bytes = DatumGetInt64(
+                    DirectFunctionCall1(numeric_int8, NumericGetDatum(max->val.numeric)));
+            }
+            JsonbValue *topic =
+                getKeyJsonValueFromContainer(&jb->root, topic_key, strlen(topic_key), nullptr);
             if (topic && topic->type == jbvString &&
                 topic->val.string.len < static_cast<int>(sizeof entry->topic)) {
                 memcpy(entry->topic, topic->val.string.val, topic->val.string.len);

@@ -169,14 +169,16 @@ Datum outbox_destinations_check(PG_FUNCTION_ARGS) {
                         errhidestmt(true)));
     char *kind_text = TextColumn(tuple, desc, "kind");
     if (kind_text == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                        errmsg("destination \"%s\" needs a kind", name),
-                        errhint("Use \"kafka\" or \"webhook\"."), errhidestmt(true)));
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("destination \"%s\" needs a kind", name),
+             errhint("Use \"kafka\", \"webhook\", \"amqp\" or \"nats\"."), errhidestmt(true)));
     auto kind = outbox::ParseDestinationKind(kind_text);
     if (!kind)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("unknown destination kind \"%s\"", kind_text),
-                        errhint("Use \"kafka\" or \"webhook\"."), errhidestmt(true)));
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("unknown destination kind \"%s\"", kind_text),
+                 errhint("Use \"kafka\", \"webhook\", \"amqp\" or \"nats\"."), errhidestmt(true)));
     char *old_json = nullptr;
     if (is_update) {
         char *old_name = TextColumn(td->tg_trigtuple, desc, "name");
@@ -231,5 +233,5 @@ Datum outbox_destinations_changed(PG_FUNCTION_ARGS) {
                         errmsg("outbox._destinations_changed() must be a trigger")));
     CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
     ReloadAtCommit();
-    return PointerGetDatum(nullptr);
+    return PointerGetDatum(NULL);
 }

@@ -4,7 +4,9 @@
 #include <string>
 
 #include "outbox/driver_protocol.hpp"
+#include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/kafka.hpp"
+#include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
 #include "outbox/pg/driver_process.hpp"
 
@@ -50,12 +52,43 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
             return MakeWebhookDriver(options, error);
         return process->Open("webhook", spec.name, protocol::EncodeOptions(options), error);
     }
+    // amqp, nats: in flight as for Kafka, and an answer due well within the lease.
+    size_t in_flight = size_t(settings.batch_size) * 2;
+    int64_t answer_ms = std::max<int64_t>(1000, settings.lease_timeout_ms / 2);
+    if (spec.config.kind == DestinationKind::Amqp) {
+        AmqpDriverOptions options;
+        options.config = spec.config.amqp;
+        options.destination = spec.name;
+        options.source = "/outbox/" + database;
+        options.client_name = "outbox-" + database + "-" + spec.name;
+        options.confirm_timeout_ms = answer_ms;
+        options.max_in_flight =
+            options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
+        if (in_process)
+            return MakeAmqpDriver(options, error);
+        return process->Open("amqp", spec.name, protocol::EncodeOptions(options), error);
+    }
+    if (spec.config.kind == DestinationKind::Nats) {
+        NatsDriverOptions options;
+        options.config = spec.config.nats;
+        options.destination = spec.name;
+        options.source = "/outbox/" + database;
+        options.client_name = "outbox-" + database + "-" + spec.name;
+        options.ack_timeout_ms = options.config.ack_timeout_ms > 0
+                                     ? std::min(options.config.ack_timeout_ms, answer_ms)
+                                     : std::min<int64_t>(5000, answer_ms);
+        options.max_in_flight =
+            options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
+        if (in_process)
+            return MakeNatsDriver(options, error);
+        return process->Open("nats", spec.name, protocol::EncodeOptions(options), error);
+    }
     KafkaDriverOptions options;
     options.config = spec.config.kafka;
     options.client_id = "outbox-" + database + "-" + spec.name;
     options.source = "/outbox/" + database;
     options.lease_timeout_ms = settings.lease_timeout_ms;
-    options.max_in_flight = size_t(settings.batch_size) * 2;
+    options.max_in_flight = in_flight;
     if (in_process)
         return MakeKafkaDriver(options, error);
     return process->Open("kafka", spec.name, protocol::EncodeOptions(options), error);

@@ -30,6 +30,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -147,9 +148,17 @@ bool StartWorker(int i, Oid database, int worker_index) {
     WorkerArgs args = {database, worker_index, i};
     memcpy(worker.bgw_extra, &args, sizeof args);
 
+    // The handle is kept across passes, and each pass runs in a context that is reset after it:
+    // allocate it where it lives on. (A handle in the reset context was read after the reset;
+    // PostgreSQL 18 reuses that memory sooner, and the launcher crashed there.)
     BackgroundWorkerHandle *handle = nullptr;
-    if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+    MemoryContext pass_context = MemoryContextSwitchTo(TopMemoryContext);
+    bool registered = RegisterDynamicBackgroundWorker(&worker, &handle);
+    MemoryContextSwitchTo(pass_context);
+    if (!registered)
         return false;
+    if (slot_states[i].handle)
+        pfree(slot_states[i].handle);
     slot_states[i].handle = handle;
     slot_states[i].started_at = GetCurrentTimestamp();
     return true;
@@ -190,6 +199,8 @@ long Reconcile(const std::vector<Oid> &databases) {
                 kill(slot->pid, SIGTERM);
             if (!alive) {
                 slot->in_use = false;
+                if (st.handle)
+                    pfree(st.handle);
                 st = SlotState();
             }
             continue;
@@ -287,6 +298,8 @@ void outbox_launcher_main(Datum) {
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
     pgstat_report_appname("outbox launcher");
+    // What pg_stat_activity.wait_event shows while the launcher waits (compat.hpp).
+    uint32 wait_event = NewWaitEvent("OutboxLauncherMain");
 
     slot_states = static_cast<SlotState *>(
         MemoryContextAllocZero(TopMemoryContext, sizeof(SlotState) * shared->num_slots));
@@ -294,7 +307,7 @@ void outbox_launcher_main(Datum) {
         new (&slot_states[i]) SlotState();
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     shared->launcher_pid = MyProcPid;
-    shared->launcher_pgprocno = MyProc->pgprocno;
+    shared->launcher_pgprocno = OwnProcNumber();
     // Slots left by a previous launcher: keep live workers, free the rest.
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
@@ -320,8 +333,7 @@ void outbox_launcher_main(Datum) {
         MemoryContextReset(loop_context);
         if (next < 0 || next > kRecheckMs)
             next = kRecheckMs;
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next,
-                        PG_WAIT_EXTENSION);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, next, wait_event);
         ResetLatch(MyLatch);
     }
 }

@@ -35,7 +35,7 @@ void _PG_init(void) {
     outbox::pg::RegisterDestinationCacheCallback();
     outbox::pg::RegisterProducerCallbacks();
     outbox::pg::RegisterQueueCountCallbacks();
-    outbox::pg::RegisterKeyOrderCallbacks();
+    outbox::pg::RegisterKeyTurnCallbacks();
     outbox::pg::InstallUtilityHook();
     outbox::pg::RegisterLauncher();
 }

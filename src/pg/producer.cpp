@@ -1,5 +1,6 @@
 // The producer path: the check every INSERT into outbox.messages passes, the UUIDv7 default for
 // event_id, and the wake-up of the workers when a producing transaction commits.
+#include <ctime>
 #include <string_view>
 #include <utility>
 
@@ -21,6 +22,7 @@ extern "C" {
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "port.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/rel.h"
@@ -39,11 +41,9 @@ extern "C" {
 PGDLLEXPORT Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_messages_check(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_wake(PG_FUNCTION_ARGS);
-PGDLLEXPORT Datum outbox_requeueing(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_uuid_generate_v7);
 PG_FUNCTION_INFO_V1(outbox_messages_check);
 PG_FUNCTION_INFO_V1(outbox_wake);
-PG_FUNCTION_INFO_V1(outbox_requeueing);
 }
 
 namespace outbox::pg {
@@ -55,9 +55,8 @@ constexpr int64 kMaxScheduleAheadUs = 366LL * USECS_PER_DAY;
 // the transaction.
 static bool wake_at_commit = false;
 static bool reload_at_commit = false;
-// Set by outbox.requeue (through outbox._requeueing()) for the rest of its transaction: the
-// rows it inserts are dead letters going back with their own id.
-static bool requeueing = false;
+// In this transaction the id sequence is known to be past this (KeepOwnRow).
+static int64 ids_below = PG_INT64_MIN;
 
 static void OnTransactionEvent(XactEvent event, void *) {
     switch (event) {
@@ -67,13 +66,13 @@ static void OnTransactionEvent(XactEvent event, void *) {
             if (wake_at_commit || reload_at_commit)
                 WakeWorkers(MyDatabaseId, reload_at_commit);
             wake_at_commit = reload_at_commit = false;
-            requeueing = false;
+            ids_below = PG_INT64_MIN;
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PREPARE:  // COMMIT PREPARED elsewhere is found by the poll
         case XACT_EVENT_PARALLEL_ABORT:
             wake_at_commit = reload_at_commit = false;
-            requeueing = false;
+            ids_below = PG_INT64_MIN;
             break;
         default:
             break;
@@ -167,21 +166,15 @@ static int64 DeliveredJsonSize(Datum payload) {
     return size;
 }
 
-// Per-key ordering: producers of one key take turns (key_order.hpp) and a message is numbered
-// only once its producer holds the key, so ids follow commit order within a key. A requeued
-// dead letter keeps its id, and so goes ahead of the messages of its key still queued.
-static int64 PlaceOrdered(const MessageColumns &c, const CachedDestination &dest, HeapTuple tuple,
-                          TupleDesc desc, bool requeued, int64 *id) {
+// A row that carries its own id: a requeued dead letter (outbox.requeue) or a restored dump
+// (pg_restore's COPY). Only the owner of outbox.messages — the extension's owner, whose rights
+// outbox.requeue runs with, or a superuser — may insert one; it keeps every column it carries.
+// For everyone else setting id is refused like any column the relay owns, and a NULL id is
+// never kept: it is numbered.
+static bool CarriesOwnId(HeapTuple tuple, TupleDesc desc, const MessageColumns &c, Relation rel) {
     bool isnull;
-    text *key = DatumGetTextPP(heap_getattr(tuple, c.key, desc, &isnull));
-    int64 order_key =
-        OrderKey(dest.name, std::string_view(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)));
-    LockOrderKey(order_key);
-    if (requeued)
-        ReorderingKeys();  // back ahead of its key's queued messages
-    *id = requeued ? DatumGetInt64(heap_getattr(tuple, c.id, desc, &isnull))
-                   : nextval_internal(c.id_sequence, false);
-    return order_key;
+    heap_getattr(tuple, c.id, desc, &isnull);
+    return !isnull && (superuser() || has_privs_of_role(GetUserId(), rel->rd_rel->relowner));
 }
 
 // Headers must be a JSON object whose values are strings that can travel as HTTP or Kafka
@@ -238,17 +231,16 @@ static void CheckHeaders(Datum headers) {
     }
 }
 
-// Columns the relay owns must not be set by a producer. A requeued dead letter (outbox.requeue)
-// goes back with its own id and created_at.
-static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const MessageColumns &c,
-                                     bool requeued) {
+// Columns the relay owns must not be set by a producer (a row that carries its own id keeps
+// them: CarriesOwnId).
+static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const MessageColumns &c) {
     bool isnull;
     bool attempts_null;
     Datum attempts = heap_getattr(tuple, c.attempts, desc, &attempts_null);
     const char *column = nullptr;
     for (auto [att, name] : {std::pair{c.id, "id"}, {c.created_at, "created_at"}}) {
         heap_getattr(tuple, att, desc, &isnull);
-        if (!isnull && !requeued)
+        if (!isnull)
             column = name;
     }
     if (!attempts_null && DatumGetInt32(attempts) != 0)
@@ -270,6 +262,83 @@ static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const Mess
                         errhint("Leave \"%s\" out of the INSERT.", column)));
 }
 
+// The key's turn for an ordered message, taken last (after every check: a refused row takes no
+// lock and no number). Returns the order key.
+static int64 TakeTurnFor(std::string_view destination, HeapTuple tuple, TupleDesc desc,
+                         const MessageColumns &c, TimestampTz available_at, bool keeps_id,
+                         int64 id) {
+    bool isnull;
+    text *key = DatumGetTextPP(heap_getattr(tuple, c.key, desc, &isnull));
+    std::string_view k(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+    int64 order_key = OrderKey(destination, k);
+    TakeKeyTurn(destination, order_key, k, available_at, keeps_id, id);
+    return order_key;
+}
+
+// A row that carries its own id (CarriesOwnId) was checked when it was first queued: it is kept
+// as it is, but for what the queue needs — its order key, its key's turn and floor (it may go
+// back below its key's other messages), a NULL available_at or created_at. Its destination may
+// not exist (yet): a dump's messages may be restored before its destinations, a dead letter
+// requeued before its dropped destination is created again.
+static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c) {
+    bool isnull;
+    int64 id = DatumGetInt64(heap_getattr(tuple, c.id, desc, &isnull));
+    // The id must never meet a later producer's number (a dump's rows are restored before its
+    // sequence): the sequence moves past it, with room for the rows that follow.
+    constexpr int64 kIdRoom = 10000;
+    if (id >= ids_below) {
+        int64 next = nextval_internal(c.id_sequence, false);
+        if (next <= id) {
+            next = id + kIdRoom;
+            DirectFunctionCall2(setval_oid, ObjectIdGetDatum(c.id_sequence), Int64GetDatum(next));
+        }
+        ids_below = next;
+    }
+    text *dest_text = DatumGetTextPP(heap_getattr(tuple, c.destination, desc, &isnull));
+    if (isnull)
+        ereport(ERROR,
+                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no destination")));
+    std::string_view destination(VARDATA_ANY(dest_text), VARSIZE_ANY_EXHDR(dest_text));
+    int replace_cols[3];
+    Datum replace_values[3];
+    bool replace_nulls[3] = {};
+    int nreplace = 0;
+
+    TimestampTz now = GetCurrentTransactionStartTimestamp();
+    Datum available = heap_getattr(tuple, c.available_at, desc, &isnull);
+    TimestampTz available_at = isnull ? now : DatumGetTimestampTz(available);
+    if (isnull) {
+        replace_cols[nreplace] = c.available_at;
+        replace_values[nreplace++] = TimestampTzGetDatum(now);
+    }
+    heap_getattr(tuple, c.created_at, desc, &isnull);
+    if (isnull) {
+        replace_cols[nreplace] = c.created_at;
+        replace_values[nreplace++] = TimestampTzGetDatum(now);
+    }
+    // Ordered as its destination orders now; a destination not known (yet) keeps what it had.
+    const CachedDestination *dest = LookupDestination(destination.data(), int(destination.size()));
+    heap_getattr(tuple, c.key, desc, &isnull);
+    bool has_key = !isnull;
+    Datum given = heap_getattr(tuple, c.order_key, desc, &isnull);
+    bool ordered = dest ? dest->ordered && has_key : !isnull && has_key;
+    if (ordered) {
+        int64 order_key = TakeTurnFor(destination, tuple, desc, c, available_at, true, id);
+        if (isnull || DatumGetInt64(given) != order_key) {
+            replace_cols[nreplace] = c.order_key;
+            replace_values[nreplace++] = Int64GetDatum(order_key);
+        }
+    } else if (!isnull) {
+        replace_cols[nreplace] = c.order_key;
+        replace_nulls[nreplace++] = true;
+    }
+    WakeAtCommit();
+    if (nreplace == 0)
+        return PointerGetDatum(tuple);
+    return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, nreplace, replace_cols,
+                                                     replace_values, replace_nulls));
+}
+
 }  // namespace outbox::pg
 
 using namespace outbox::pg;
@@ -279,12 +348,6 @@ Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS) {
     auto *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     GenerateEventId(uuid);
     PG_RETURN_UUID_P(uuid);
-}
-
-// outbox._requeueing(): the rest of this transaction's inserts are requeued dead letters.
-Datum outbox_requeueing(PG_FUNCTION_ARGS) {
-    requeueing = true;
-    PG_RETURN_VOID();
 }
 
 // outbox.wake(): nudge the workers of this database.
@@ -310,7 +373,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     const MessageColumns &c = ColumnsOf(rel);
     bool isnull;
 
-    CheckManagedColumnsUnset(tuple, desc, c, requeueing);
+    if (CarriesOwnId(tuple, desc, c, rel))
+        return KeepOwnRow(tuple, desc, c);
+    CheckManagedColumnsUnset(tuple, desc, c);
 
     Datum destination = heap_getattr(tuple, c.destination, desc, &isnull);
     if (isnull)
@@ -358,7 +423,8 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                                 "raise outbox.max_payload_bytes.")));
 
     Datum headers = heap_getattr(tuple, c.headers, desc, &isnull);
-    if (!isnull)
+    bool has_headers = !isnull;
+    if (has_headers)
         CheckHeaders(headers);
 
     Datum key = heap_getattr(tuple, c.key, desc, &isnull);
@@ -368,42 +434,81 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
                         errhint("Use a shorter identifier, such as a hash of the key.")));
 
+    // A Kafka destination sends at most message.max.bytes per record (librdkafka refuses more):
+    // a message that cannot fit is refused now, not dead-lettered later.
+    if (dest.max_message_bytes > 0) {
+        int64 record = size + kKafkaRelayOverheadBytes +
+                       (has_key ? int64(toast_raw_datum_size(key)) - VARHDRSZ : 0) +
+                       (has_headers ? int64(toast_raw_datum_size(headers)) - VARHDRSZ : 0);
+        if (record > dest.max_message_bytes)
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("outbox message for kafka destination \"%s\" is %lld bytes with its key "
+                        "and headers, over what it sends (message.max.bytes %lld)",
+                        dest.name, (long long)record, (long long)dest.max_message_bytes),
+                 errdetail("%lld bytes of that are kept for the headers outbox adds.",
+                           (long long)kKafkaRelayOverheadBytes),
+                 errhint("Send a reference to the data instead, or raise message.max.bytes "
+                         "of the destination (and max.message.bytes of the topic on the "
+                         "brokers): SELECT outbox.alter_destination('%s', "
+                         "'{\"message.max.bytes\": ...}');",
+                         dest.name)));
+    }
+
     // Values to replace: the destination's default topic, a NULL available_at, id and
     // created_at, and the order key of an ordered message.
-    int replace_cols[7];
-    Datum replace_values[7];
-    bool replace_nulls[7] = {};
+    int replace_cols[5];
+    Datum replace_values[5];
+    bool replace_nulls[5] = {};
     int nreplace = 0;
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
-    if (isnull && dest.is_kafka) {
+    // Kafka needs a topic and NATS a subject: the message's, else the destination's default.
+    // (An AMQP routing key may be empty: a fanout exchange ignores it.)
+    if (isnull && (dest.is_kafka || dest.is_nats)) {
+        const char *kind = dest.is_kafka ? "kafka" : "nats";
+        const char *what = dest.is_kafka ? "topic" : "subject";
         if (!dest.has_topic)
-            ereport(ERROR,
-                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                     errmsg("outbox message for kafka destination \"%s\" has no topic", dest.name),
-                     errhint("Set topic in the message, or give the destination a default: "
-                             "SELECT outbox.alter_destination('%s', '{\"topic\": \"...\"}');",
-                             dest.name)));
+            ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                            errmsg("outbox message for %s destination \"%s\" has no %s", kind,
+                                   dest.name, what),
+                            errhint("Set topic in the message, or give the destination a default: "
+                                    "SELECT outbox.alter_destination('%s', '{\"%s\": \"...\"}');",
+                                    dest.name, what)));
         replace_cols[nreplace] = c.topic;
         replace_values[nreplace++] = CStringGetTextDatum(dest.topic);
     } else if (!isnull) {
         text *t = DatumGetTextPP(topic);
         std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
         // A webhook's topic travels as the ce-type header: it must be a safe header value.
-        bool ok = dest.is_kafka
-                      ? outbox::IsValidKafkaTopic(name)
+        bool ok = dest.is_kafka  ? outbox::IsValidKafkaTopic(name)
+                  : dest.is_amqp ? outbox::IsValidAmqpRoutingKey(name)
+                  : dest.is_nats
+                      ? outbox::IsValidNatsSubject(name)
                       : !name.empty() && name.size() <= 249 && outbox::IsValidHeaderValue(name);
         if (!ok) {
             outbox::QuoteText(name, shown);
+            const char *kind = dest.is_kafka  ? "kafka"
+                               : dest.is_amqp ? "amqp"
+                               : dest.is_nats ? "nats"
+                                              : "webhook";
+            const char *detail =
+                dest.is_kafka  ? "A Kafka topic name is 1 to 249 characters of letters, digits, "
+                                 "'.', '_' and '-'."
+                : dest.is_amqp ? "An AMQP routing key is 1 to 255 bytes of UTF-8 without control "
+                                 "characters."
+                : dest.is_nats
+                    ? "A NATS subject is 1 to 255 bytes of printable ASCII: tokens separated by "
+                      "'.', no spaces, no wildcards ('*', '>'), not a system subject ('$...', "
+                      "'_INBOX...')."
+                    : "A topic is 1 to 249 bytes of UTF-8 without control characters (it is "
+                      "sent as the ce-type header).";
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                             errmsg("outbox message topic %s is not valid for %s destination "
                                    "\"%s\"",
-                                   shown, dest.is_kafka ? "kafka" : "webhook", dest.name),
-                            dest.is_kafka ? errdetail("A Kafka topic name is 1 to 249 characters "
-                                                      "of letters, digits, '.', '_' and '-'.")
-                                          : errdetail("A topic is 1 to 249 bytes of UTF-8 without "
-                                                      "control characters (it is sent as the "
-                                                      "ce-type header).")));
+                                   shown, kind, dest.name),
+                            errdetail("%s", detail)));
         }
     }
 
@@ -428,24 +533,20 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errdetail("The message would expire before it could be delivered."),
                         errhint("Leave expires_at NULL for messages that never expire.")));
 
-    // Last, after every check: a refused row takes no lock and no number.
+    // Last, after every check: a refused row takes no lock and no number. An ordered message is
+    // numbered only once it has its key's turn, so ids follow commit order within a key.
     if (dest.ordered && has_key) {
-        int64 id;
-        int64 order_key = PlaceOrdered(c, dest, tuple, desc, requeueing, &id);
-        replace_cols[nreplace] = c.id;
-        replace_values[nreplace++] = Int64GetDatum(id);
         replace_cols[nreplace] = c.order_key;
-        replace_values[nreplace++] = Int64GetDatum(order_key);
-    } else if (!requeueing) {
-        replace_cols[nreplace] = c.id;
-        replace_values[nreplace++] = Int64GetDatum(nextval_internal(c.id_sequence, false));
+        replace_values[nreplace++] =
+            Int64GetDatum(TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0));
     }
-    if (!requeueing) {
-        replace_cols[nreplace] = c.created_at;
-        replace_values[nreplace++] = TimestampTzGetDatum(now);
-    }
+    replace_cols[nreplace] = c.id;
+    replace_values[nreplace++] = Int64GetDatum(nextval_internal(c.id_sequence, false));
+    replace_cols[nreplace] = c.created_at;
+    replace_values[nreplace++] = TimestampTzGetDatum(now);
 
-    CountQueueChange(dest.name, 1, 1, 0);
+    // Counted once inserted (outbox._messages_inserted, after the statement): a row that an ON
+    // CONFLICT clause or a later trigger leaves out is not in the queue.
     WakeAtCommit();
 
     if (nreplace == 0)

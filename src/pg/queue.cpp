@@ -5,19 +5,28 @@
 // retries and lease recovery alike. Every write-back statement matches id AND lease_token, so a
 // worker whose lease lapsed cannot overwrite the outcome of the row's new owner.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "outbox/config.hpp"
 
 extern "C" {
 #include "postgres.h"
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/itemptr.h"
 #include "storage/proc.h"
 #include "utils/array.h"
@@ -27,9 +36,9 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
-#include "outbox/pg/key_order.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/queue.hpp"
 
@@ -46,11 +55,13 @@ namespace {
 #define CONFIG_UNCHANGED(param) \
     "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1) = " param "::text"
 
+// $6, $7: where to start (ClaimRequest::after_available_at). Column 11 is where the row was due
+// before its lease moved it.
 const char *const kClaimSql =
     "WITH due AS ("
-    "  SELECT c.id FROM outbox.messages AS c"
+    "  SELECT c.id, c.available_at AS was_due FROM outbox.messages AS c"
     "   WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
-    "     AND " CONFIG_UNCHANGED("$5")
+    "     AND (c.available_at, c.id) > ($6, $7) AND " CONFIG_UNCHANGED("$5")
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -58,7 +69,7 @@ const char *const kClaimSql =
     "        attempts = m.attempts + 1"
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
-    "           m.created_at, m.expires_at, m.attempts";
+    "           m.created_at, m.expires_at, m.attempts, due.was_due";
 
 // The fast path: lock due rows for the rest of the transaction without writing them; the
 // worker records their outcomes before it commits. attempts + 1 is the attempt this is.
@@ -80,31 +91,109 @@ const char *const kLeaseLockedSql =
     "       attempts = attempts + 1"
     " WHERE id = ANY ($1)";
 
-// ordering = key: the heads of the keys in order keys [$2, $3] that are due, at most $4 of them
-// (key_order.hpp), each locked unless another worker holds it or ($5: on_dead = block) a dead
-// letter holds its key (looked up per key only if the destination has any). Columns as in
-// kLockSql, then the order key; how many heads were looked at and the last one's key come from
-// LastKeyHeads(). The heads are found in this statement's snapshot and fetched by ctid all at
-// once (one TID scan): if a head's worker delivered it since, the lock finds it gone and the key
-// is skipped this time — never its next message; a head changed since (a retry scheduled) is
-// the same message, checked again as it is now.
-const char *const kHeadsSql =
-    "SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
-    "       m.created_at, m.expires_at, m.attempts + 1, m.available_at, m.ctid, m.order_key"
-    "  FROM outbox.messages AS m"
-    " WHERE " CONFIG_UNCHANGED("$6")
-    "   AND m.ctid = ANY (ARRAY(SELECT h.tid FROM outbox._key_heads($1, $2, $3, $4, true) AS h))"
-    "   AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= now()"
-    "   AND NOT ((SELECT $5 AND EXISTS ("
-    "                 SELECT FROM outbox.dead_letters AS d"
-    "                  WHERE d.destination = $1 AND d.skipped_at IS NULL"
-    "                    AND d.reason IN ('rejected', 'max_attempts', 'poison')))"
-    "            AND EXISTS ("
-    "                SELECT FROM outbox.dead_letters AS d"
-    "                 WHERE d.destination = $1 AND d.key = m.key AND d.id < m.id"
-    "                   AND d.skipped_at IS NULL"
-    "                   AND d.reason IN ('rejected', 'max_attempts', 'poison')))"
-    "   FOR UPDATE OF m SKIP LOCKED";
+// ordering = key: the heads claim (the rules it relies on are written above
+// outbox.ordered_keys in sql/outbox--0.2.0.sql; README "Per-key ordering").
+//
+// k: some keys of destination $1 — the next due ones after a cursor, or keys whose head this
+// transaction removed. h: each key's head, its first message from the key's floor on, in this
+// statement's snapshot (one descent of messages_key_order), and whether a dead letter holds the
+// key ($5: on_dead = block; looked up per key only if the destination has any). c: the heads that
+// are due and not held back, fetched by ctid all at once (one TID scan) and locked unless another
+// worker holds them. Why a key never has two messages in flight: only its head is claimed, and
+// only by locking that very row version — if the head's worker removed it since the snapshot,
+// or leased it (it is no longer due), the lock or its recheck finds it gone and the key is
+// skipped this time, never its next message; a head the fast path holds locked is skipped.
+// Every key looked at comes back (c's columns NULL when its head was not claimed), so the worker
+// can note on its row what it saw (KeyRowWrite).
+#define HEADS_CLAIM(KEYS) \
+    "WITH k AS (" KEYS "),"                                                                       \
+    " h AS MATERIALIZED ("                                                                        \
+    "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"                        \
+    "         x.id, x.tid, x.available_at, x.available_at <= now() AS due, x.in_flight,"          \
+    "         x.id IS NOT NULL AND $5"                                                            \
+    "           AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"                         \
+    "                 WHERE d.destination = $1 AND d.skipped_at IS NULL"                          \
+    "                   AND d.reason IN ('rejected', 'max_attempts', 'poison')))"                 \
+    "           AND EXISTS (SELECT FROM outbox.dead_letters AS d"                                 \
+    "                 WHERE d.destination = $1 AND d.key = x.key AND d.id < x.id"                 \
+    "                   AND d.skipped_at IS NULL"                                                 \
+    "                   AND d.reason IN ('rejected', 'max_attempts', 'poison')) AS blocked"       \
+    "    FROM k LEFT JOIN LATERAL ("                                                              \
+    "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"   \
+    "             m.key"                                                                          \
+    "        FROM outbox.messages AS m"                                                           \
+    "       WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = $1"           \
+    "       ORDER BY m.id LIMIT 1) AS x ON true),"                                                \
+    " c AS ("                                                                                     \
+    "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"           \
+    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid"     \
+    "    FROM outbox.messages AS m"                                                               \
+    "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"            \
+    "     AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= now()"         \
+    "     AND " CONFIG_UNCHANGED("$2") "   FOR UPDATE OF m SKIP LOCKED)"                          \
+    " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
+    "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \
+    "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"     \
+    "        h.in_flight, h.blocked"                                                              \
+    "   FROM h LEFT JOIN c ON c.id = h.id"                                                        \
+    "  ORDER BY h.due_at, h.order_key"
+
+// The next $6 due keys after ($3, $4) and up to ($7, $8), in due order: claims go round the keys
+// from where the previous one stopped, so keys take turns.
+const char *const kHeadsScanSql = HEADS_CLAIM(
+    "SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at"
+    "  FROM outbox.ordered_keys AS k"
+    " WHERE k.destination = $1 AND k.due_at <= now() AND (k.due_at, k.order_key) > ($3, $4)"
+    "   AND (k.due_at, k.order_key) <= ($7, $8)"
+    " ORDER BY k.due_at, k.order_key LIMIT $6");
+
+// Keys ($3) whose head this transaction removed: their floor is past it ($4) while
+// floor_version is the one read when the head was found ($6).
+const char *const kHeadsNextSql = HEADS_CLAIM(
+    "SELECT k.order_key,"
+    "       CASE WHEN k.floor_version = f.floor_version THEN greatest(k.floor, f.floor)"
+    "            ELSE k.floor END AS floor,"
+    "       k.floor_version, k.version, k.due_at"
+    "  FROM unnest($3::bigint[], $4::bigint[], $6::bigint[]) AS f(order_key, floor, floor_version)"
+    "  JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key");
+
+// What the worker saw of its keys, written on their rows at the end of its transaction, under
+// the rules of outbox.ordered_keys: a floor raised only while floor_version is unchanged, a due
+// time set only while version is unchanged — except that a key whose head was removed is due
+// now at the latest ($7; that is never later than its next message can go). Rows a producer
+// holds are skipped (the worker never waits for a producer); what was not written is seen again.
+// A key that stays due keeps its due_at, so the write changes no indexed column: a HOT update,
+// pruned in place (the table's fillfactor leaves room for it).
+const char *const kKeyRowsSql =
+    "WITH w AS ("
+    "  SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],"
+    "                       $6::timestamptz[], $7::boolean[])"
+    "         AS w(order_key, floor, floor_version, version, due_at, head_removed)),"
+    " l AS ("
+    "  SELECT k.ctid AS tid, w.* FROM outbox.ordered_keys AS k"
+    "    JOIN w ON k.destination = $1 AND k.order_key = w.order_key"
+    "   FOR NO KEY UPDATE OF k SKIP LOCKED)"
+    " UPDATE outbox.ordered_keys AS k"
+    "    SET floor = CASE WHEN l.floor > k.floor AND k.floor_version = l.floor_version"
+    "                     THEN l.floor ELSE k.floor END,"
+    "        due_at = CASE WHEN l.head_removed THEN least(k.due_at, now())"
+    "                      WHEN l.due_at IS NOT NULL AND k.version = l.version THEN l.due_at"
+    "                      ELSE k.due_at END,"
+    "        idle_since = CASE WHEN NOT l.head_removed AND l.due_at = 'infinity'"
+    "                               AND k.version = l.version THEN now()"
+    "                          ELSE k.idle_since END,"
+    "        version = k.version + 1"
+    "   FROM l WHERE k.ctid = l.tid";
+
+// Keys without a queued message for a while go (a producer's next message of the key makes a
+// new row, from floor 0: by then VACUUM has removed the entries a floor saved claims from).
+const char *const kSweepKeysSql =
+    "DELETE FROM outbox.ordered_keys AS k"
+    " WHERE k.ctid = ANY (ARRAY("
+    "   SELECT s.ctid FROM outbox.ordered_keys AS s"
+    "    WHERE s.destination = $1 AND s.due_at = 'infinity'"
+    "      AND s.idle_since < now() - $2 * interval '1 second'"
+    "    LIMIT $3 FOR UPDATE SKIP LOCKED))";
 
 // Delivered rows that this transaction holds locked (the fast path) are deleted where they
 // are: nobody else can move a locked row, so its ctid from the claim still names it, and a
@@ -116,7 +205,8 @@ const char *const kDeleteLockedSql = "DELETE FROM outbox.messages WHERE ctid = A
 const char *const kDeleteSql =
     "DELETE FROM outbox.messages AS m"
     " USING unnest($1::bigint[], $2::bigint[]) AS r(id, token)"
-    " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)";
+    " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)"
+    " RETURNING m.id";
 
 // outbox.retention > 0: delivered rows move to outbox.archive instead.
 const char *const kArchiveSql =
@@ -129,7 +219,8 @@ const char *const kArchiveSql =
     "       headers, created_at, attempts)"
     " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, created_at,"
     "        attempts + CASE WHEN token = 0 THEN 1 ELSE 0 END"
-    "   FROM moved";
+    "   FROM moved"
+    " RETURNING id";
 
 // Archived rows older than the retention, a bounded batch at a time (never one huge DELETE).
 const char *const kSweepSql =
@@ -170,7 +261,7 @@ const char *const kBurySql =
     "        CASE WHEN reason = 'expired' THEN first_failed_at"
     "             ELSE coalesce(first_failed_at, now()) END"
     "   FROM moved"
-    " RETURNING reason = 'expired'";
+    " RETURNING reason = 'expired', id";
 
 const char *const kLoadSql =
     "SELECT name, kind, config::text, paused FROM outbox.destinations ORDER BY name";
@@ -190,8 +281,9 @@ SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     return *slot;
 }
 
-SPIPlanPtr claim_plan, lock_plan, heads_plan, lease_locked_plan, delete_plan, delete_locked_plan,
-    archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
+SPIPlanPtr claim_plan, lock_plan, heads_scan_plan, heads_next_plan, key_rows_plan, sweep_keys_plan,
+    lease_locked_plan, delete_plan, delete_locked_plan, archive_plan, sweep_plan, reschedule_plan,
+    bury_plan, load_plan;
 
 // The fast path: what the current transaction holds locked, valid only in that transaction
 // (forgotten when the worker says it ended, or when another one is seen).
@@ -199,31 +291,192 @@ struct FastPathState {
     LocalTransactionId lxid = InvalidLocalTransactionId;
     // where its locked rows are, by id
     std::unordered_map<int64_t, ItemPointerData> tids;
-    // ordering = key: the order keys of the heads it holds, by id
-    std::unordered_map<int64_t, int64_t> head_keys;
 
     FastPathState &Current() {
-        if (lxid != MyProc->lxid) {
+        if (lxid != CurrentLocalTransactionId()) {
             Forget();
-            lxid = MyProc->lxid;
+            lxid = CurrentLocalTransactionId();
         }
         return *this;
     }
-    void Forget() {
-        tids.clear();
-        head_keys.clear();
-    }
-    // A head it held is removed (delivered or buried): its key's next walk starts past it
-    // (should the transaction abort, key_order.cpp forgets every floor).
-    void Removed(int64_t id) {
-        auto found = head_keys.find(id);
-        if (found == head_keys.end())
-            return;
-        KeyHeadRemoved(found->second, id);
-        head_keys.erase(found);
-    }
+    void Forget() { tids.clear(); }
 };
 FastPathState fast_path;
+
+// Unordered claims start where a destination's due messages are known to begin: its due hint.
+// After a drain, the claim index holds an entry for every delivered row until VACUUM removes it,
+// all of them before the rows still due; a claim from the beginning would step over every one.
+// A hint is only ever a place to start: every poll's claims start at the beginning, so no row
+// waits for a hint longer than outbox.poll_interval. Why a row that becomes claimable lies at or
+// after the hint, but in the cases the poll catches:
+//  - a row of a transaction open when the claim began (available_at defaults to its producer's
+//    transaction start): the hint is never later than the start of the oldest transaction open
+//    in the database then (pg_stat_activity), read before the claim's first statement;
+//  - a row this worker claimed is removed, leased or rescheduled (moved later) when its
+//    transaction commits; if it aborts, the rows are back where they were and the hints go;
+//  - a row that lay between the hint and the last row claimed was claimed, or was held by
+//    another worker — found by the poll if that worker gives it back by aborting; so is a row
+//    committed by COMMIT PREPARED, one whose producer set an available_at earlier than its own
+//    transaction's start, or one an UPDATE moved back (a destination change drops the hints).
+struct DuePosition {
+    TimestampTz at = DT_NOBEGIN;  // claims take rows strictly after (at, id)
+    int64 id = PG_INT64_MIN;
+};
+bool Earlier(const DuePosition &a, const DuePosition &b) {
+    return a.at < b.at || (a.at == b.at && a.id < b.id);
+}
+std::unordered_map<std::string, DuePosition> due_hints;
+// This transaction's unordered claims of one destination.
+struct DueScan {
+    TimestampTz oldest_open;  // read before its first claim
+    TimestampTz claim_now;    // the claims' now(): rows not due then were not looked at
+    DuePosition last;         // after the last row claimed
+    bool found = false;
+};
+std::unordered_map<std::string, DueScan> due_scans;
+
+// A transaction that started this long ago may not have shown in pg_stat_activity yet.
+constexpr int64 kOpenTransactionMarginUs = 10 * 1000;
+// How long the oldest open transaction's start is reused (an older value only makes claims
+// start earlier).
+constexpr int64 kOpenTransactionCacheUs = 100 * 1000;
+
+// The start of the oldest transaction open in this database that may queue a message (client
+// backends and background workers, not this one), or now when there is none; less a margin.
+TimestampTz OldestOpenTransaction() {
+    static TimestampTz cached = DT_NOBEGIN, read_at = 0;
+    TimestampTz now = GetCurrentTimestamp();
+    if (read_at != 0 && now - read_at < kOpenTransactionCacheUs && now >= read_at)
+        return cached;
+    TimestampTz oldest = PgTry([now] {
+        static SPIPlanPtr plan = nullptr;
+        const char *sql =
+            "SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
+            " WHERE datid = $1 AND pid <> pg_catalog.pg_backend_pid()"
+            "   AND backend_type IN ('client backend', 'background worker')";
+        Oid types[1] = {OIDOID};
+        Datum args[1] = {ObjectIdGetDatum(MyDatabaseId)};
+        int rc = SPI_execute_plan(Prepare(&plan, sql, 1, types), args, nullptr, true, 1);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: reading pg_stat_activity failed: %s", SPI_result_code_string(rc));
+        bool isnull;
+        Datum d = heap_getattr(SPI_tuptable->vals[0], 1, SPI_tuptable->tupdesc, &isnull);
+        TimestampTz t = isnull ? now : DatumGetTimestampTz(d);
+        return (t < now ? t : now) - kOpenTransactionMarginUs;
+    });
+    cached = oldest;
+    read_at = now;
+    return oldest;
+}
+
+// Where the first unordered claim of `request` in this transaction starts; later ones go on
+// after the rows it took.
+void PositionClaim(ClaimRequest *request) {
+    if (due_scans.count(request->destination))
+        return;
+    DueScan scan;
+    scan.oldest_open = OldestOpenTransaction();
+    scan.claim_now = GetCurrentTransactionStartTimestamp();
+    due_scans[request->destination] = scan;
+    auto hint = due_hints.find(request->destination);
+    if (!request->from_start && hint != due_hints.end() &&
+        request->after_available_at == DT_NOBEGIN && request->after_id == 0) {
+        request->after_available_at = hint->second.at;
+        request->after_id = hint->second.id;
+    }
+}
+
+// After an unordered claim of `request` that took `n` rows.
+void NoteClaimed(const ClaimRequest &request, uint64 n) {
+    DueScan &scan = due_scans[request.destination];
+    if (n == 0)
+        return;
+    scan.found = true;
+    scan.last = {request.after_available_at, request.after_id};
+}
+
+// The transaction committed: its rows have moved, and where its claims got to is where the due
+// messages begin, unless an open transaction's rows may lie before.
+void AdvanceDueHints(bool committed) {
+    if (!committed) {
+        due_hints.clear();
+    } else {
+        for (const auto &[destination, scan] : due_scans) {
+            DuePosition next = scan.found ? scan.last : DuePosition{scan.claim_now, PG_INT64_MIN};
+            DuePosition open{scan.oldest_open, PG_INT64_MIN};
+            due_hints[destination] = Earlier(open, next) ? open : next;
+        }
+    }
+    due_scans.clear();
+}
+
+// ordering = key. What the worker saw of a key's row in this transaction, written on it at the
+// end (WriteKeyRows, kKeyRowsSql).
+struct KeyRowWrite {
+    int64 floor = 0;          // raise the floor to this (0: leave it)...
+    int64 floor_version = 0;  // ... if floor_version is still this
+    int64 version = 0;        // set due_at (below) only if version is still this
+    TimestampTz due_at = 0;   // 0: leave it; DT_NOEND: no queued message
+    bool has_due_at = false;
+    bool head_removed = false;  // the key is due now
+};
+// By destination, then order key.
+std::map<std::string, std::unordered_map<int64, KeyRowWrite>> key_row_writes;
+
+// Heads this worker holds (claimed by lock in this transaction, or leased): their key, and the
+// floor_version read when the claim found them. Needed when their outcome is written back,
+// maybe transactions later.
+struct HeldHead {
+    int64 order_key;
+    int64 floor_version;
+};
+std::unordered_map<int64, HeldHead> held_heads;
+constexpr size_t kMaxHeldHeads = 100000;  // entries of rows whose outcome never came back
+
+// A key whose head this transaction removed: its next message is looked for from `floor`.
+struct NextOfKey {
+    int64 order_key, floor, floor_version;
+};
+// A place in a destination's due order of keys.
+struct KeyPosition {
+    TimestampTz due = DT_NOBEGIN;
+    int64 key = PG_INT64_MIN;
+};
+// Where each destination's last scan over its keys stopped: the next transaction goes on from
+// there, and round to the beginning.
+std::unordered_map<std::string, KeyPosition> key_cursors;
+// Per destination, this transaction: how far the scan over the due keys went (from `start` to
+// the end, then from the beginning up to `start`: every key at most once), and the keys to look
+// at again.
+struct HeadsScan {
+    bool started = false;
+    KeyPosition start, after;
+    bool wrapped = false, done = false;
+    std::vector<NextOfKey> next;
+};
+std::unordered_map<std::string, HeadsScan> heads_scans;
+// The heads claimed in this transaction: a key's row can move in due order while the
+// transaction runs, and a claim of this transaction's own locked head would not skip it.
+std::unordered_set<int64> heads_claimed;
+
+// A held head of `destination` was removed (delivered, buried, expired): its key's floor goes
+// past it and the key is due now; a claim later in this transaction looks for its next message
+// first.
+void HeadRemoved(const std::string &destination, int64 id) {
+    auto found = held_heads.find(id);
+    if (found == held_heads.end())
+        return;
+    HeldHead held = found->second;
+    held_heads.erase(found);
+    KeyRowWrite &w = key_row_writes[destination][held.order_key];
+    if (id + 1 > w.floor) {
+        w.floor = id + 1;
+        w.floor_version = held.floor_version;
+    }
+    w.head_removed = true;
+    w.has_due_at = false;
+    heads_scans[destination].next.push_back({held.order_key, id + 1, held.floor_version});
+}
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -248,8 +501,7 @@ struct RawRow {
     int64 created_ms;
     int64 expires_ms;
     int attempts;
-    ItemPointerData tid;  // the fast path's locked rows only
-    int64 order_key;      // heads only
+    ItemPointerData tid;  // the fast path's locked rows, heads
 };
 
 void FormatUuid(const pg_uuid_t *uuid, char out[37]) {
@@ -289,16 +541,10 @@ void ReadHeaders(Datum datum, RawRow *row) {
     row->nheaders = i;
 }
 
-// The claimed rows of the last SPI statement (columns as in kClaimSql, then those of kLockSql:
-// its ctid is column 12, and kHeadsSql: the order key), pointing into SPI memory.
-RawRow *ReadClaimedRows(uint64 *count) {
-    uint64 n = SPI_processed;
-    *count = n;
-    auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    for (uint64 i = 0; i < n; i++) {
-        HeapTuple tuple = SPI_tuptable->vals[i];
-        RawRow *row = &rows[i];
+// One claimed row of an SPI result (columns as in kClaimSql, then those of kLockSql: its ctid is
+// column 12), pointing into SPI memory.
+void ReadRow(HeapTuple tuple, TupleDesc desc, RawRow *row) {
+    {
         bool isnull;
         row->id = DatumGetInt64(heap_getattr(tuple, 1, desc, &isnull));
         FormatUuid(DatumGetUUIDP(heap_getattr(tuple, 2, desc, &isnull)), row->event_id);
@@ -342,24 +588,46 @@ RawRow *ReadClaimedRows(uint64 *count) {
         if (desc->natts >= 12)
             row->tid = *reinterpret_cast<ItemPointer>(
                 DatumGetPointer(heap_getattr(tuple, 12, desc, &isnull)));
-        if (desc->natts >= 13)
-            row->order_key = DatumGetInt64(heap_getattr(tuple, 13, desc, &isnull));
     }
+}
+
+// The claimed rows of the last SPI statement (ReadRow), pointing into SPI memory.
+RawRow *ReadClaimedRows(uint64 *count) {
+    uint64 n = SPI_processed;
+    *count = n;
+    auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
+    for (uint64 i = 0; i < n; i++)
+        ReadRow(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, &rows[i]);
     return rows;
 }
 
 // Runs the lease claim; C-style code only (may ereport).
-RawRow *ClaimRaw(const ClaimRequest *request, int limit, int64 lease_ms, int64 token,
-                 uint64 *count) {
-    Oid types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID};
-    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 5, types);
-    Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int64GetDatum(token),
-                     Int64GetDatum(lease_ms), Int32GetDatum(limit),
-                     CStringGetTextDatum(request->config_json.c_str())};
+RawRow *ClaimRaw(ClaimRequest *request, int limit, int64 lease_ms, int64 token, uint64 *count) {
+    Oid types[7] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
+    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 7, types);
+    Datum args[7] = {CStringGetTextDatum(request->destination.c_str()),
+                     Int64GetDatum(token),
+                     Int64GetDatum(lease_ms),
+                     Int32GetDatum(limit),
+                     CStringGetTextDatum(request->config_json.c_str()),
+                     TimestampTzGetDatum(request->after_available_at),
+                     Int64GetDatum(request->after_id)};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
-    return ReadClaimedRows(count);
+    RawRow *rows = ReadClaimedRows(count);
+    // The rows come back in no particular order: the batch ended at the largest position.
+    for (uint64 i = 0; i < *count; i++) {
+        bool isnull;
+        TimestampTz at = DatumGetTimestampTz(
+            heap_getattr(SPI_tuptable->vals[i], 11, SPI_tuptable->tupdesc, &isnull));
+        if (at > request->after_available_at ||
+            (at == request->after_available_at && rows[i].id > request->after_id)) {
+            request->after_available_at = at;
+            request->after_id = rows[i].id;
+        }
+    }
+    return rows;
 }
 
 // Runs the lock claim of the fast path; C-style code only (may ereport).
@@ -384,26 +652,52 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
-// Runs the heads claim over order keys [from, to]; C-style code only (may ereport). *looked_at:
-// how many heads it looked at (at most n), *last_key: the order key of the last one.
-RawRow *HeadsRaw(const ClaimRequest *request, int64 from, int64 to, int n, uint64 *count,
-                 uint64 *looked_at, int64 *last_key) {
-    Oid types[6] = {TEXTOID, INT8OID, INT8OID, INT4OID, BOOLOID, TEXTOID};
-    SPIPlanPtr plan = Prepare(&heads_plan, kHeadsSql, 6, types);
-    Datum args[6] = {CStringGetTextDatum(request->destination.c_str()),
-                     Int64GetDatum(from),
-                     Int64GetDatum(to),
-                     Int32GetDatum(n),
-                     BoolGetDatum(request->block_on_dead),
-                     CStringGetTextDatum(request->config_json.c_str())};
-    uint64 generation = BeginKeyWalk();
+// One key a heads claim looked at (HEADS_CLAIM's columns 13-21).
+struct KeySeen {
+    int64 order_key, floor_version, version;
+    TimestampTz key_due;
+    bool has_head, head_due, in_flight, blocked, claimed;
+    int64 head_id;
+    TimestampTz head_available_at;
+};
+
+// Runs a heads claim (`plan` with `args`); C-style code only (may ereport). Returns the claimed
+// heads, and in *seen every key it looked at.
+RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen, uint64 *nseen) {
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: claiming key heads failed: %s", SPI_result_code_string(rc));
-    EndKeyWalk(generation);
-    *looked_at = uint64(LastKeyHeads().heads);
-    *last_key = LastKeyHeads().last_key;
-    return ReadClaimedRows(count);
+    uint64 n = SPI_processed;
+    auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
+    auto *keys = static_cast<KeySeen *>(palloc0(sizeof(KeySeen) * (n + 1)));
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    uint64 claimed = 0;
+    for (uint64 i = 0; i < n; i++) {
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        KeySeen &k = keys[i];
+        bool isnull;
+        heap_getattr(tuple, 1, desc, &isnull);
+        k.claimed = !isnull;
+        if (k.claimed)
+            ReadRow(tuple, desc, &rows[claimed++]);
+        k.order_key = DatumGetInt64(heap_getattr(tuple, 13, desc, &isnull));
+        k.floor_version = DatumGetInt64(heap_getattr(tuple, 14, desc, &isnull));
+        k.version = DatumGetInt64(heap_getattr(tuple, 15, desc, &isnull));
+        k.key_due = DatumGetTimestampTz(heap_getattr(tuple, 16, desc, &isnull));
+        Datum head = heap_getattr(tuple, 17, desc, &isnull);
+        k.has_head = !isnull;
+        if (!k.has_head)
+            continue;
+        k.head_id = DatumGetInt64(head);
+        k.head_available_at = DatumGetTimestampTz(heap_getattr(tuple, 18, desc, &isnull));
+        k.head_due = DatumGetBool(heap_getattr(tuple, 19, desc, &isnull));
+        k.in_flight = DatumGetBool(heap_getattr(tuple, 20, desc, &isnull));
+        k.blocked = DatumGetBool(heap_getattr(tuple, 21, desc, &isnull));
+    }
+    *nclaimed = claimed;
+    *seen = keys;
+    *nseen = n;
+    return rows;
 }
 
 Datum Int8Array(const std::vector<int64_t> &values) {
@@ -447,11 +741,36 @@ Datum TextArray(const std::vector<const char *> &values) {
 
 }  // namespace
 
-bool ExtensionInstalled() {
-    return PgTry([] { return OidIsValid(get_extension_oid("outbox", true)); });
+ExtensionState InstalledExtension(std::string *version) {
+    char found[64] = "";
+    bool exists = PgTry([&found] {
+        Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+        ScanKeyData key;
+        ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+                    CStringGetDatum("outbox"));
+        SysScanDesc scan = systable_beginscan(rel, ExtensionNameIndexId, true, nullptr, 1, &key);
+        HeapTuple tuple = systable_getnext(scan);
+        bool any = HeapTupleIsValid(tuple);
+        if (any) {
+            bool isnull;
+            Datum v =
+                heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
+            if (!isnull)
+                text_to_cstring_buffer(DatumGetTextPP(v), found, sizeof found);
+        }
+        systable_endscan(scan);
+        table_close(rel, AccessShareLock);
+        return any;
+    });
+    *version = found;
+    if (!exists)
+        return ExtensionState::Missing;
+    return strcmp(found, OUTBOX_EXTVERSION) == 0 ? ExtensionState::Ready
+                                                 : ExtensionState::OtherVersion;
 }
 
 std::vector<DestinationSpec> LoadDestinations() {
+    due_hints.clear();  // a destination changed: its queue may have too (its ordering)
     struct Row {
         const char *name, *kind, *config;
         bool paused;
@@ -499,17 +818,14 @@ std::vector<DestinationSpec> LoadDestinations() {
 
 namespace {
 
-// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path);
-// `heads`: heads of their keys (ordering = key).
+// Claimed rows as messages for the drivers; `locked`: held by this transaction (the fast path).
 void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token,
-                    std::vector<Message> *out, bool heads = false) {
+                    std::vector<Message> *out) {
     FastPathState &state = fast_path.Current();
     for (uint64 i = 0; i < n; i++) {
         const RawRow &r = rows[i];
         if (locked)
             state.tids[r.id] = r.tid;
-        if (locked && heads)
-            state.head_keys[r.id] = r.order_key;
         Message m;
         m.id = r.id;
         m.lease_token = lease_token;
@@ -531,40 +847,132 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
     }
 }
 
-// ordering = key: where each destination's walk over its keys goes on from. A claim walks at
-// most once round the destination's order keys, from there to the end and then from the start:
-// keys take turns, and a key whose head was just claimed is the last one looked at again.
-//
-// A claim takes heads only. Taking a few of each key's next messages with its head (sent one
-// by one as each was delivered) cut the walk's cost per message from 3.4 to 1.2 us, but not the
-// drain's time: a key's messages then went one round trip after another at the end of every
-// fast-path transaction, and outcomes came back in smaller write-backs (measured in stop 14).
-std::unordered_map<std::string, int64> key_cursors;
+// ordering = key: how long the worker lets a key's row say its head is not due, for a head in
+// flight (its lease may lapse, or its outcome be written back without this row being updated:
+// the key is looked at again after this at the latest) and for a head a dead letter holds
+// (outbox.skip, requeue and purge_dead_letters make the key due at once; a dead letter deleted
+// by hand takes this long to be noticed).
+constexpr int64 kInFlightRecheckUs = 1000 * 1000;
+constexpr int64 kBlockedRecheckUs = 30 * 1000 * 1000;
 
+// Destinations whose keys this worker claimed (their idle key rows are swept, SweepIdleKeys).
+std::vector<std::string> ordered_destinations;
+
+// What the worker saw of each key (KeySeen) becomes a note on its row, written at the end of
+// the transaction (WriteKeyRows): a due time from the head's state, each valid only while the
+// row's version is the one the claim read. A claimed head is held (HeldHead).
+void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n, bool leased,
+                  int64 lease_ms) {
+    TimestampTz now = GetCurrentTimestamp();
+    auto &writes = key_row_writes[destination];
+    if (held_heads.size() > kMaxHeldHeads)
+        held_heads.clear();  // only floors raised later are lost
+    for (uint64 i = 0; i < n; i++) {
+        const KeySeen &s = seen[i];
+        TimestampTz due;
+        if (s.claimed) {
+            held_heads[s.head_id] = {s.order_key, s.floor_version};
+            if (!leased)
+                continue;  // the fast path holds it locked: other workers skip it
+            due = std::min(now + lease_ms * 1000, now + kInFlightRecheckUs);
+        } else if (!s.has_head) {
+            due = DT_NOEND;  // nothing queued
+        } else if (s.blocked) {
+            due = now + kBlockedRecheckUs;
+        } else if (!s.head_due) {
+            due = s.in_flight ? std::min(s.head_available_at, now + kInFlightRecheckUs)
+                              : s.head_available_at;  // a retry or a scheduled message
+        } else {
+            continue;  // due, but another worker holds it
+        }
+        KeyRowWrite &w = writes[s.order_key];
+        w.version = s.version;
+        w.due_at = due;
+        w.has_due_at = true;
+        w.head_removed = false;
+    }
+}
+
+// The heads of a destination's keys: first the next messages of keys whose head this
+// transaction removed, then the due keys in due order from where this transaction's scan got
+// to. At most request.limit.
 void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 std::vector<Message> *out) {
-    OrderKeyRange range = OrderKeysOf(request.destination);
-    auto found = key_cursors.find(request.destination);
-    int64 start =
-        found != key_cursors.end() && found->second >= range.lo && found->second <= range.hi
-            ? found->second
-            : range.lo;
-    std::pair<int64, int64> passes[2] = {{start, range.hi}, {range.lo, start - 1}};
+    if (std::find(ordered_destinations.begin(), ordered_destinations.end(), request.destination) ==
+        ordered_destinations.end())
+        ordered_destinations.push_back(request.destination);
+    HeadsScan &scan = heads_scans[request.destination];
+    if (!scan.started) {
+        scan.started = true;
+        auto cursor = key_cursors.find(request.destination);
+        if (cursor != key_cursors.end())
+            scan.start = scan.after = cursor->second;
+    }
     size_t first = out->size();
-    for (int p = 0; p < (start > range.lo ? 2 : 1); p++) {
-        for (int64 from = passes[p].first; int(out->size()) < request.limit;) {
-            int want = request.limit - int(out->size());
-            uint64 n = 0, looked_at = 0;
-            int64 last = 0;
-            RawRow *rows = PgTry([&] {
-                return HeadsRaw(&request, from, passes[p].second, want, &n, &looked_at, &last);
-            });
-            AppendMessages(rows, n, request.hold_locks, lease_token, out, true);
-            if (looked_at > 0)
-                key_cursors[request.destination] = last >= range.hi ? range.lo : last + 1;
-            if (int(looked_at) < want || last >= passes[p].second)
-                break;  // this pass is over
-            from = last + 1;
+    auto run = [&](SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args) {
+        uint64 nclaimed = 0, nseen = 0;
+        KeySeen *seen = nullptr;
+        RawRow *rows = PgTry([&] {
+            SPIPlanPtr plan = Prepare(slot, sql, nargs, types);
+            args[0] = CStringGetTextDatum(request.destination.c_str());
+            args[1] = CStringGetTextDatum(request.config_json.c_str());
+            args[4] = BoolGetDatum(request.block_on_dead);
+            return HeadsRaw(plan, args, &nclaimed, &seen, &nseen);
+        });
+        uint64 kept = 0;
+        for (uint64 i = 0; i < nclaimed; i++)
+            if (heads_claimed.insert(rows[i].id).second)
+                rows[kept++] = rows[i];
+        AppendMessages(rows, kept, request.hold_locks, lease_token, out);
+        NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
+        return std::make_pair(seen, nseen);
+    };
+    if (!scan.next.empty()) {
+        size_t take = std::min(scan.next.size(), size_t(std::max(request.limit, 0)));
+        std::vector<int64_t> keys, floors, versions;
+        for (size_t i = scan.next.size() - take; i < scan.next.size(); i++) {
+            keys.push_back(scan.next[i].order_key);
+            floors.push_back(scan.next[i].floor);
+            versions.push_back(scan.next[i].floor_version);
+        }
+        scan.next.resize(scan.next.size() - take);
+        Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
+        Datum args[6] = {0, 0, 0, 0, 0, 0};
+        PgTry([&] {
+            args[2] = Int8Array(keys);
+            args[3] = Int8Array(floors);
+            args[5] = Int8Array(versions);
+        });
+        run(&heads_next_plan, kHeadsNextSql, 6, types, args);
+    }
+    while (!scan.done && int(out->size() - first) < request.limit) {
+        int want = request.limit - int(out->size() - first);
+        // First from where the last scan stopped to the end, then from the beginning to there.
+        KeyPosition until = scan.wrapped ? scan.start : KeyPosition{DT_NOEND, PG_INT64_MAX};
+        Oid types[8] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID,
+                        BOOLOID, INT4OID, TIMESTAMPTZOID, INT8OID};
+        Datum args[8] = {0,
+                         0,
+                         TimestampTzGetDatum(scan.after.due),
+                         Int64GetDatum(scan.after.key),
+                         0,
+                         Int32GetDatum(want),
+                         TimestampTzGetDatum(until.due),
+                         Int64GetDatum(until.key)};
+        auto [seen, nseen] = run(&heads_scan_plan, kHeadsScanSql, 8, types, args);
+        if (nseen > 0) {
+            scan.after = {seen[nseen - 1].key_due, seen[nseen - 1].order_key};
+            key_cursors[request.destination] = scan.after;
+        }
+        if (int(nseen) < want) {  // this pass is over
+            bool from_beginning = scan.start.due == DT_NOBEGIN && scan.start.key == PG_INT64_MIN;
+            if (scan.wrapped || from_beginning) {
+                scan.done = true;
+                key_cursors.erase(request.destination);  // the next scan starts at the beginning
+            } else {
+                scan.wrapped = true;
+                scan.after = KeyPosition{};
+            }
         }
     }
     if (request.hold_locks || out->size() == first)
@@ -589,17 +997,21 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
     int left = request.limit - int(messages.size());
     if (left > 0) {
         uint64 n = 0;
+        PositionClaim(&request);
         RawRow *rows = PgTry([&] {
             return request.hold_locks ? LockRaw(&request, left, &n)
                                       : ClaimRaw(&request, left, lease_ms, lease_token, &n);
         });
+        NoteClaimed(request, n);
         AppendMessages(rows, n, request.hold_locks, lease_token, &messages);
     }
     return messages;
 }
 
-WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
+WriteBackCounts WriteBack(const std::string &destination,
+                          const std::vector<Resolution> &resolutions) {
     std::vector<int64_t> del_ids, del_tokens, re_ids, re_tokens, re_delays, dead_ids, dead_tokens;
+    std::vector<int64_t> locked_ids;  // del_tids' rows
     std::vector<int> re_kinds;
     std::vector<const char *> re_errors, dead_reasons, dead_errors;
     std::vector<ItemPointerData> del_tids;
@@ -613,6 +1025,7 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
                     auto found = tids.find(r.id);
                     if (found != tids.end()) {
                         del_tids.push_back(found->second);
+                        locked_ids.push_back(r.id);
                         tids.erase(found);
                         break;
                     }
@@ -621,6 +1034,7 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
                 del_tokens.push_back(r.lease_token);
                 break;
             case Resolution::Action::Reschedule:
+                held_heads.erase(r.id);  // its next claim reads its key again
                 re_ids.push_back(r.id);
                 re_tokens.push_back(r.lease_token);
                 re_delays.push_back(r.delay_ms);
@@ -636,7 +1050,19 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
         }
     }
     WriteBackCounts counts;
+    // The rows the statements below removed (with RETURNING id), for ordered heads.
+    size_t max_removed = del_ids.size() + dead_ids.size();
+    int64 *removed = nullptr;
+    uint64 nremoved = 0;
+    auto collect = [&](int column) {
+        for (uint64 i = 0; i < SPI_processed && nremoved < max_removed; i++) {
+            bool isnull;
+            removed[nremoved++] = DatumGetInt64(
+                heap_getattr(SPI_tuptable->vals[i], column, SPI_tuptable->tupdesc, &isnull));
+        }
+    };
     PgTry([&] {
+        removed = static_cast<int64 *>(palloc(sizeof(int64) * (max_removed + 1)));
         if (!del_tids.empty()) {
             Oid types[1] = {TIDARRAYOID};
             Datum args[1] = {TidArray(del_tids)};
@@ -652,9 +1078,10 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
             int rc = SPI_execute_plan(archive ? Prepare(&archive_plan, kArchiveSql, 2, types)
                                               : Prepare(&delete_plan, kDeleteSql, 2, types),
                                       args, nullptr, false, 0);
-            if (rc != (archive ? SPI_OK_INSERT : SPI_OK_DELETE))
+            if (rc != (archive ? SPI_OK_INSERT_RETURNING : SPI_OK_DELETE_RETURNING))
                 elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
             counts.delivered += int64(SPI_processed);
+            collect(1);
         }
         if (!re_ids.empty()) {
             Oid types[5] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
@@ -686,18 +1113,95 @@ WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions) {
                     heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
                 (expired ? counts.expired : counts.dead)++;
             }
+            collect(2);
         }
     });
-    // Heads this transaction held and removed: their keys' next messages are heads now.
-    for (const Resolution &r : resolutions)
-        if (r.lease_token == 0 && r.action != Resolution::Action::Reschedule)
-            state.Removed(r.id);
+    // ordering = key: removed heads let their keys' next messages go.
+    if (!held_heads.empty()) {
+        for (int64_t id : locked_ids)
+            HeadRemoved(destination, id);
+        for (uint64 i = 0; i < nremoved; i++)
+            HeadRemoved(destination, removed[i]);
+    }
     return counts;
 }
 
-void TransactionEnded() {
-    // Not Current(): the transaction is over, MyProc->lxid no longer names it.
+void WriteKeyRows() {
+    for (auto &[destination, keys] : key_row_writes) {
+        std::vector<int64_t> order_keys, floors, floor_versions, versions;
+        std::vector<TimestampTz> due;
+        std::vector<bool> due_null, removed;
+        for (const auto &[order_key, w] : keys) {
+            if (w.floor == 0 && !w.has_due_at && !w.head_removed)
+                continue;
+            order_keys.push_back(order_key);
+            floors.push_back(w.floor);
+            floor_versions.push_back(w.floor_version);
+            versions.push_back(w.version);
+            due.push_back(w.due_at);
+            due_null.push_back(!w.has_due_at);
+            removed.push_back(w.head_removed);
+        }
+        if (order_keys.empty())
+            continue;
+        PgTry([&] {
+            size_t n = order_keys.size();
+            Datum *due_datums = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+            bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * n));
+            Datum *removed_datums = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+            for (size_t i = 0; i < n; i++) {
+                due_datums[i] = TimestampTzGetDatum(due[i]);
+                nulls[i] = due_null[i];
+                removed_datums[i] = BoolGetDatum(removed[i]);
+            }
+            int dims[1] = {int(n)};
+            int lbs[1] = {1};
+            Oid types[7] = {TEXTOID,      INT8ARRAYOID,        INT8ARRAYOID, INT8ARRAYOID,
+                            INT8ARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID};
+            Datum args[7] = {
+                CStringGetTextDatum(destination.c_str()),
+                Int8Array(order_keys),
+                Int8Array(floors),
+                Int8Array(floor_versions),
+                Int8Array(versions),
+                PointerGetDatum(construct_md_array(due_datums, nulls, 1, dims, lbs, TIMESTAMPTZOID,
+                                                   8, true, TYPALIGN_DOUBLE)),
+                PointerGetDatum(
+                    construct_array(removed_datums, int(n), BOOLOID, 1, true, TYPALIGN_CHAR))};
+            int rc = SPI_execute_plan(Prepare(&key_rows_plan, kKeyRowsSql, 7, types), args, nullptr,
+                                      false, 0);
+            if (rc != SPI_OK_UPDATE)
+                elog(ERROR, "outbox: noting the keys' heads failed: %s",
+                     SPI_result_code_string(rc));
+        });
+    }
+    key_row_writes.clear();
+}
+
+int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
+    int64_t swept = 0;
+    for (const std::string &destination : ordered_destinations)
+        swept += PgTry([&] {
+            Oid types[3] = {TEXTOID, INT8OID, INT4OID};
+            Datum args[3] = {CStringGetTextDatum(destination.c_str()), Int64GetDatum(older_than_s),
+                             Int32GetDatum(limit)};
+            int rc = SPI_execute_plan(Prepare(&sweep_keys_plan, kSweepKeysSql, 3, types), args,
+                                      nullptr, false, 0);
+            if (rc != SPI_OK_DELETE)
+                elog(ERROR, "outbox: sweeping idle keys failed: %s", SPI_result_code_string(rc));
+            return int64(SPI_processed);
+        });
+    return swept;
+}
+
+void TransactionEnded(bool committed) {
+    // Not Current(): the transaction is over, its local transaction id no longer names it.
     fast_path.Forget();
+    AdvanceDueHints(committed);
+    // Notes not written belong to an aborted transaction: what they describe was undone.
+    key_row_writes.clear();
+    heads_scans.clear();
+    heads_claimed.clear();
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {

@@ -8,6 +8,7 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -28,10 +29,12 @@ extern "C" {
 
 extern "C" {
 PGDLLEXPORT Datum outbox_messages_changed(PG_FUNCTION_ARGS);
+PGDLLEXPORT Datum outbox_messages_inserted(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_queue_counts(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_recount(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(outbox_recount);
 PG_FUNCTION_INFO_V1(outbox_messages_changed);
+PG_FUNCTION_INFO_V1(outbox_messages_inserted);
 PG_FUNCTION_INFO_V1(outbox_queue_counts);
 }
 
@@ -136,9 +139,16 @@ void OnTransaction(XactEvent event, void *) {
                 ApplyDeltas();
             Forget();
             break;
+        case XACT_EVENT_PREPARE:
+            // Its rows change the queue at COMMIT PREPARED, maybe in another session: the counts
+            // are taken again once no transaction writes the table (until then stats() counts
+            // rows).
+            if (ndeltas > 0 || invalidate_at_commit)
+                SetCountsValid(MyDatabaseId, false);
+            Forget();
+            break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PARALLEL_ABORT:
-        case XACT_EVENT_PREPARE:  // a prepared transaction's rows are counted when next counted
             Forget();
             break;
         default:
@@ -205,8 +215,10 @@ bool TakeCounts(Oid relid) {
         SpinLockRelease(&c->mutex);
     }
     SetCountsValid(MyDatabaseId, true, relid);
+    // Not kept to the end of the caller's transaction (an open transaction that called stats()
+    // would hold every producer): from now on every writer's commit applies its own deltas.
+    UnlockRelationOid(relid, ShareLock);
     return true;
-    // The SHARE lock is released at the end of the caller's transaction.
 }
 
 }  // namespace
@@ -256,7 +268,7 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
                         errmsg("outbox._messages_changed() must be a trigger")));
     if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
         invalidate_at_commit = true;
-        return PointerGetDatum(nullptr);
+        return PointerGetDatum(NULL);
     }
     TupleDesc desc = RelationGetDescr(td->tg_relation);
     int att_dest = SPI_fnumber(desc, "destination");
@@ -268,6 +280,48 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
     count(td->tg_trigtuple, -1);
     if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
         count(td->tg_newtuple, +1);
+    return PointerGetDatum(NULL);
+}
+
+// AFTER INSERT FOR EACH STATEMENT on outbox.messages, with the inserted rows as its transition
+// table: what was actually queued (a row that an ON CONFLICT clause or a later BEFORE trigger
+// left out is not), per destination. Rows of one destination usually come together: counted a
+// run at a time.
+Datum outbox_messages_inserted(PG_FUNCTION_ARGS) {
+    auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+    if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+        !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event) ||
+        td->tg_newtable == nullptr)
+        ereport(ERROR,
+                (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                 errmsg("outbox._messages_inserted() must be an AFTER INSERT statement trigger "
+                        "with a NEW TABLE")));
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+    int att_dest = SPI_fnumber(desc, "destination");
+    TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+    char run[NAMEDATALEN] = "";
+    int64 n = 0;
+    tuplestore_rescan(td->tg_newtable);
+    while (tuplestore_gettupleslot(td->tg_newtable, true, false, slot)) {
+        bool isnull;
+        Datum d = slot_getattr(slot, att_dest, &isnull);
+        if (isnull)
+            continue;
+        text *t = DatumGetTextPP(d);
+        int len = Min(int(VARSIZE_ANY_EXHDR(t)), NAMEDATALEN - 1);
+        if (n > 0 && (strncmp(run, VARDATA_ANY(t), len) != 0 || run[len] != '\0')) {
+            CountQueueChange(run, n, n, 0);
+            n = 0;
+        }
+        if (n == 0) {
+            memcpy(run, VARDATA_ANY(t), len);
+            run[len] = '\0';
+        }
+        n++;
+    }
+    if (n > 0)
+        CountQueueChange(run, n, n, 0);
+    ExecDropSingleTupleTableSlot(slot);
     return PointerGetDatum(nullptr);
 }
 

@@ -26,6 +26,7 @@ int setting_driver_memory_limit_mb = 1024;
 char *setting_debug_driver_fault = nullptr;
 bool setting_debug_drivers_in_process = false;
 char *setting_debug_pause = nullptr;
+bool setting_drop_nonempty = false;
 int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
@@ -121,6 +122,12 @@ void DefineSettings() {
                              "A crash of librdkafka or libcurl then restarts the whole server.",
                              &setting_debug_drivers_in_process, false, PGC_SUSET,
                              GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "outbox.drop_nonempty",
+        "Lets DROP EXTENSION outbox delete queued messages and dead letters.",
+        "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
+        "table has rows.",
+        &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);

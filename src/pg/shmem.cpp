@@ -17,15 +17,14 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/shmem.hpp"
 
 namespace outbox::pg {
 
 SharedState *shared = nullptr;
 static HTAB *counters_hash = nullptr;
-
-static shmem_request_hook_type prev_shmem_request_hook = nullptr;
-static shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
+static LWLockPadded *locks = nullptr;
 
 const char *WorkerStateName(uint32 state) {
     switch (state) {
@@ -72,55 +71,38 @@ static Size SharedStateSize() {
     return add_size(offsetof(SharedState, slots), mul_size(NumSlots(), sizeof(WorkerSlot)));
 }
 
+// The areas: the state struct, the counters hash and the lock (see compat.hpp).
 static void RequestSharedMemory() {
-    if (prev_shmem_request_hook)
-        prev_shmem_request_hook();
-    RequestAddinShmemSpace(SharedStateSize());
-    RequestAddinShmemSpace(
-        hash_estimate_size(kMaxDestinationCounters, sizeof(DestinationCounters)));
-    RequestNamedLWLockTranche("outbox", 1);
-}
-
-static void StartupSharedMemory() {
-    if (prev_shmem_startup_hook)
-        prev_shmem_startup_hook();
-
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-    bool found = false;
-    shared = static_cast<SharedState *>(ShmemInitStruct("outbox", SharedStateSize(), &found));
-    if (!found) {
-        memset(shared, 0, SharedStateSize());
-        shared->lock = &(GetNamedLWLockTranche("outbox"))->lock;
-        shared->stats_reset = GetCurrentTimestamp();
-        shared->num_slots = NumSlots();
-        pg_atomic_init_u64(&shared->key_order_generation, 0);
-        pg_atomic_init_u32(&shared->keys_reordering, 0);
-        for (int i = 0; i < shared->num_slots; i++) {
-            WorkerSlot *slot = &shared->slots[i];
-            SpinLockInit(&slot->mutex);
-            pg_atomic_init_u32(&slot->state, kWorkerStarting);
-            pg_atomic_init_u32(&slot->batch_in_flight, 0);
-            pg_atomic_init_u32(&slot->reload, 0);
-            pg_atomic_init_u32(&slot->driver_pid, 0);
-            for (pg_atomic_uint64 *c : SlotCounters(slot))
-                pg_atomic_init_u64(c, 0);
-        }
-    }
+    RequestSharedStruct("outbox", SharedStateSize(), reinterpret_cast<void **>(&shared));
     HASHCTL info;
     memset(&info, 0, sizeof info);
     info.keysize = sizeof(DestinationCounterKey);
     info.entrysize = sizeof(DestinationCounters);
-    counters_hash =
-        ShmemInitHash("outbox destination counters", kMaxDestinationCounters,
-                      kMaxDestinationCounters, &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
-    LWLockRelease(AddinShmemInitLock);
+    RequestSharedHash("outbox destination counters", kMaxDestinationCounters, info,
+                      HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE, &counters_hash);
+    RequestSharedLocks("outbox locks", "outbox", 1, &locks);
+}
+
+// Fills in the state struct once, when it was just created.
+static void InitSharedMemory() {
+    memset(shared, 0, SharedStateSize());
+    shared->lock = &locks[0].lock;
+    shared->stats_reset = GetCurrentTimestamp();
+    shared->num_slots = NumSlots();
+    for (int i = 0; i < shared->num_slots; i++) {
+        WorkerSlot *slot = &shared->slots[i];
+        SpinLockInit(&slot->mutex);
+        pg_atomic_init_u32(&slot->state, kWorkerStarting);
+        pg_atomic_init_u32(&slot->batch_in_flight, 0);
+        pg_atomic_init_u32(&slot->reload, 0);
+        pg_atomic_init_u32(&slot->driver_pid, 0);
+        for (pg_atomic_uint64 *c : SlotCounters(slot))
+            pg_atomic_init_u64(c, 0);
+    }
 }
 
 void InstallSharedMemoryHooks() {
-    prev_shmem_request_hook = shmem_request_hook;
-    shmem_request_hook = RequestSharedMemory;
-    prev_shmem_startup_hook = shmem_startup_hook;
-    shmem_startup_hook = StartupSharedMemory;
+    RegisterSharedMemory(RequestSharedMemory, InitSharedMemory);
 }
 
 void WakeWorkers(Oid database, bool reload) {

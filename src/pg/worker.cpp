@@ -34,11 +34,14 @@ extern "C" {
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/driver_process.hpp"
 #include "outbox/pg/guard.hpp"
@@ -59,8 +62,15 @@ namespace {
 // On SIGTERM in-flight messages get this long to be acknowledged before they are handed back.
 constexpr int64 kShutdownGraceMs = 2000;
 constexpr int64 kErrorBackoffMaxMs = 30000;
+// ordering = key: a key's row stays this long after its last queued message went (it keeps the
+// key's floor for the next message), then the poll sweeps it.
+constexpr int64 kIdleKeySeconds = 300;
 
 volatile sig_atomic_t shutdown_requested = false;
+
+// What pg_stat_activity.wait_event shows while the worker waits (compat.hpp: NewWaitEvent).
+uint32 wait_event_main = PG_WAIT_EXTENSION;
+uint32 wait_event_debug_pause = PG_WAIT_EXTENSION;
 
 void HandleSigterm(SIGNAL_ARGS) {
     int save_errno = errno;
@@ -90,7 +100,7 @@ void DebugPause(const char *phase) {
     if (paused_drivers)
         paused_drivers->Freeze(true);
     (void)WaitLatch(nullptr, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, setting_debug_pause_ms,
-                    PG_WAIT_EXTENSION);
+                    wait_event_debug_pause);
     if (paused_drivers)
         paused_drivers->Freeze(false);
 }
@@ -129,6 +139,8 @@ class Worker {
                            std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
                            std::vector<ClaimRequest> *fast, bool sweep = false);
     void SweepArchiveOnce();
+    bool WriteBackOne(const std::string &destination, const std::vector<Resolution> &resolutions,
+                      WriteBackCounts *written);
     template <typename F>
     void InTransaction(const char *activity, F &&body);
     void Publish(const Resolutions &resolved,
@@ -151,11 +163,12 @@ class Worker {
     Resolutions pending_;  // outcomes not yet written back
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
-    bool extension_missing_logged_ = false;
+    ExtensionState logged_extension_ = ExtensionState::Ready;  // the state last said in the log
     int consecutive_errors_ = 0;
     uint64 lease_counter_ = 0;
     uint64 lease_base_ = 0;       // random, so that tokens of different workers never meet
     bool woken_ = false;          // the latch was set while the fast path waited
+    bool full_scan_ = false;      // this turn is a poll: claims start at the beginning
     bool archive_empty_ = false;  // nothing left to sweep while retention is 0
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
@@ -215,6 +228,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
         pgstat_report_activity(STATE_RUNNING, activity);
     });
     body();
+    WriteKeyRows();
     PgTry([] {
         SPI_finish();
         PopActiveSnapshot();
@@ -222,7 +236,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
         pgstat_report_stat(false);
         pgstat_report_activity(STATE_IDLE, nullptr);
     });
-    TransactionEnded();
+    TransactionEnded(true);
     MemoryContextSwitchTo(turn_context_);
 }
 
@@ -230,10 +244,12 @@ void Worker::WriteBackAndClaim(bool claim,
                                std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
                                std::vector<ClaimRequest> *fast, bool sweep) {
     std::map<std::string, WriteBackCounts> counts;
-    bool present = true;
+    Resolutions failed;  // destinations whose write-back failed in this turn
+    ExtensionState extension = ExtensionState::Ready;
+    std::string version;
     InTransaction("outbox: write back and claim", [&] {
-        present = ExtensionInstalled();
-        if (!present)
+        extension = InstalledExtension(&version);
+        if (extension != ExtensionState::Ready)
             return;
         if (!destinations_loaded_ || seen_generation_ != destinations_generation) {
             seen_generation_ = destinations_generation;
@@ -244,20 +260,31 @@ void Worker::WriteBackAndClaim(bool claim,
             SetState(kWorkerWritingBack);
         for (const auto &[destination, resolutions] : pending_) {
             SetDestination(destination.c_str());
-            WriteBackCounts written = WriteBack(resolutions);
+            WriteBackCounts written;
+            if (!WriteBackOne(destination, resolutions, &written)) {
+                failed[destination] = resolutions;  // kept for the next turn; no claim now
+                continue;
+            }
             CountRemoved(destination, written);
             counts[destination] += written;
         }
+        for (const auto &[destination, resolutions] : failed)
+            pending_.erase(destination);
         if (!pending_.empty())
             DebugPause("write-back");
-        if (sweep)
+        if (sweep) {
             SweepArchiveOnce();
+            SweepIdleKeys(kIdleKeySeconds, 1000);
+        }
         if (!claim)
             return;
         DebugPause("before-claim");
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
+            if (failed.count(request.destination))
+                continue;
+            request.from_start = full_scan_;
             if (setting_debug_pause && setting_debug_pause[0] != '\0')
                 request.hold_locks = false;  // the crash tests pause in the leased path
             if (request.hold_locks) {        // claimed in a transaction of their own, FastBatch
@@ -271,20 +298,26 @@ void Worker::WriteBackAndClaim(bool claim,
         if (!claimed->empty() && !claimed->back().second.empty())
             DebugPause("claim");
     });
-    if (!present) {
-        // Dropped while we ran (or never created): nothing to deliver, nothing to write back.
-        if (!extension_missing_logged_)
+    if (extension != ExtensionState::Ready) {
+        // Dropped while we ran (or never created), or still at the schema of an older version:
+        // nothing to deliver, nothing to write back.
+        if (logged_extension_ != extension && extension == ExtensionState::Missing)
             ereport(LOG, (errmsg("outbox: extension \"outbox\" is not installed in database "
                                  "\"%s\"; the worker waits for CREATE EXTENSION outbox",
                                  database_.c_str())));
-        extension_missing_logged_ = true;
+        if (logged_extension_ != extension && extension == ExtensionState::OtherVersion)
+            ereport(LOG, (errmsg("outbox: database \"%s\" has extension \"outbox\" %s, this "
+                                 "module is %s; the worker waits for ALTER EXTENSION outbox "
+                                 "UPDATE",
+                                 database_.c_str(), version.c_str(), OUTBOX_EXTVERSION)));
+        logged_extension_ = extension;
         SetState(kWorkerNoExtension);
         pending_.clear();
         dispatcher_->SetDestinations({});
         destinations_loaded_ = false;
         return;
     }
-    extension_missing_logged_ = false;
+    logged_extension_ = ExtensionState::Ready;
     // The worker commits asynchronously, but a leased claim's `attempts + 1` must survive a
     // crash that the claimed message itself may cause: that count is what dead-letters a
     // message that kills the worker (poison) instead of crash-restarting the server forever.
@@ -294,7 +327,49 @@ void Worker::WriteBackAndClaim(bool claim,
     if (leased)
         PgTry([] { XLogFlush(XactLastCommitEnd); });
     Publish(pending_, counts);
-    pending_.clear();
+    pending_ = std::move(failed);
+}
+
+// One destination's write-back, in a subtransaction of its own: when it fails (a constraint or
+// trigger on outbox.dead_letters or archive, a lock timeout behind an operator's UPDATE) only it
+// is rolled back, and the other destinations of the transaction go on. Returns false then, with
+// the failure in the log and in the destination's last_error.
+bool Worker::WriteBackOne(const std::string &destination,
+                          const std::vector<Resolution> &resolutions, WriteBackCounts *written) {
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    PgTry([] { BeginInternalSubTransaction(nullptr); });
+    CaughtError error;
+    bool failed = false;
+    try {
+        *written = WriteBack(destination, resolutions);
+    } catch (...) {
+        CaptureCurrentException(&error);
+        failed = true;
+    }
+    PgTry([&] {
+        if (failed)
+            RollbackAndReleaseCurrentSubTransaction();
+        else
+            ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+    });
+    if (!failed)
+        return true;
+    ereport(LOG,
+            (errcode(error.sqlerrcode),
+             errmsg("outbox worker: writing back %zu outcomes of destination \"%s\" failed: %s",
+                    resolutions.size(), destination.c_str(), error.message),
+             error.detail[0] ? errdetail_internal("%s", error.detail) : 0,
+             errhint("The other destinations go on; these outcomes are written again, and "
+                     "their messages are sent again if their leases lapse.")));
+    DestinationCounters *counters = GetDestinationCounters(MyDatabaseId, destination.c_str());
+    if (counters) {
+        std::string message = std::string("write-back failed: ") + error.message;
+        SetLastError(counters, message.c_str());
+    }
+    return false;
 }
 
 // After a committed write-back: the counters of outbox.stats() and outbox.workers().
@@ -382,6 +457,11 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // When there is nothing to write back and only fast-path claims to make, the fast batch's
     // own transaction is the only one this turn needs.
     std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(now);
+    // The poll's claims start at the beginning of each destination's queue (queue.cpp: due
+    // hints): no message waits longer than poll_interval for a hint.
+    full_scan_ = poll_due;
+    for (ClaimRequest &r : plan)
+        r.from_start = full_scan_;
     // The crash tests pause in the phases of the leased path, which they need deterministic.
     bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
@@ -428,7 +508,8 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
     std::map<std::string, WriteBackCounts> counts;
     size_t total = 0;
     InTransaction("outbox: fast batch", [&] {
-        if (!ExtensionInstalled())
+        std::string version;
+        if (InstalledExtension(&version) != ExtensionState::Ready)
             return;
         // A destination paused, changed or dropped since the plan was made (this transaction
         // is the first to see it): plan again.
@@ -438,12 +519,15 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             std::vector<ClaimRequest> plan = dispatcher_->PlanClaims(NowMs());
             requests.clear();
             for (ClaimRequest &r : plan)
-                if (r.hold_locks)
+                if (r.hold_locks) {
+                    r.from_start = full_scan_;
                     requests.push_back(std::move(r));
+                }
         }
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         int64 start = NowMs();
         std::vector<bool> exhausted(requests.size(), false);
+        std::vector<bool> write_back_failed(requests.size(), false);
 
         auto locked = [&] {
             size_t n = 0;
@@ -463,7 +547,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             bool claiming = may_claim(now);
             for (size_t i = 0; claiming && i < requests.size(); i++) {
                 ClaimRequest &request = requests[i];
-                if (exhausted[i] ||
+                if (exhausted[i] || write_back_failed[i] ||
                     dispatcher_->Capacity(request.destination) < size_t(request.limit))
                     continue;
                 SetState(kWorkerClaiming);
@@ -487,7 +571,15 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 if (mine.empty())
                     continue;
                 SetState(kWorkerWritingBack);
-                WriteBackCounts written = WriteBack(mine);
+                WriteBackCounts written;
+                if (!WriteBackOne(destination, mine, &written)) {
+                    // Its rows stay locked, unchanged, until the commit: due again then (sent
+                    // again). The other destinations go on; this one claims no more now.
+                    for (size_t i = 0; i < requests.size(); i++)
+                        if (requests[i].destination == destination)
+                            write_back_failed[i] = true;
+                    continue;
+                }
                 CountRemoved(destination, written);
                 counts[destination] += written;
                 for (Resolution &r : mine)
@@ -496,7 +588,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 // same transaction.
                 for (size_t i = 0; i < requests.size(); i++)
                     if (requests[i].ordered && requests[i].destination == destination)
-                        exhausted[i] = false;
+                        exhausted[i] = write_back_failed[i];
             }
             got.clear();
             claiming = may_claim(now);
@@ -515,7 +607,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             Wait(more_to_claim ? 0 : timeout < 0 ? left : std::min(timeout, left), &latch_set);
             woken_ = woken_ || latch_set;
             if (latch_set)  // a producer committed: its rows may join this batch
-                std::fill(exhausted.begin(), exhausted.end(), false);
+                exhausted = write_back_failed;
         }
         for (const ClaimRequest &request : requests) {
             std::vector<int64_t> ids = dispatcher_->LockedInFlight(request.destination);
@@ -536,7 +628,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     if (wait_set_ == nullptr || fds != wait_fds_ || dispatcher_->DriversBuilt() != wait_built_) {
         if (wait_set_)
             FreeWaitEventSet(wait_set_);
-        wait_set_ = CreateWaitEventSet(TopMemoryContext, int(fds.size()) + 2);
+        wait_set_ = CreateSessionWaitEventSet(int(fds.size()) + 2);
         AddWaitEventToSet(wait_set_, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
         AddWaitEventToSet(wait_set_, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
         for (int fd : fds)
@@ -546,7 +638,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     }
     WaitEvent events[8];
     int n =
-        WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events), PG_WAIT_EXTENSION);
+        WaitEventSetWait(wait_set_, long(timeout_ms), events, lengthof(events), wait_event_main);
     *latch_set = false;
     for (int i = 0; i < n; i++)
         if (events[i].events & WL_LATCH_SET)
@@ -596,7 +688,7 @@ void Worker::Run() {
             // Rows the fast path had locked are free again: their outcomes no longer belong
             // to anyone (they will be claimed and delivered again).
             PgTry([] { AbortCurrentTransaction(); });
-            TransactionEnded();
+            TransactionEnded(false);
             dispatcher_->OrphanLocked();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;
@@ -677,12 +769,14 @@ void outbox_worker_main(Datum arg) {
     pqsignal(SIGTERM, HandleSigterm);
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+    wait_event_main = NewWaitEvent("OutboxWorkerMain");
+    wait_event_debug_pause = NewWaitEvent("OutboxDebugPause");
 
     WorkerSlot *slot = &shared->slots[slot_index];
     SpinLockAcquire(&slot->mutex);
     slot->destination[0] = '\0';
     SpinLockRelease(&slot->mutex);
-    slot->pgprocno = MyProc->pgprocno;
+    slot->pgprocno = OwnProcNumber();
     slot->started_at = GetCurrentTimestamp();
     slot->last_cycle_at = 0;
     pg_atomic_write_u32(&slot->state, kWorkerStarting);

@@ -147,6 +147,28 @@ create_kafka_destination() {
 }
 
 #-------------------------------------------------------------------------------------------
+# Real Apache Kafka (test/tools/kafka_cluster): a controller and three brokers on 127.0.0.1,
+# replication factor 3, min.insync.replicas 2, in $WORK/kafka; the full JIT (the tests run the
+# brokers with C1 only, which starts faster but runs slower) and 768 MB of heap per broker
+#-------------------------------------------------------------------------------------------
+kc() { OUTBOX_KAFKA_JIT=full OUTBOX_KAFKA_HEAP=768m "$ROOT/test/tools/kafka_cluster" --dir "$WORK/kafka" "$@"; }
+
+start_real_kafka() {
+    kc start --timeout 300 >"$WORK/kafka-start.out" 2>&1 || {
+        cat "$WORK/kafka-start.out" >&2; return 1; }
+    RK_BOOTSTRAP=$(kc bootstrap)
+    RK_VERSION=$(kc info | sed -n 's/.*"kafka_version": "\([^"]*\)".*/\1/p')
+}
+
+stop_real_kafka() {
+    [ -d "$WORK/kafka" ] && kc stop --kill >/dev/null 2>&1
+    return 0
+}
+
+# Sum of a topic's end offsets on the real cluster (Kafka's own consumer).
+rk_end_offsets() { kc verify offsets --bootstrap "$RK_BOOTSTRAP" --topic "$1" | sed -n 's/^sum=//p'; }
+
+#-------------------------------------------------------------------------------------------
 # nginx sink: answers every request with 204, keep-alive, runs as the bench user
 #-------------------------------------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

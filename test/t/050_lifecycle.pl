@@ -106,7 +106,7 @@ $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, pa
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT in_flight FROM outbox.workers() WHERE database = $$postgres$$') > 0 }, 10),
     'messages are in flight');
 my ($pg_pid) = split /\n/, $node->safe_psql('postgres', "SELECT pid FROM outbox.workers() WHERE database = 'postgres'");
-$node->safe_psql('postgres', 'DROP EXTENSION outbox');
+$node->safe_psql('postgres', 'SET outbox.drop_nonempty = on; DROP EXTENSION outbox');
 sleep 3;
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $pg_pid"), '1',
     'after DROP EXTENSION the same worker is still running');

@@ -45,9 +45,8 @@ is($standby->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM outbox.workers()'), '0',
     'standby: outbox.workers() lists none');
 
-# ordering = key on the standby: the walk over the key index finds the heads the primary has,
-# though entries the primary marked dead may still be visible to the standby's snapshots (so
-# the walk neither trusts nor sets those marks there).
+# ordering = key on the standby: the heads found from the keys' rows (outbox._key_heads, what
+# stats() and blocked_keys() read) are the ones the primary has, though the standby only reads.
 $primary->safe_psql('postgres', q{
     SELECT outbox.create_destination('fo_keyed', 'webhook', '{"url": "http://127.0.0.1:1/", "ordering": "key"}');
     SELECT outbox.pause('fo_keyed');

@@ -124,6 +124,88 @@ TEST(ClassifyTest, KafkaOtherBrokerErrorsRetry) {
     }
 }
 
+// Seen with Apache Kafka 4.4 (test/t/113): a principal that may write no topic gets no
+// producer id, a fatal error after which librdkafka purges the queued messages.
+TEST(ClassifyTest, KafkaPurgedAfterAFatalAuthorizationFailureIsDead) {
+    for (rd_kafka_resp_err_t err : {RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED,
+                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+                                    RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED}) {
+        EXPECT_EQ(ClassifyKafkaFatal(err), OutcomeKind::Dead) << rd_kafka_err2name(err);
+    }
+}
+
+TEST(ClassifyTest, KafkaPurgedAfterOtherFatalErrorsDefers) {
+    // The producer's own idempotence state broke: the message was never sent, and goes out
+    // again on the rebuilt producer without spending an attempt.
+    for (rd_kafka_resp_err_t err :
+         {RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID,
+          RD_KAFKA_RESP_ERR__FENCED, RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH,
+          RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE, RD_KAFKA_RESP_ERR__INCONSISTENT}) {
+        EXPECT_EQ(ClassifyKafkaFatal(err), OutcomeKind::Defer) << rd_kafka_err2name(err);
+    }
+}
+
+TEST(ClassifyTest, KafkaHintForSmallMessagesRefusedAsABatch) {
+    KafkaErrorContext c;
+    c.err = RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
+    c.message_bytes = 380;
+    c.batch_size = 1000000;
+    EXPECT_EQ(KafkaErrorHint(c),
+              "(the message is 380 bytes: the broker checks whole batches against the topic's "
+              "max.message.bytes; if that is below batch.size (1000000), set \"batch.size\" to "
+              "at most that)");
+    // A message as large as a batch is too large by itself: nothing to add.
+    c.message_bytes = 1000000;
+    EXPECT_EQ(KafkaErrorHint(c), "");
+    c.message_bytes = 0;  // size unknown
+    EXPECT_EQ(KafkaErrorHint(c), "");
+}
+
+TEST(ClassifyTest, KafkaHintForAPrincipalThatMayNotWrite) {
+    KafkaErrorContext c;
+    c.err = RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED;
+    EXPECT_EQ(KafkaErrorHint(c), "(an idempotent producer's principal needs WRITE on the topic)");
+    c.err = RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;  // librdkafka's text says it all
+    EXPECT_EQ(KafkaErrorHint(c), "");
+}
+
+// librdkafka before 2.6.1 sends the client nonce twice in SCRAM's final message; Apache Kafka
+// 4.x checks it strictly and answers "invalid credentials" (seen in test/t/114).
+TEST(ClassifyTest, KafkaHintForScramWithAnOldLibrdkafka) {
+    KafkaErrorContext c;
+    c.err = RD_KAFKA_RESP_ERR__AUTHENTICATION;
+    c.sasl_mechanism = "scram-sha-512";
+    c.librdkafka_version = 0x020002ff;  // 2.0.2, Debian 12
+    EXPECT_EQ(KafkaErrorHint(c),
+              "(librdkafka 2.0.2 cannot do SCRAM with Kafka 4.x brokers, whatever the password: "
+              "it needs 2.6.1; use PLAIN over SASL_SSL or OAUTHBEARER)");
+    c.librdkafka_version = 0x020600ff;  // 2.6.0 still has the bug
+    EXPECT_NE(KafkaErrorHint(c), "");
+    c.librdkafka_version = 0x020601ff;  // fixed
+    EXPECT_EQ(KafkaErrorHint(c), "");
+    c.librdkafka_version = 0x020800ff;
+    EXPECT_EQ(KafkaErrorHint(c), "");
+    c.librdkafka_version = 0x020002ff;
+    c.sasl_mechanism = "PLAIN";  // a wrong password is just that
+    EXPECT_EQ(KafkaErrorHint(c), "");
+    c.sasl_mechanism = "";
+    EXPECT_EQ(KafkaErrorHint(c), "");
+}
+
+TEST(ClassifyTest, KafkaNoHintForOtherErrors) {
+    KafkaErrorContext c;
+    c.message_bytes = 10;
+    c.batch_size = 1000000;
+    c.sasl_mechanism = "SCRAM-SHA-512";
+    c.librdkafka_version = 0x020002ff;
+    for (rd_kafka_resp_err_t err :
+         {RD_KAFKA_RESP_ERR_NO_ERROR, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+          RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, RD_KAFKA_RESP_ERR__TRANSPORT}) {
+        c.err = err;
+        EXPECT_EQ(KafkaErrorHint(c), "") << rd_kafka_err2name(err);
+    }
+}
+
 TEST(ClassifyTest, OutcomeKindNames) {
     EXPECT_STREQ(OutcomeKindName(OutcomeKind::Delivered), "delivered");
     EXPECT_STREQ(OutcomeKindName(OutcomeKind::Retry), "retry");

@@ -463,6 +463,95 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     EXPECT_EQ(back.source, "/outbox/app");
 }
 
+TEST(DriverProtocolTest, AmqpOptionsRoundTripFieldByField) {
+    AmqpDriverOptions o;
+    o.config.url = "amqps://user:secret@127.0.0.1:5671/vhost";
+    o.config.exchange = "events";
+    o.config.routing_key = "orders.created";
+    o.config.max_in_flight = 250;
+    o.config.heartbeat_s = 0;
+    o.config.connect_timeout_ms = 1234;
+    o.config.ca_file = "/etc/ssl/ca.pem";
+    o.config.cert_file = "/etc/ssl/client.pem";
+    o.config.key_file = "/etc/ssl/client.key";
+    o.config.tls_verify = false;
+    o.destination = "orders-amqp";
+    o.source = "/outbox/app";
+    o.client_name = "outbox-app-orders-amqp";
+    o.confirm_timeout_ms = 15000;
+    o.max_in_flight = 777;
+    AmqpDriverOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.config.url, o.config.url);
+    EXPECT_EQ(back.config.exchange, "events");
+    EXPECT_EQ(back.config.routing_key, "orders.created");
+    EXPECT_EQ(back.config.max_in_flight, 250);
+    EXPECT_EQ(back.config.heartbeat_s, 0);
+    EXPECT_EQ(back.config.connect_timeout_ms, 1234);
+    EXPECT_EQ(back.config.ca_file, o.config.ca_file);
+    EXPECT_EQ(back.config.cert_file, o.config.cert_file);
+    EXPECT_EQ(back.config.key_file, o.config.key_file);
+    EXPECT_FALSE(back.config.tls_verify);
+    EXPECT_EQ(back.destination, "orders-amqp");
+    EXPECT_EQ(back.source, "/outbox/app");
+    EXPECT_EQ(back.client_name, o.client_name);
+    EXPECT_EQ(back.confirm_timeout_ms, 15000);
+    EXPECT_EQ(back.max_in_flight, 777u);
+}
+
+TEST(DriverProtocolTest, NatsOptionsRoundTripFieldByField) {
+    NatsDriverOptions o;
+    o.config.servers = {"nats://127.0.0.1:4222", "tls://a:b@127.0.0.1:4223"};
+    o.config.subject = "orders.created";
+    o.config.user = "u";
+    o.config.password = "p";
+    o.config.token = "t";
+    o.config.creds_file = "/etc/nats/user.creds";
+    o.config.nkey = "UABC";
+    o.config.nkey_seed_file = "/etc/nats/seed";
+    o.config.ca_file = "/etc/ssl/ca.pem";
+    o.config.cert_file = "/etc/ssl/client.pem";
+    o.config.key_file = "/etc/ssl/client.key";
+    o.config.tls = true;
+    o.config.tls_verify = false;
+    o.config.max_in_flight = 300;
+    o.config.ack_timeout_ms = 2500;
+    o.config.connect_timeout_ms = 4321;
+    o.destination = "orders-nats";
+    o.source = "/outbox/app";
+    o.client_name = "outbox-app-orders-nats";
+    o.ack_timeout_ms = 2000;
+    o.max_in_flight = 888;
+    NatsDriverOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.config.servers, o.config.servers);
+    EXPECT_EQ(back.config.subject, "orders.created");
+    EXPECT_EQ(back.config.user, "u");
+    EXPECT_EQ(back.config.password, "p");
+    EXPECT_EQ(back.config.token, "t");
+    EXPECT_EQ(back.config.creds_file, o.config.creds_file);
+    EXPECT_EQ(back.config.nkey, "UABC");
+    EXPECT_EQ(back.config.nkey_seed_file, o.config.nkey_seed_file);
+    EXPECT_EQ(back.config.ca_file, o.config.ca_file);
+    EXPECT_EQ(back.config.cert_file, o.config.cert_file);
+    EXPECT_EQ(back.config.key_file, o.config.key_file);
+    EXPECT_TRUE(back.config.tls);
+    EXPECT_FALSE(back.config.tls_verify);
+    EXPECT_EQ(back.config.max_in_flight, 300);
+    EXPECT_EQ(back.config.ack_timeout_ms, 2500);
+    EXPECT_EQ(back.config.connect_timeout_ms, 4321);
+    EXPECT_EQ(back.destination, "orders-nats");
+    EXPECT_EQ(back.source, "/outbox/app");
+    EXPECT_EQ(back.client_name, o.client_name);
+    EXPECT_EQ(back.ack_timeout_ms, 2000);
+    EXPECT_EQ(back.max_in_flight, 888u);
+    // An amqp helper's options are not a nats driver's.
+    EXPECT_FALSE(DecodeOptions(EncodeOptions(AmqpDriverOptions{}), &back, &error));
+    EXPECT_NE(error.find("do not match this build"), std::string::npos) << error;
+}
+
 TEST(DriverProtocolTest, OptionsOfAnotherKindOrBuildAreRefused) {
     std::string error;
     WebhookDriverOptions w;

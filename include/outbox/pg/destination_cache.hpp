@@ -16,10 +16,23 @@ namespace outbox::pg {
 struct CachedDestination {
     char name[NAMEDATALEN];
     bool is_kafka;
+    bool is_amqp;
+    bool is_nats;
     bool has_topic;
-    char topic[256];  // default topic ("topic" in config), valid when has_topic
-    bool ordered;     // "ordering": "key"
+    // Default topic, valid when has_topic: "topic" in the config (kafka, webhook),
+    // "routing_key" (amqp), "subject" (nats).
+    char topic[256];
+    bool ordered;  // "ordering": "key"
+    // Kafka: the largest message librdkafka sends ("message.max.bytes", librdkafka's default
+    // 1,000,000 when not set); 0 for kinds without such a limit.
+    int64 max_message_bytes;
 };
+
+// librdkafka's message.max.bytes default, and what a Kafka record takes besides the producer's
+// payload, key and headers: the relay's own headers (CloudEvents, traceparent) and the record's
+// framing, with room to spare.
+constexpr int64 kKafkaDefaultMaxMessageBytes = 1000000;
+constexpr int64 kKafkaRelayOverheadBytes = 1024;
 
 // The destination called name[0..len), or nullptr when there is none. May ereport(ERROR).
 const CachedDestination *LookupDestination(const char *name, int len);

@@ -12,22 +12,37 @@
 
 namespace outbox::pg {
 
-// True when the outbox extension exists in this database (cheap: a syscache lookup).
-bool ExtensionInstalled();
+// Whether the outbox extension exists in this database at the version of this module (the worker
+// serves nothing else: an older schema waits for ALTER EXTENSION outbox UPDATE). Cheap: one
+// catalog index lookup.
+enum class ExtensionState { Missing, OtherVersion, Ready };
+ExtensionState InstalledExtension(std::string *version);
 
 // Every destination, with its config parsed by the same check as create_destination.
 std::vector<DestinationSpec> LoadDestinations();
 
 // Leases up to request.limit due rows of request.destination for `lease_ms` under
 // `lease_token`, counting an attempt on each; returns them ready for a driver. With per-key
-// ordering only the head message of each key is eligible (key_order.hpp).
+// ordering only the head message of each key is eligible (the heads claim, found through
+// outbox.ordered_keys: see queue.cpp).
 // With request.hold_locks (the fast path) the rows are locked for the rest of the transaction
 // instead, unchanged, and come back with lease token 0; the request then remembers where this
 // batch ended, so that claiming again in the same transaction takes the next rows.
 std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token);
 
-// The worker's transaction ended (committed or aborted): what the fast path held is forgotten.
-void TransactionEnded();
+// ordering = key: what this transaction's claims and write-backs learnt of their keys, written
+// on the keys' rows of outbox.ordered_keys. Called at the end of every worker transaction,
+// before it commits.
+void WriteKeyRows();
+
+// Deletes up to `limit` rows of outbox.ordered_keys per destination this worker ordered that have
+// had no queued message for `older_than_s` seconds; returns how many.
+int64_t SweepIdleKeys(int64_t older_than_s, int limit);
+
+// The worker's transaction ended (committed or aborted): what the fast path held and what the
+// transaction learnt of its keys are forgotten; where its claims got to becomes where the next
+// ones start (committed), or they start at the beginning again (aborted).
+void TransactionEnded(bool committed);
 
 // The fast path ran out of time: rows this transaction holds locked become leased for
 // `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
@@ -60,6 +75,7 @@ struct WriteBackCounts {
 
 // Applies the resolutions of one destination: one statement per kind of action. Delivered
 // rows are deleted, or moved to outbox.archive while outbox.retention is above 0.
-WriteBackCounts WriteBack(const std::vector<Resolution> &resolutions);
+WriteBackCounts WriteBack(const std::string &destination,
+                          const std::vector<Resolution> &resolutions);
 
 }  // namespace outbox::pg

@@ -1,11 +1,11 @@
 // Exact queue sizes without counting rows: outbox.stats() must answer in milliseconds on a
 // backlog of millions, so the size of each destination's queue (and how much of it waits behind
 // its key) is kept in shared memory and changed at the commit of every transaction that changes
-// it. Producers count in the INSERT check, everything else that writes outbox.messages through
-// SQL in the _messages_changed trigger; the worker (whose session skips that trigger) counts
-// what it removes and releases itself. A database's counts start from one exact count, taken
-// the first time they are needed after a server start (or a TRUNCATE), under a lock that lets
-// no writer of outbox.messages in between.
+// it. Inserts are counted after each statement from what it inserted (_messages_inserted),
+// everything else that writes outbox.messages through SQL in the _messages_changed trigger; the
+// worker (whose session skips that trigger) counts what it removes and releases itself. A
+// database's counts start from one exact count, taken the first time they are needed after a server
+// start (or a TRUNCATE), under a lock that lets no writer of outbox.messages in between.
 #pragma once
 
 extern "C" {

@@ -13,7 +13,9 @@ extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
 extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
-extern int setting_poison_after;       // outbox.poison_after (sighup): driver crashes -> poison
+extern bool
+    setting_drop_nonempty;        // outbox.drop_nonempty (user): DROP EXTENSION may lose the queue
+extern int setting_poison_after;  // outbox.poison_after (sighup): driver crashes -> poison
 extern int setting_driver_memory_limit_mb;  // outbox.driver_memory_limit (sighup); 0: none
 
 // Test and benchmark switches (superuser, not shown, not in the sample config):

@@ -76,7 +76,7 @@ struct DestinationCounters {
     pg_atomic_uint64 removed;   // rows deleted other than by delivery or burial (drop, DELETE)
     slock_t mutex;              // protects the fields below
     TimestampTz last_success_at;
-    char last_error[256];
+    char last_error[512];  // room for librdkafka's text and the hint after it
     // The queue size, kept exact at every commit once its database's counts are valid (see
     // queue_counts.hpp); `initial` is the size the counts started from.
     int64 queued;
@@ -104,11 +104,6 @@ struct SharedState {
     pid_t launcher_pid;
     int launcher_pgprocno;
     TimestampTz stats_reset;
-    // Per-key ordering's key floors (key_order.cpp): bumped when a transaction that puts
-    // messages back ahead of their key's others begins and once its commit is visible; how
-    // many such transactions are running.
-    pg_atomic_uint64 key_order_generation;
-    pg_atomic_uint32 keys_reordering;
     HeldDatabase held[kMaxHeldDatabases];
     CountedDatabase counted[kMaxCountedDatabases];
     int num_slots;
@@ -117,7 +112,7 @@ struct SharedState {
 
 extern SharedState *shared;  // attached in every backend after startup
 
-// Installs shmem_request_hook / shmem_startup_hook. Called from _PG_init.
+// Registers the shared memory above (compat.hpp: RegisterSharedMemory). Called from _PG_init.
 void InstallSharedMemoryHooks();
 
 // Sets the latch of every live worker serving `database` (InvalidOid: all workers); with

@@ -1,0 +1,473 @@
+// Latency and throughput of the outbox relay to RabbitMQ and NATS JetStream, and of a direct
+// publish from the same client library (librabbitmq with publisher confirms, cnats with PubAck)
+// as the floor.
+//
+//   brokers latency --kind amqp|nats --mode relay|direct [--conninfo C --destination D]
+//           --url U (amqp://... or nats://...) --target T [--rate R] [--connections N]
+//           [--duration S] [--warmup S]
+//   brokers publish --kind amqp|nats --url U --target T --count N [--window W]
+//
+// T is where messages go and are read back: for amqp the queue (published through the default
+// exchange with routing key T), for nats the subject (a stream must store it).
+// latency relay: N connections run single-row transactions INSERT ... RETURNING event_id,
+//   paced to R messages/s in all, and note the time after COMMIT. direct: one publisher sends
+//   at the same pace with confirms (amqp) / async PubAck (nats) and notes the time before the
+//   publish. Both: a consumer of the same library (basic.consume on the queue / a core
+//   subscription on the subject) notes when each id (cloudEvents:id / ce-id) arrives; latency =
+//   arrival - commit (or publish). Prints: sent= received= missing= rate= p50_ms= p99_ms=
+//   max_ms=
+// publish: N messages as fast as the broker confirms them, at most W unconfirmed (default
+//   1000): the direct-publish floor of a drain. Prints: count= seconds= rate=
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <amqp_tcp_socket.h>
+#include <libpq-fe.h>
+#include <nats/nats.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+        .count();
+}
+
+[[noreturn]] void Die(const std::string &msg) {
+    std::fprintf(stderr, "brokers: %s\n", msg.c_str());
+    std::exit(1);
+}
+
+struct Options {
+    std::string cmd, kind, mode, conninfo, destination, url, target;
+    double rate = 1000, duration = 10, warmup = 1;
+    int connections = 8;
+    long count = 0;
+    long window = 1000;
+};
+
+Options Parse(int argc, char **argv) {
+    Options o;
+    if (argc < 2)
+        Die("usage: brokers latency|publish --kind amqp|nats ...");
+    o.cmd = argv[1];
+    for (int i = 2; i < argc; i++) {
+        std::string a = argv[i];
+        if (i + 1 >= argc)
+            Die("missing value for " + a);
+        std::string v = argv[++i];
+        if (a == "--kind") o.kind = v;
+        else if (a == "--mode") o.mode = v;
+        else if (a == "--conninfo") o.conninfo = v;
+        else if (a == "--destination") o.destination = v;
+        else if (a == "--url") o.url = v;
+        else if (a == "--target") o.target = v;
+        else if (a == "--rate") o.rate = std::atof(v.c_str());
+        else if (a == "--duration") o.duration = std::atof(v.c_str());
+        else if (a == "--warmup") o.warmup = std::atof(v.c_str());
+        else if (a == "--connections") o.connections = std::atoi(v.c_str());
+        else if (a == "--count") o.count = std::atol(v.c_str());
+        else if (a == "--window") o.window = std::atol(v.c_str());
+        else Die("unknown option " + a);
+    }
+    if (o.kind != "amqp" && o.kind != "nats")
+        Die("--kind must be amqp or nats");
+    return o;
+}
+
+// Sent and arrival times per id.
+struct Times {
+    std::mutex mu;
+    std::unordered_map<std::string, int64_t> sent, arrived;
+    void Sent(const std::string &id, int64_t t) {
+        std::lock_guard<std::mutex> l(mu);
+        sent[id] = t;
+    }
+    void Arrived(const std::string &id, int64_t t) {
+        std::lock_guard<std::mutex> l(mu);
+        arrived.emplace(id, t);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// AMQP (librabbitmq)
+// ---------------------------------------------------------------------------------------------
+amqp_connection_state_t AmqpConnect(const std::string &url) {
+    std::vector<char> buf(url.begin(), url.end());
+    buf.push_back('\0');
+    amqp_connection_info info;
+    amqp_default_connection_info(&info);
+    if (amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK)
+        Die("bad amqp url");
+    amqp_connection_state_t c = amqp_new_connection();
+    amqp_socket_t *s = amqp_tcp_socket_new(c);
+    if (amqp_socket_open(s, info.host, info.port) != AMQP_STATUS_OK)
+        Die("cannot connect to RabbitMQ");
+    amqp_rpc_reply_t r = amqp_login(c, info.vhost, 0, 131072, 30, AMQP_SASL_METHOD_PLAIN,
+                                    info.user, info.password);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        Die("amqp login failed");
+    amqp_channel_open(c, 1);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+        Die("amqp channel.open failed");
+    return c;
+}
+
+// Reads every confirm that has arrived; returns how many messages they confirmed.
+long AmqpReadConfirms(amqp_connection_state_t c, uint64_t *confirmed_upto, bool block) {
+    long n = 0;
+    for (;;) {
+        amqp_frame_t f;
+        struct timeval tv = {0, block && n == 0 ? 100000 : 0};
+        int st = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        if (st == AMQP_STATUS_TIMEOUT)
+            break;
+        if (st != AMQP_STATUS_OK)
+            Die(std::string("amqp: ") + amqp_error_string2(st));
+        if (f.frame_type != AMQP_FRAME_METHOD)
+            continue;
+        if (f.payload.method.id == AMQP_BASIC_ACK_METHOD ||
+            f.payload.method.id == AMQP_BASIC_NACK_METHOD) {
+            uint64_t tag = f.payload.method.id == AMQP_BASIC_ACK_METHOD
+                               ? static_cast<amqp_basic_ack_t *>(f.payload.method.decoded)->delivery_tag
+                               : static_cast<amqp_basic_nack_t *>(f.payload.method.decoded)->delivery_tag;
+            bool multiple = f.payload.method.id == AMQP_BASIC_ACK_METHOD
+                                ? static_cast<amqp_basic_ack_t *>(f.payload.method.decoded)->multiple
+                                : static_cast<amqp_basic_nack_t *>(f.payload.method.decoded)->multiple;
+            uint64_t upto = multiple ? tag : std::max(*confirmed_upto + 1, tag);
+            if (upto > *confirmed_upto) {
+                n += static_cast<long>(upto - *confirmed_upto);
+                *confirmed_upto = upto;
+            }
+        } else if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                   f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
+            Die("the broker closed the channel");
+        }
+    }
+    amqp_maybe_release_buffers(c);
+    return n;
+}
+
+void AmqpPublishOne(amqp_connection_state_t c, const std::string &queue, const std::string &id,
+                    const std::string &body) {
+    amqp_basic_properties_t p;
+    memset(&p, 0, sizeof p);
+    amqp_table_entry_t e;
+    e.key = amqp_cstring_bytes("cloudEvents:id");
+    e.value.kind = AMQP_FIELD_KIND_UTF8;
+    e.value.value.bytes = amqp_cstring_bytes(id.c_str());
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG |
+               AMQP_BASIC_HEADERS_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
+    p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    p.message_id = amqp_cstring_bytes(id.c_str());
+    p.content_type = amqp_cstring_bytes("application/json");
+    p.headers.num_entries = 1;
+    p.headers.entries = &e;
+    amqp_bytes_t b;
+    b.len = body.size();
+    b.bytes = const_cast<char *>(body.data());
+    if (amqp_basic_publish(c, 1, amqp_empty_bytes, amqp_cstring_bytes(queue.c_str()), 1, 0, &p,
+                           b) != AMQP_STATUS_OK)
+        Die("amqp publish failed");
+}
+
+// Consumer thread: basic.consume (no-ack) until `stop`, noting arrivals by cloudEvents:id.
+void AmqpConsume(const std::string &url, const std::string &queue, Times *times,
+                 std::atomic<bool> *stop, std::atomic<bool> *ready) {
+    amqp_connection_state_t c = AmqpConnect(url);
+    amqp_basic_qos(c, 1, 0, 5000, 0);
+    amqp_basic_consume(c, 1, amqp_cstring_bytes(queue.c_str()), amqp_empty_bytes, 0, 1, 0,
+                       amqp_empty_table);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+        Die("amqp basic.consume failed (does the queue exist?)");
+    ready->store(true);
+    while (!stop->load()) {
+        amqp_envelope_t env;
+        struct timeval tv = {0, 100000};
+        amqp_maybe_release_buffers(c);
+        amqp_rpc_reply_t r = amqp_consume_message(c, &env, &tv, 0);
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_TIMEOUT)
+            continue;
+        if (r.reply_type != AMQP_RESPONSE_NORMAL)
+            Die("amqp consume failed");
+        int64_t t = NowNs();
+        const amqp_table_t &h = env.message.properties.headers;
+        for (int i = 0; i < h.num_entries; i++) {
+            std::string key(static_cast<char *>(h.entries[i].key.bytes), h.entries[i].key.len);
+            if (key == "cloudEvents:id" && h.entries[i].value.kind == AMQP_FIELD_KIND_UTF8) {
+                amqp_bytes_t v = h.entries[i].value.value.bytes;
+                times->Arrived(std::string(static_cast<char *>(v.bytes), v.len), t);
+            }
+        }
+        amqp_destroy_envelope(&env);
+    }
+    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// NATS (cnats)
+// ---------------------------------------------------------------------------------------------
+natsConnection *NatsConnect(const std::string &url) {
+    natsConnection *nc = nullptr;
+    if (natsConnection_ConnectTo(&nc, url.c_str()) != NATS_OK)
+        Die("cannot connect to NATS");
+    return nc;
+}
+
+void OnNatsMsg(natsConnection *, natsSubscription *, natsMsg *msg, void *closure) {
+    int64_t t = NowNs();
+    const char *id = nullptr;
+    if (natsMsgHeader_Get(msg, "ce-id", &id) == NATS_OK && id != nullptr)
+        static_cast<Times *>(closure)->Arrived(id, t);
+    natsMsg_Destroy(msg);
+}
+
+std::atomic<long> nats_acked{0};
+std::atomic<long> nats_failed{0};
+
+void OnNatsAck(jsCtx *, natsMsg *msg, jsPubAck *pa, jsPubAckErr *, void *) {
+    (pa != nullptr ? nats_acked : nats_failed).fetch_add(1);
+    natsMsg_Destroy(msg);
+}
+
+jsCtx *NatsJetStream(natsConnection *nc) {
+    jsOptions o;
+    jsOptions_Init(&o);
+    o.PublishAsync.AckHandler = OnNatsAck;
+    o.PublishAsync.MaxPending = 1 << 20;
+    jsCtx *js = nullptr;
+    if (natsConnection_JetStream(&js, nc, &o) != NATS_OK)
+        Die("no JetStream context");
+    return js;
+}
+
+void NatsPublishOne(jsCtx *js, const std::string &subject, const std::string &id,
+                    const std::string &body) {
+    natsMsg *m = nullptr;
+    natsMsg_Create(&m, subject.c_str(), nullptr, body.data(), static_cast<int>(body.size()));
+    natsMsgHeader_Set(m, "ce-id", id.c_str());
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MsgId = id.c_str();
+    if (js_PublishMsgAsync(js, &m, &po) != NATS_OK)
+        Die("nats publish failed");
+    natsMsg_Destroy(m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The relay's producers: paced single-row transactions.
+// ---------------------------------------------------------------------------------------------
+void RelayProducer(const Options &o, int index, int64_t start_ns, std::atomic<long> *next,
+                   long total, Times *times) {
+    PGconn *pg = PQconnectdb(o.conninfo.c_str());
+    if (PQstatus(pg) != CONNECTION_OK)
+        Die(std::string("connect: ") + PQerrorMessage(pg));
+    PQclear(PQexec(pg, "SET synchronous_commit = on"));
+    std::string sql = "INSERT INTO outbox.messages (destination, key, payload) VALUES ('" +
+                      o.destination + "', $1, '{\"bench\": true}') RETURNING event_id";
+    for (;;) {
+        long n = next->fetch_add(1);
+        if (n >= total)
+            break;
+        int64_t due = start_ns + static_cast<int64_t>(n * 1e9 / o.rate);
+        int64_t now = NowNs();
+        if (due > now)
+            std::this_thread::sleep_for(std::chrono::nanoseconds(due - now));
+        std::string key = "k" + std::to_string(index);
+        const char *params[] = {key.c_str()};
+        PGresult *r = PQexecParams(pg, sql.c_str(), 1, nullptr, params, nullptr, nullptr, 0);
+        int64_t t = NowNs();
+        if (PQresultStatus(r) != PGRES_TUPLES_OK)
+            Die(std::string("insert: ") + PQerrorMessage(pg));
+        if (static_cast<double>(due - start_ns) / 1e9 >= o.warmup)
+            times->Sent(PQgetvalue(r, 0, 0), t);
+        PQclear(r);
+    }
+    PQfinish(pg);
+}
+
+std::string IdFor(long n) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "direct-%ld-%lld", n, static_cast<long long>(NowNs()));
+    return buf;
+}
+
+int Latency(const Options &o) {
+    Times times;
+    std::atomic<bool> stop{false}, ready{false};
+    std::thread consumer;
+    natsConnection *sub_nc = nullptr;
+    natsSubscription *sub = nullptr;
+    if (o.kind == "amqp") {
+        consumer = std::thread(AmqpConsume, o.url, o.target, &times, &stop, &ready);
+        while (!ready.load())
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } else {
+        sub_nc = NatsConnect(o.url);
+        if (natsConnection_Subscribe(&sub, sub_nc, o.target.c_str(), OnNatsMsg, &times) != NATS_OK)
+            Die("nats subscribe failed");
+        natsConnection_Flush(sub_nc);
+    }
+    long total = static_cast<long>(o.rate * o.duration);
+    int64_t start = NowNs() + 100000000;
+    if (o.mode == "relay") {
+        std::atomic<long> next{0};
+        std::vector<std::thread> producers;
+        for (int i = 0; i < o.connections; i++)
+            producers.emplace_back(RelayProducer, std::cref(o), i, start, &next, total, &times);
+        for (auto &t : producers)
+            t.join();
+    } else {
+        amqp_connection_state_t c = nullptr;
+        natsConnection *nc = nullptr;
+        jsCtx *js = nullptr;
+        uint64_t confirmed = 0;
+        if (o.kind == "amqp") {
+            c = AmqpConnect(o.url);
+            amqp_confirm_select(c, 1);
+            if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+                Die("confirm.select failed");
+        } else {
+            nc = NatsConnect(o.url);
+            js = NatsJetStream(nc);
+        }
+        for (long n = 0; n < total; n++) {
+            int64_t due = start + static_cast<int64_t>(n * 1e9 / o.rate);
+            for (;;) {
+                int64_t now = NowNs();
+                if (now >= due)
+                    break;
+                if (c != nullptr)
+                    AmqpReadConfirms(c, &confirmed, false);
+                std::this_thread::sleep_for(
+                    std::chrono::nanoseconds(std::min<int64_t>(due - now, 200000)));
+            }
+            std::string id = IdFor(n);
+            if (static_cast<double>(due - start) / 1e9 >= o.warmup)
+                times.Sent(id, NowNs());
+            if (c != nullptr)
+                AmqpPublishOne(c, o.target, id, "{\"bench\": true}");
+            else
+                NatsPublishOne(js, o.target, id, "{\"bench\": true}");
+        }
+        if (c != nullptr) {
+            while (confirmed < static_cast<uint64_t>(total))
+                AmqpReadConfirms(c, &confirmed, true);
+            amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+            amqp_destroy_connection(c);
+        } else {
+            jsPubOptions po;
+            jsPubOptions_Init(&po);
+            po.MaxWait = 30000;
+            js_PublishAsyncComplete(js, &po);
+            jsCtx_Destroy(js);
+            natsConnection_Destroy(nc);
+        }
+    }
+    int64_t sent_end = NowNs();
+    // Everything arrives within a few seconds, or is missing.
+    int64_t deadline = NowNs() + 30000000000LL;
+    for (;;) {
+        size_t got = 0, want = 0;
+        {
+            std::lock_guard<std::mutex> l(times.mu);
+            want = times.sent.size();
+            for (const auto &[id, t] : times.sent)
+                got += times.arrived.count(id);
+        }
+        if (got >= want || NowNs() > deadline)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    stop.store(true);
+    if (consumer.joinable())
+        consumer.join();
+    if (sub != nullptr) {
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+        natsConnection_Destroy(sub_nc);
+    }
+    std::vector<double> lat;
+    size_t missing = 0;
+    for (const auto &[id, t] : times.sent) {
+        auto it = times.arrived.find(id);
+        if (it == times.arrived.end())
+            missing++;
+        else
+            lat.push_back((it->second - t) / 1e6);
+    }
+    std::sort(lat.begin(), lat.end());
+    auto q = [&](double p) {
+        return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
+    };
+    double seconds = (sent_end - start) / 1e9;
+    std::printf("sent=%zu received=%zu missing=%zu rate=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f\n",
+                times.sent.size(), lat.size(), missing, total / std::max(seconds, 1e-9), q(0.5),
+                q(0.99), lat.empty() ? 0.0 : lat.back());
+    return missing == 0 ? 0 : 1;
+}
+
+int Publish(const Options &o) {
+    std::string body = "{\"bench\": true, \"pad\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
+    int64_t t0 = NowNs();
+    if (o.kind == "amqp") {
+        amqp_connection_state_t c = AmqpConnect(o.url);
+        amqp_confirm_select(c, 1);
+        if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+            Die("confirm.select failed");
+        uint64_t confirmed = 0;
+        for (long n = 0; n < o.count; n++) {
+            while (static_cast<long>(n - confirmed) >= o.window)
+                AmqpReadConfirms(c, &confirmed, true);
+            AmqpPublishOne(c, o.target, IdFor(n), body);
+            if (n % 64 == 0)
+                AmqpReadConfirms(c, &confirmed, false);
+        }
+        while (confirmed < static_cast<uint64_t>(o.count))
+            AmqpReadConfirms(c, &confirmed, true);
+        amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(c);
+    } else {
+        natsConnection *nc = NatsConnect(o.url);
+        jsCtx *js = NatsJetStream(nc);
+        for (long n = 0; n < o.count; n++) {
+            while (n - nats_acked.load() - nats_failed.load() >= o.window)
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+            NatsPublishOne(js, o.target, IdFor(n), body);
+        }
+        while (nats_acked.load() + nats_failed.load() < o.count)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (nats_failed.load() > 0)
+            Die(std::to_string(nats_failed.load()) + " publishes failed");
+        jsCtx_Destroy(js);
+        natsConnection_Destroy(nc);
+    }
+    double s = (NowNs() - t0) / 1e9;
+    std::printf("count=%ld seconds=%.3f rate=%.0f\n", o.count, s, o.count / s);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    Options o = Parse(argc, argv);
+    if (o.cmd == "latency")
+        return Latency(o);
+    if (o.cmd == "publish")
+        return Publish(o);
+    Die("unknown command " + o.cmd);
+}

@@ -1,0 +1,10 @@
+# Outage for the nats kind (BrokerScenarios::outage): the server is stopped for 20 s while
+# producers commit 50 messages/s; nothing is dead-lettered, no attempt is spent, everything
+# arrives once it is back.
+use strict;
+use warnings;
+use BrokerScenarios;
+use Test::More;
+
+BrokerScenarios::outage('nats');
+done_testing();

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Independent clients for the amqp and nats destination tests: pika (RabbitMQ) and nats-py
+(NATS JetStream), neither of which is the library the relay uses. Sets up exchanges, queues and
+streams, and drains what arrived into a JSON-lines file (appended, so a test can read
+everything it received so far). Run with the test venv's python (test/install_deps).
+
+  broker_client.py amqp-setup   --port P --exchange E [--type topic] --queue Q --bind KEY...
+  broker_client.py amqp-drain   --port P --queue Q --out FILE [--idle 0.5]
+  broker_client.py amqp-count   --port P --queue Q
+  broker_client.py nats-stream  --port P --stream S --subject SUBJ... [--duplicate-window 120]
+  broker_client.py nats-delete  --port P --stream S
+  broker_client.py nats-drain   --port P --stream S --out FILE [--idle 0.5]
+  broker_client.py nats-count   --port P --stream S
+  broker_client.py nats-publish --port P --subject SUBJ --count N --out FILE   (direct, PubAck)
+
+Each drained message is one line: {"routing_key"/"subject", "headers", "properties" (amqp),
+"body_b64", "body" (text or null), "seq" (nats stream sequence), "redelivered"}.
+"""
+import argparse
+import asyncio
+import base64
+import json
+import sys
+import time
+
+
+def _record(out, **fields):
+    body = fields.pop("body_bytes")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    fields["body_b64"] = base64.b64encode(body).decode("ascii")
+    fields["body"] = text
+    out.write(json.dumps(fields, sort_keys=True) + "\n")
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# RabbitMQ (pika)
+# ---------------------------------------------------------------------------------------------
+def _amqp_channel(port):
+    import pika
+
+    params = pika.ConnectionParameters(host="127.0.0.1", port=port, heartbeat=30,
+                                       blocked_connection_timeout=30,
+                                       connection_attempts=30, retry_delay=0.5)
+    conn = pika.BlockingConnection(params)
+    return conn, conn.channel()
+
+
+def amqp_setup(a):
+    conn, ch = _amqp_channel(a.port)
+    if a.exchange:
+        ch.exchange_declare(a.exchange, exchange_type=a.type, durable=True)
+    if a.queue:
+        args = {}
+        if a.max_length is not None:
+            args = {"x-max-length": a.max_length, "x-overflow": "reject-publish"}
+        ch.queue_declare(a.queue, durable=True, arguments=args or None)
+        for key in a.bind or []:
+            ch.queue_bind(a.queue, a.exchange, routing_key=key)
+    conn.close()
+
+
+def amqp_drain(a):
+    conn, ch = _amqp_channel(a.port)
+    ch.basic_qos(prefetch_count=1000)
+    n = 0
+    last_tag = None
+    with open(a.out, "a") as out:
+        for method, props, body in ch.consume(a.queue, auto_ack=False,
+                                              inactivity_timeout=a.idle):
+            if method is None:
+                break
+            headers = {k: _text(v) for k, v in (props.headers or {}).items()}
+            properties = {
+                "content_type": props.content_type,
+                "delivery_mode": props.delivery_mode,
+                "message_id": props.message_id,
+                "timestamp": props.timestamp,
+                "type": props.type,
+                "app_id": props.app_id,
+            }
+            _record(out, routing_key=method.routing_key, exchange=method.exchange,
+                    redelivered=bool(method.redelivered), headers=headers,
+                    properties=properties, body_bytes=body)
+            n += 1
+            last_tag = method.delivery_tag
+            if n % 500 == 0:
+                out.flush()  # written before acknowledged: nothing acked is lost to the file
+                ch.basic_ack(last_tag, multiple=True)
+                last_tag = None
+        out.flush()
+        if last_tag is not None:
+            ch.basic_ack(last_tag, multiple=True)
+    ch.cancel()
+    conn.close()
+    print(n)
+
+
+def amqp_count(a):
+    conn, ch = _amqp_channel(a.port)
+    q = ch.queue_declare(a.queue, passive=True)
+    print(q.method.message_count)
+    conn.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# NATS JetStream (nats-py)
+# ---------------------------------------------------------------------------------------------
+async def _nats(port):
+    import nats
+
+    return await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5,
+                              max_reconnect_attempts=20, reconnect_time_wait=0.5)
+
+
+async def nats_stream(a):
+    from nats.js.api import StreamConfig
+
+    nc = await _nats(a.port)
+    js = nc.jetstream()
+    from nats.js.api import DiscardPolicy
+
+    extra = {}
+    if a.max_msgs is not None:
+        extra.update(max_msgs=a.max_msgs, discard=DiscardPolicy.NEW)
+    if a.max_msg_size is not None:
+        extra.update(max_msg_size=a.max_msg_size)
+    await js.add_stream(StreamConfig(name=a.stream, subjects=a.subject,
+                                     duplicate_window=float(a.duplicate_window), **extra))
+    await nc.close()
+
+
+async def nats_delete(a):
+    nc = await _nats(a.port)
+    js = nc.jetstream()
+    await js.delete_stream(a.stream)
+    await nc.close()
+
+
+async def nats_drain(a):
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    nc = await _nats(a.port)
+    js = nc.jetstream()
+    # A durable pull consumer: each drain goes on where the last one stopped.
+    sub = await js.pull_subscribe("", durable="verify", stream=a.stream,
+                                  config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
+                                                        deliver_policy=DeliverPolicy.ALL,
+                                                        max_ack_pending=-1))
+    n = 0
+    with open(a.out, "a") as out:
+        while True:
+            try:
+                msgs = await sub.fetch(1000, timeout=a.idle)
+            except (NatsTimeout, asyncio.TimeoutError):
+                break
+            for m in msgs:
+                meta = m.metadata
+                _record(out, subject=m.subject, headers=dict(m.headers or {}),
+                        seq=meta.sequence.stream, redelivered=meta.num_delivered > 1,
+                        body_bytes=m.data)
+                n += 1
+            # Acknowledged in one round trip per batch: the stream keeps every message anyway.
+            await asyncio.gather(*(m.ack() for m in msgs))
+    await nc.close()
+    print(n)
+
+
+async def nats_count(a):
+    nc = await _nats(a.port)
+    js = nc.jetstream()
+    info = await js.stream_info(a.stream)
+    print(info.state.messages)
+    await nc.close()
+
+
+async def nats_publish(a):
+    """Direct JetStream publishes awaiting each PubAck (a sanity tool for the tests)."""
+    nc = await _nats(a.port)
+    js = nc.jetstream()
+    for i in range(a.count):
+        await js.publish(a.subject, json.dumps({"n": i}).encode())
+    await nc.close()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("amqp-setup")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--exchange", default="")
+    s.add_argument("--type", default="topic")
+    s.add_argument("--queue", default="")
+    s.add_argument("--bind", nargs="*")
+    s.add_argument("--max-length", type=int)
+    for name in ("amqp-drain", "amqp-count"):
+        s = sub.add_parser(name)
+        s.add_argument("--port", type=int, required=True)
+        s.add_argument("--queue", required=True)
+        s.add_argument("--out")
+        s.add_argument("--idle", type=float, default=0.5)
+    s = sub.add_parser("nats-stream")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--stream", required=True)
+    s.add_argument("--subject", nargs="+", required=True)
+    s.add_argument("--duplicate-window", type=float, default=120)
+    s.add_argument("--max-msgs", type=int)
+    s.add_argument("--max-msg-size", type=int)
+    for name in ("nats-delete", "nats-drain", "nats-count"):
+        s = sub.add_parser(name)
+        s.add_argument("--port", type=int, required=True)
+        s.add_argument("--stream", required=True)
+        s.add_argument("--out")
+        s.add_argument("--idle", type=float, default=0.5)
+    s = sub.add_parser("nats-publish")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--subject", required=True)
+    s.add_argument("--count", type=int, default=1)
+
+    a = p.parse_args()
+    table = {
+        "amqp-setup": amqp_setup, "amqp-drain": amqp_drain, "amqp-count": amqp_count,
+        "nats-stream": nats_stream, "nats-delete": nats_delete, "nats-drain": nats_drain,
+        "nats-count": nats_count, "nats-publish": nats_publish,
+    }
+    f = table[a.cmd]
+    if asyncio.iscoroutinefunction(f):
+        asyncio.run(f(a))
+    else:
+        f(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
