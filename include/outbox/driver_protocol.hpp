@@ -73,7 +73,7 @@ struct ConfigureFrame {
 // closed or replaced driver are recognised and dropped.
 struct OpenFrame {
     uint64_t handle = 0;
-    std::string kind;     // "kafka", "webhook"
+    std::string kind;     // "kafka", "webhook", "amqp", "nats"
     std::string name;     // the destination, for the helper's own log lines
     std::string options;  // EncodeOptions of the kind's options struct
 };
