@@ -2,11 +2,10 @@
 // destination certainly did not act on the message, because a Defer never spends the retry
 // budget; anything doubtful is a Retry, which does.
 #include "outbox/classify.hpp"
+#include "outbox/drivers/rabbitmq_c.hpp"
 
 #include <cctype>
 
-#include <amqp.h>
-#include <amqp_framing.h>
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
 #include <nats/nats.h>

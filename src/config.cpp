@@ -2,8 +2,8 @@
 // in the worker, so a config that was accepted is exactly the config that runs. Every problem
 // is collected so that a DBA fixes a config in one round trip, not one error at a time.
 #include "outbox/config.hpp"
+#include "outbox/drivers/rabbitmq_c.hpp"
 
-#include <amqp.h>
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
 #include <nlohmann/json.hpp>

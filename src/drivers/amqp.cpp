@@ -13,6 +13,7 @@
 // message no queue is bound for comes back as basic.return before its basic.ack; the return
 // is matched to the oldest unconfirmed publish with its message_id (= event_id).
 #include "outbox/drivers/amqp.hpp"
+#include "outbox/drivers/rabbitmq_c.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -32,11 +33,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <amqp.h>
-#include <amqp_framing.h>
-#include <amqp_ssl_socket.h>
-#include <amqp_tcp_socket.h>
 
 #include "outbox/classify.hpp"
 #include "outbox/drivers/cloudevents.hpp"

@@ -1,11 +1,10 @@
 // Classification for the amqp and nats kinds: an outage defers, a rejection retries, a
 // permanent failure is dead.
-#include <amqp.h>
-#include <amqp_framing.h>
 #include <gtest/gtest.h>
 #include <nats/nats.h>
 
 #include "outbox/classify.hpp"
+#include "outbox/drivers/rabbitmq_c.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox {
