@@ -978,7 +978,9 @@ void DriverProcess::DropSuspects(uint64_t handle, std::vector<Message> *dropped)
 void DriverProcess::Freeze(bool frozen) {
     if (!Running())
         return;
-    kill(pid_, frozen ? SIGSTOP : SIGCONT);
+    std::string bytes;
+    protocol::Encode(protocol::ConfigureFrame{{{"hold", frozen ? "on" : "off"}}}, &bytes);
+    Send(std::move(bytes));
     if (!frozen) {
         last_rx_ms_ = MonotonicMs();
         ping_sent_ms_ = 0;

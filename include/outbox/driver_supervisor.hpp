@@ -104,9 +104,10 @@ class DriverProcess {
 
     // Ends the helper: EOF, then up to `grace_ms` for it to exit, then SIGKILL.
     void Stop(int64_t grace_ms);
-    // Stops (SIGSTOP) or continues the helper: for the tests' pauses of the worker
-    // (outbox.debug_pause), which freeze delivery at a chosen point. Silence while frozen does
-    // not count as a helper that stopped answering.
+    // Holds or releases the helper's drivers (Configure "hold"): for the tests' pauses of the
+    // worker (outbox.debug_pause). While held the helper polls no driver, as a sleeping worker
+    // polled none of the drivers inside it: libcurl sends nothing, librdkafka's own threads go
+    // on sending. Silence while held does not count as a helper that stopped answering.
     void Freeze(bool frozen);
 
     // For the tests: the crash count of a message id, and whether a helper runs now.

@@ -16,6 +16,7 @@
 // (outbox.driver_memory_limit, RLIMIT_AS); 4 not started by a worker; 5 another error.
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -131,6 +132,7 @@ class Host {
     std::map<uint64_t, Slot> drivers_;
     std::vector<std::string> host_log_;
     Fault fault_;
+    bool held_ = false;  // Configure "hold": the drivers are not polled meanwhile
     std::vector<std::unique_ptr<char[]>> leaked_;
 };
 
@@ -154,9 +156,18 @@ int Host::Run() {
             if (t >= 0 && (timeout < 0 || t < timeout))
                 timeout = int(std::min<int64_t>(t, 60000));
         }
-        int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
-        if (n < 0 && errno != EINTR)
-            return kExitStartup;
+        if (held_) {
+            // The worker stands still (its tests' outbox.debug_pause): the drivers are not
+            // polled, as a worker asleep did not poll the drivers inside it; librdkafka's own
+            // threads still send. Only the socket is watched, for the end of the hold.
+            struct pollfd p = {kSocketFd, POLLIN, 0};
+            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                return kExitStartup;
+        } else {
+            int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
+            if (n < 0 && errno != EINTR)
+                return kExitStartup;
+        }
         bool eof = false;
         size_t total = 0;
         while (total < kMaxReadPerTurn) {
@@ -189,7 +200,8 @@ int Host::Run() {
         }
         if (eof)
             return 0;
-        PollDrivers();
+        if (!held_)
+            PollDrivers();
         if (!Flush())
             return 0;  // the worker closed its end
     }
@@ -219,6 +231,10 @@ bool Host::Handle(protocol::Frame &frame) {
         protocol::Encode(protocol::PongFrame{f->seq}, &out_);
     } else if (auto *f = std::get_if<protocol::ConfigureFrame>(&frame)) {
         for (const auto &[key, value] : f->settings) {
+            if (key == "hold") {
+                held_ = value == "on";
+                continue;
+            }
             if (key != "fault")
                 continue;  // a newer worker's setting: nothing this helper can do with it
             if (!ParseFault(value, &fault_))

@@ -89,8 +89,9 @@ int64 NowMs() {
 DriverProcess *paused_drivers = nullptr;  // the worker's driver process, for DebugPause
 
 // Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to. The
-// driver process is stopped meanwhile, so that the whole worker stands still at that point, as
-// it did when the drivers ran inside it (a message handed to the driver is not sent meanwhile).
+// driver process holds its drivers meanwhile (polls none), so that the worker stands still at
+// that point as it did when the drivers ran inside it: a webhook handed to the driver is not
+// sent meanwhile, while librdkafka's threads send what they were given (test/t/082, 084).
 void DebugPause(const char *phase) {
     if (setting_debug_pause == nullptr || setting_debug_pause[0] == '\0' ||
         strcmp(setting_debug_pause, phase) != 0)

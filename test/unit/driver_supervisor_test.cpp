@@ -354,8 +354,8 @@ TEST_F(DriverSupervisorTest, ARefusedConfigIsReportedAsInProcess) {
     EXPECT_EQ(remote, local);
     EXPECT_NE(remote.find("librdkafka refused \"no.such.property\""), std::string::npos) << remote;
     std::string error;
-    EXPECT_EQ(p.Open("nats", "n", "", &error), nullptr);
-    EXPECT_EQ(error, "this outbox-driver has no driver of kind \"nats\"");
+    EXPECT_EQ(p.Open("smtp", "n", "", &error), nullptr);
+    EXPECT_EQ(error, "this outbox-driver has no driver of kind \"smtp\"");
     EXPECT_TRUE(p.Running()) << "a refused driver does not end the helper";
 }
 
