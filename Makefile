@@ -13,9 +13,10 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
-PURE_SRCS = src/message.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
+PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp \
-            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp
+            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
+            src/network_policy.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
@@ -49,7 +50,8 @@ $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
 DRIVER_HOST = outbox-driver
 DRIVER_HOST_SRCS = src/driver_host/main.cpp src/driver_protocol.cpp $(DRIVER_SRCS) \
                    src/message.cpp src/classify.cpp src/config.cpp src/duration.cpp \
-                   src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp
+                   src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp \
+                   src/network_policy.cpp
 DRIVER_HOST_OBJS = $(patsubst %.cpp,build/driver-host/%.o,$(DRIVER_HOST_SRCS))
 DRIVER_HOST_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Iinclude -fPIE -fstack-protector-strong \
                        -D_FORTIFY_SOURCE=2 $(if $(WERROR),-Werror)

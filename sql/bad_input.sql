@@ -367,11 +367,22 @@ SELECT outbox.create_destination('bad_hook', 'webhook', '{"url": "http://127.0.0
 SELECT outbox.create_destination('bad_hook', 'webhook', '{"url": "http://127.0.0.1:8080/",
     "retry_base": "2s", "retry_max": "1s"}');
 \echo :SQLSTATE
--- Accepted: integral numbers however written, and the largest values.
+-- Accepted: integral numbers however written, and the largest values (timeout_ms: half of
+-- outbox.lease_timeout, 30 s here).
 SELECT outbox.create_destination('edge_hook', 'webhook', '{"url": "http://127.0.0.1:8080/",
-    "max_attempts": 1e3, "max_in_flight": 1024.0, "timeout_ms": "10min", "retry_base": "1d",
+    "max_attempts": 1e3, "max_in_flight": 1024.0, "timeout_ms": "15s", "retry_base": "1d",
     "retry_max": "7d"}');
 SELECT config FROM outbox.destinations WHERE name = 'edge_hook';
+-- A request must end within half of the lease, or another worker takes the message over and
+-- sends it again: a longer timeout_ms is refused (the parser's own limit is 10min), on
+-- create and when alter_destination changes it, and nothing changes.
+SELECT outbox.create_destination('long_hook', 'webhook', '{"url": "http://127.0.0.1:8080/",
+    "timeout_ms": "10min"}');
+\echo :SQLSTATE
+SELECT outbox.alter_destination('edge_hook', '{"timeout_ms": 15001}');
+\echo :SQLSTATE
+SELECT config->'timeout_ms' AS timeout_ms FROM outbox.destinations WHERE name = 'edge_hook';
+SELECT count(*) FROM outbox.destinations WHERE name = 'long_hook';
 SELECT outbox.drop_destination('edge_hook');
 
 --------------------------------------------------------------------------------------------------

@@ -287,14 +287,39 @@ COMMENT ON TABLE outbox.destinations IS
     'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
 COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
     'define a kafka, webhook, amqp or nats destination; the config is checked now, every problem reported at once';
-CREATE OR REPLACE FUNCTION outbox.stats()
+-- Back-pressure (max_pending): stats() gains max_pending and refused_total, from the counters'
+-- new refused column. A function's columns change only by DROP and CREATE: the GRANTs given on
+-- stats() (README: operator roles, the exporter) are read first and given again after.
+DO $$
+BEGIN
+    PERFORM set_config('outbox_upgrade.stats_grants', coalesce((
+        SELECT string_agg(format('GRANT EXECUTE ON FUNCTION outbox.stats() TO %s%s',
+                                 CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                      ELSE quote_ident(r.rolname) END,
+                                 CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END),
+                          '; ')
+          FROM pg_catalog.pg_proc AS p
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee
+         WHERE p.oid = 'outbox.stats()'::regprocedure AND a.grantee <> p.proowner
+           AND a.privilege_type = 'EXECUTE'), ''), true);
+END
+$$;
+DROP FUNCTION outbox.stats();
+DROP FUNCTION outbox._destination_counters();
+CREATE FUNCTION outbox._destination_counters(
+    OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
+    OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
+    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
+CREATE FUNCTION outbox.stats()
 RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
                retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
                failed_total bigint, last_error text, last_success_at timestamptz,
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
                waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
-               queue_last_autovacuum timestamptz)
+               queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint)
 -- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
 -- empty and would scan all of it; every part of this query has an index to use. jit off: the
 -- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
@@ -317,7 +342,8 @@ SET enable_seqscan = off SET jit = off AS $$
            CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
                 THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
-           t.n_dead_tup, t.last_autovacuum
+           t.n_dead_tup, t.last_autovacuum,
+           (d.config->>'max_pending')::bigint, coalesce(c.refused, 0)
       FROM outbox.destinations AS d
       LEFT JOIN counts AS q ON q.destination = d.name
       CROSS JOIN LATERAL (
@@ -398,3 +424,39 @@ BEGIN
     END LOOP;
 END
 $upgrade$;
+
+-- Whether a superuser wrote a destination's config as it stands (set by the check trigger):
+-- only then may a webhook's error texts quote response bodies. Destinations defined before
+-- 0.2.0 were written by someone unknown: false.
+ALTER TABLE outbox.destinations ADD COLUMN created_by_superuser boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN outbox.destinations.created_by_superuser IS
+    'a superuser wrote the config as it stands: webhook errors may quote response bodies';
+
+CREATE OR REPLACE FUNCTION outbox.create_destination(name text, kind text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
+BEGIN
+    -- created_by_superuser: asked for here, granted by the check trigger only to a superuser.
+    INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config, true)
+    ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" already exists', create_destination.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with outbox.alter_destination(), or drop it first.';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.stats() IS
+    'one row per destination: queue gauges kept exact at commit, counters since server start';
+REVOKE ALL ON FUNCTION outbox.stats(), outbox._destination_counters() FROM PUBLIC;
+DO $$
+BEGIN
+    IF current_setting('outbox_upgrade.stats_grants') <> '' THEN
+        EXECUTE current_setting('outbox_upgrade.stats_grants');
+    END IF;
+END
+$$;

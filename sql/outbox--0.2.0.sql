@@ -14,10 +14,16 @@ CREATE TABLE outbox.destinations (
     config      jsonb NOT NULL,
     paused      boolean NOT NULL DEFAULT false,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now()
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- Set by the check trigger: whether a superuser wrote the config as it stands (an UPDATE
+    -- of the config by anyone else clears it). Only then may a webhook's error texts quote
+    -- response bodies, which can carry an internal service's secrets.
+    created_by_superuser boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE outbox.destinations IS
     'Kafka clusters, webhook endpoints, RabbitMQ (amqp) and NATS JetStream (nats) servers messages are delivered to; change with outbox.create_destination/alter_destination/drop_destination';
+COMMENT ON COLUMN outbox.destinations.created_by_superuser IS
+    'a superuser wrote the config as it stands: webhook errors may quote response bodies';
 
 -- Every row is validated on its way in, with the parser the worker uses (librdkafka itself for
 -- Kafka properties); all problems are reported in one error.
@@ -227,8 +233,9 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_
 -- log it (log_min_error_statement is back to its setting when the transaction aborts).
 SET log_min_error_statement = panic AS $$
 BEGIN
-    INSERT INTO outbox.destinations (name, kind, config)
-    VALUES (create_destination.name, create_destination.kind, create_destination.config)
+    -- created_by_superuser: asked for here, granted by the check trigger only to a superuser.
+    INSERT INTO outbox.destinations (name, kind, config, created_by_superuser)
+    VALUES (create_destination.name, create_destination.kind, create_destination.config, true)
     ON CONFLICT ON CONSTRAINT destinations_pkey DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" already exists', create_destination.name
@@ -544,7 +551,7 @@ COMMENT ON FUNCTION outbox.blocked_keys(text) IS
 CREATE FUNCTION outbox._destination_counters(
     OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
     OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
-    OUT last_error text, OUT stats_reset timestamptz)
+    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
 
 -- The size of each queue, kept exact at every commit (see src/pg/queue_counts.cpp): stats()
@@ -591,7 +598,7 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
                waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
-               queue_last_autovacuum timestamptz)
+               queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint)
 -- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
 -- empty and would scan all of it; every part of this query has an index to use. jit off: the
 -- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
@@ -614,7 +621,8 @@ SET enable_seqscan = off SET jit = off AS $$
            CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
                 THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
-           t.n_dead_tup, t.last_autovacuum
+           t.n_dead_tup, t.last_autovacuum,
+           (d.config->>'max_pending')::bigint, coalesce(c.refused, 0)
       FROM outbox.destinations AS d
       LEFT JOIN counts AS q ON q.destination = d.name
       CROSS JOIN LATERAL (

@@ -643,6 +643,16 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
         }
         return true;
     }
+    if (key == "max_pending") {
+        std::optional<int64_t> n = AsInteger(value);
+        if (!n || *n < 1 || *n > kMaxPendingLimit) {
+            problems->push_back("\"max_pending\" must be an integer between 1 and " +
+                                std::to_string(kMaxPendingLimit));
+        } else {
+            config->max_pending = *n;
+        }
+        return true;
+    }
     if (key == "ordering") {
         if (value == "none") {
             config->ordering = Ordering::None;
@@ -660,6 +670,23 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
             config->on_dead = OnDead::Skip;
         } else {
             problems->push_back("\"on_dead\" must be \"block\" or \"skip\"");
+        }
+        return true;
+    }
+    if (key == "cloudevents" &&
+        (kind == DestinationKind::Kafka || kind == DestinationKind::Webhook)) {
+        std::optional<CloudEventsMode> mode;
+        if (value == "binary") {
+            mode = CloudEventsMode::Binary;
+        } else if (value == "structured") {
+            mode = CloudEventsMode::Structured;
+        }
+        if (!mode) {
+            problems->push_back("\"cloudevents\" must be \"binary\" or \"structured\"");
+        } else if (kind == DestinationKind::Kafka) {
+            config->kafka.cloudevents = *mode;
+        } else {
+            config->webhook.cloudevents = *mode;
         }
         return true;
     }
@@ -861,6 +888,7 @@ void CheckWebhookConfig(const Json &object, const OutOfRange &out_of_range,
                     "milliseconds or a string such as \"500ms\" or \"30s\")");
             } else {
                 webhook.timeout_ms = *ms;
+                webhook.timeout_set = true;
             }
         } else if (key == "max_in_flight") {
             std::optional<int64_t> n = AsInteger(value);
@@ -1435,6 +1463,21 @@ std::vector<PrivilegedSetting> AddedOrChangedSettings(const std::vector<Privileg
         }
     }
     return changed;
+}
+
+std::optional<std::pair<std::string, std::string>> WebhookTimeoutProblem(
+    const WebhookConfig &config, int64_t lease_timeout_ms) {
+    if (!config.timeout_set || config.timeout_ms * 2 <= lease_timeout_ms)
+        return std::nullopt;
+    return std::make_pair(
+        "\"timeout_ms\" (" + std::to_string(config.timeout_ms) +
+            " ms) must be at most half of outbox.lease_timeout (" +
+            std::to_string(lease_timeout_ms) +
+            " ms): a request that outlasts the lease is taken over and sent again by another "
+            "worker",
+        "Lower \"timeout_ms\" to at most " + std::to_string(lease_timeout_ms / 2) +
+            ", or raise outbox.lease_timeout to at least " + std::to_string(config.timeout_ms * 2) +
+            " ms.");
 }
 
 // A Kafka topic name as the broker accepts it (Kafka's Topic.validate).

@@ -71,7 +71,8 @@ void Dispatcher::SetDestinations(std::vector<DestinationSpec> specs) {
     std::map<std::string, std::unique_ptr<Destination>> next;
     for (DestinationSpec &spec : specs) {
         auto it = destinations_.find(spec.name);
-        if (it != destinations_.end() && it->second->spec.config_json == spec.config_json) {
+        if (it != destinations_.end() && it->second->spec.config_json == spec.config_json &&
+            it->second->spec.config_by_superuser == spec.config_by_superuser) {
             // Same config: keep driver and state, take the new paused flag.
             it->second->spec.paused = spec.paused;
             it->second->want_more = true;
@@ -98,11 +99,12 @@ void Dispatcher::SetSettings(const DispatchSettings &settings) {
     bool rebuild = settings.batch_size != settings_.batch_size ||
                    settings.lease_timeout_ms != settings_.lease_timeout_ms ||
                    settings.driver_build != settings_.driver_build;
+    bool rebuild_webhooks = settings.webhook_allowed_networks != settings_.webhook_allowed_networks;
     settings_ = settings;
-    if (!rebuild)
+    if (!rebuild && !rebuild_webhooks)
         return;
     for (auto &[name, d] : destinations_) {
-        if (!d->driver)
+        if (!d->driver || (!rebuild && d->spec.config.kind != DestinationKind::Webhook))
             continue;
         // The old driver finishes its messages under a retired copy of the destination.
         auto old = std::make_unique<Destination>();
@@ -199,7 +201,29 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
     std::vector<Message> send;
     send.reserve(rows.size());
     int max_attempts = MaxAttempts(d);
+    // The request of an earlier claim of the row, still in flight (on this driver or on one
+    // retired since), or nullptr.
+    auto in_flight = [&](int64_t id) -> Destination::InFlight * {
+        auto f = d.in_flight.find(id);
+        if (f != d.in_flight.end())
+            return &f->second;
+        for (auto &old : retired_) {
+            if (old->spec.name != destination)
+                continue;
+            auto g = old->in_flight.find(id);
+            if (g != old->in_flight.end())
+                return &g->second;
+        }
+        return nullptr;
+    };
     for (Message &m : rows) {
+        if (Destination::InFlight *earlier = in_flight(m.id)) {
+            // Claimed again while its request is in flight: not sent twice. The outcome of
+            // that request presents the new lease (the old one no longer matches the row).
+            earlier->lease_token = m.lease_token;
+            earlier->attempts = m.attempts;
+            continue;
+        }
         Resolution r;
         r.id = m.id;
         r.lease_token = m.lease_token;

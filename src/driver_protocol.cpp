@@ -9,12 +9,17 @@ namespace outbox::protocol {
 // A field added to an options struct without a line in its visitor would silently not reach
 // the helper: these sizes change with any new field, and then this is the place to look.
 // (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
-static_assert(sizeof(KafkaDriverOptions) == 136,
+static_assert(sizeof(KafkaDriverOptions) == 144,
               "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
-static_assert(sizeof(WebhookDriverOptions) == 232,
+static_assert(sizeof(WebhookDriverOptions) == 288,
               "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
+// A bool may land in padding without changing a size (Message.tombstone did): the round-trip
+// tests in test/unit/driver_protocol_test.cpp set every field to a value other than its default.
+static_assert(sizeof(Message) == 208,
+              "Message changed: add the new field to PutMessage and GetMessage, then update this "
+              "size");
 static_assert(sizeof(AmqpDriverOptions) == 328,
               "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
@@ -76,6 +81,7 @@ void PutMessage(std::string *out, const Message &m) {
     PutString(out, m.key ? std::string_view(*m.key) : std::string_view());
     PutString(out, m.payload);
     PutU8(out, m.payload_is_json ? 1 : 0);
+    PutU8(out, m.tombstone ? 1 : 0);
     PutU32(out, static_cast<uint32_t>(m.headers.size()));
     for (const auto &[name, value] : m.headers) {
         PutString(out, name);
@@ -195,7 +201,7 @@ class Reader {
     const char *why_ = "";
 };
 
-constexpr size_t kMinMessageBytes = 8 + 8 + 4 + 4 + 1 + 4 + 4 + 1 + 4 + 8 + 8 + 8;
+constexpr size_t kMinMessageBytes = 8 + 8 + 4 + 4 + 1 + 4 + 4 + 1 + 1 + 4 + 8 + 8 + 8;
 constexpr size_t kMinOutcomeBytes = 8 + 8 + 1 + 4 + 8 + 8 + 8 + 8;
 
 Message GetMessage(Reader &r) {
@@ -212,6 +218,9 @@ Message GetMessage(Reader &r) {
         r.Fail("a message without a key carries key bytes");
     m.payload = r.String();
     m.payload_is_json = r.Bool();
+    m.tombstone = r.Bool();
+    if (m.tombstone && !m.payload.empty())
+        r.Fail("a tombstone carries payload bytes");
     uint32_t n = r.Count(8);
     m.headers.reserve(n);
     for (uint32_t i = 0; i < n && r.ok(); i++) {
@@ -258,7 +267,7 @@ DriverState GetState(Reader &r) {
 
 // --- options ---------------------------------------------------------------------------------
 
-enum class Tag : uint8_t { String = 1, Bool, Int, Int64, Size, Strings, Pairs };
+enum class Tag : uint8_t { String = 1, Bool, Int, Int64, Size, Strings, Pairs, CloudEvents };
 
 struct OptionWriter {
     std::string *out;
@@ -285,6 +294,10 @@ struct OptionWriter {
     void operator()(const char *name, size_t v) {
         Head(name, Tag::Size);
         PutU64(out, v);
+    }
+    void operator()(const char *name, CloudEventsMode v) {
+        Head(name, Tag::CloudEvents);
+        PutU8(out, v == CloudEventsMode::Structured ? 1 : 0);
     }
     void operator()(const char *name, const std::vector<std::string> &v) {
         Head(name, Tag::Strings);
@@ -333,6 +346,14 @@ struct OptionReader {
     void operator()(const char *name, size_t &v) {
         if (Head(name, Tag::Size))
             v = static_cast<size_t>(r.U64());
+    }
+    void operator()(const char *name, CloudEventsMode &v) {
+        if (!Head(name, Tag::CloudEvents))
+            return;
+        uint8_t mode = r.U8();
+        if (mode > 1)
+            r.Fail("a CloudEvents content mode is neither binary nor structured");
+        v = mode == 1 ? CloudEventsMode::Structured : CloudEventsMode::Binary;
     }
     void operator()(const char *name, std::vector<std::string> &v) {
         if (!Head(name, Tag::Strings))

@@ -154,6 +154,11 @@ bool IsReservedHeaderName(std::string_view name) {
         "ce_source",
         "ce_time",
         "ce_specversion",
+        // The distributed-tracing extension: sent from the traceparent/tracestate headers.
+        "ce_traceparent",
+        "ce_tracestate",
+        "ce-traceparent",
+        "ce-tracestate",
         "host",
         "content-length",
         "transfer-encoding",
@@ -177,6 +182,11 @@ bool IsReservedHeaderName(std::string_view name) {
         }
     }
     return false;
+}
+
+// The producer's way to set the CloudEvents type.
+bool IsCloudEventTypeHeader(std::string_view name) {
+    return NameEquals(name, "ce_type") || NameEquals(name, "ce-type");
 }
 
 }  // namespace outbox

@@ -11,6 +11,11 @@ CREATE EXTENSION IF NOT EXISTS outbox;
 -- \gexec because ALTER SYSTEM takes no expression and cannot run inside a DO block.
 SELECT format('ALTER SYSTEM SET outbox.databases = %L', current_database()) \gexec
 
+-- The demo's webhook-sink is reached over the compose network, a private network that webhooks
+-- may connect to only where a superuser allows it (README "Privileges"). A production server
+-- lists only the networks its webhooks need, or none.
+ALTER SYSTEM SET outbox.webhook_allowed_networks = '10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16';
+
 -- A login role for postgres_exporter, only when a password for it is given. It gets what the
 -- exporter's queries need and no more: the read-only part of README.md's operator grants
 -- (stats and workers; not pause, resume, requeue or wake), plus pg_monitor for the exporter's

@@ -16,6 +16,9 @@ namespace outbox {
 
 enum class DestinationKind { Kafka, Webhook, Amqp, Nats };
 
+// The largest "max_pending" a destination may set.
+constexpr int64_t kMaxPendingLimit = 1000000000;
+
 // "kafka", "webhook", "amqp", "nats"
 std::optional<DestinationKind> ParseDestinationKind(std::string_view text);
 const char *DestinationKindName(DestinationKind kind);
@@ -27,8 +30,15 @@ struct RetryPolicy {
     int64_t retry_max_ms = -1;
 };
 
+// CloudEvents content mode of a destination ("cloudevents"; kafka and webhook).
+enum class CloudEventsMode {
+    Binary,      // the payload as the value/body, the attributes as headers (the default)
+    Structured,  // the whole event as one application/cloudevents+json document
+};
+
 struct KafkaConfig {
     std::string default_topic;  // "topic"; empty when not set
+    CloudEventsMode cloudevents = CloudEventsMode::Binary;
     // Every other key: a librdkafka property, its JSON string/number/boolean value as text,
     // in the order of the JSON object.
     std::vector<std::pair<std::string, std::string>> properties;
@@ -39,10 +49,12 @@ struct WebhookConfig {
     std::vector<std::string> secret_keys;  // decoded key bytes, one per whsec_ secret
     Headers headers;                       // static headers sent on every request
     int64_t timeout_ms = 10000;
+    bool timeout_set = false;  // "timeout_ms" given (else the default, lowered to fit the lease)
     int max_in_flight = 32;
     std::string ca_file;  // empty: the system CA store
     bool tls_verify = true;
     std::string default_topic;  // CloudEvents type when a message has no topic
+    CloudEventsMode cloudevents = CloudEventsMode::Binary;
 };
 
 // RabbitMQ (AMQP 0-9-1). See README "Destinations".
@@ -96,6 +108,7 @@ struct DestinationConfig {
     RetryPolicy retry;
     Ordering ordering = Ordering::None;
     OnDead on_dead = OnDead::Block;
+    int64_t max_pending = 0;  // "max_pending": the queue's cap; 0 = none
     KafkaConfig kafka;
     WebhookConfig webhook;
     AmqpConfig amqp;
@@ -142,10 +155,13 @@ struct ConfigCheck {
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
 // Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
-// "ordering": "key"), "max_attempts" (integer 1..1000), "retry_base" and "retry_max" (duration:
-// number of ms or string such as "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >=
-// retry_base when both are given, at most 7d), "topic" (kafka: a valid Kafka topic name, i.e.
-// 1..249 chars of [A-Za-z0-9._-], not "." or ".."; webhook: any non-empty string up to 249).
+// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "max_attempts"
+// (integer 1..1000), "retry_base" and "retry_max" (duration: number of ms or string such as
+// "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
+// 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
+// ".."; webhook: any non-empty string up to 249).
+// kafka and webhook: "cloudevents" ("binary", the default, or "structured"; see
+// drivers/cloudevents.hpp).
 //
 // kafka: every other key is a librdkafka property, checked with librdkafka itself
 // (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings, numbers or
@@ -197,6 +213,14 @@ ConfigCheck CheckDestinationConfig(DestinationKind kind, std::string_view json_t
 // settings an UPDATE of a destination adds or changes.
 std::vector<PrivilegedSetting> AddedOrChangedSettings(const std::vector<PrivilegedSetting> &before,
                                                       const std::vector<PrivilegedSetting> &after);
+
+// A webhook request must end within half of outbox.lease_timeout, or the lease lapses while it
+// is in flight and another worker sends the message again. A "timeout_ms" given that is longer
+// is a problem (with the hint that says what to do); nullopt otherwise. The default timeout is
+// never one: the driver lowers it to fit (so does it a given one when the lease is lowered
+// later, with a log line).
+std::optional<std::pair<std::string, std::string>> WebhookTimeoutProblem(
+    const WebhookConfig &config, int64_t lease_timeout_ms);
 
 // Settings whose values are secrets and must never be echoed: webhook "secret", and any key
 // containing "password", "secret", "token", "sasl.oauthbearer.config", or "ssl.key" (keys and

@@ -27,6 +27,9 @@ struct DestinationSpec {
     bool paused = false;
     DestinationConfig config;
     std::string config_error;  // the stored config no longer passes the check (e.g. ca_file gone)
+    // outbox.destinations.created_by_superuser: a superuser wrote the config as it stands (a
+    // webhook's error texts may then quote response bodies).
+    bool config_by_superuser = false;
 };
 
 // Settings in force (the GUCs, with per-destination overrides applied by the dispatcher).
@@ -40,6 +43,7 @@ struct DispatchSettings {
     // in the worker, outbox.debug_drivers_in_process): every driver is rebuilt, like for a new
     // batch size.
     int driver_build = 0;
+    std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
 };
 
 // Why a row goes to the dead letters (outbox.dead_letters.reason).
@@ -95,7 +99,8 @@ class Dispatcher {
     ~Dispatcher();
 
     // New settings. When the ones a driver is built with (batch size, lease timeout) change,
-    // every driver is rebuilt; drivers with messages in flight finish them first.
+    // every driver is rebuilt, and every webhook driver when the allowed networks change;
+    // drivers with messages in flight finish them first.
     void SetSettings(const DispatchSettings &settings);
     const DispatchSettings &Settings() const { return settings_; }
 
@@ -111,7 +116,9 @@ class Dispatcher {
     std::vector<ClaimRequest> PlanClaims(int64_t now_ms);
 
     // Rows claimed for `destination` (asked for `asked`). Expired and poison rows are resolved
-    // at once; the rest go to the driver.
+    // at once; the rest go to the driver — except a row whose earlier claim is still in flight
+    // (its lease lapsed, or the fast path locked it again): it is never sent twice; the request
+    // in flight takes the new claim's lease token, so its outcome is written back with it.
     void Submit(const std::string &destination, int asked, std::vector<Message> rows,
                 int64_t now_ms);
 
@@ -124,9 +131,9 @@ class Dispatcher {
 
     // File descriptors to wait on, each once (drivers in the helper process share one).
     std::vector<int> WaitFds() const;
-    // Counts the drivers built so far. A wait set registered for WaitFds must be built again
-    // when it changes even if the numbers did not: a new driver's fd may reuse the number of a
-    // destroyed one, which the kernel already dropped from the old registration.
+    // How many drivers have been built so far. A wait set built from WaitFds() must be built
+    // again when this changes even if the list of numbers did not: a new driver's fd often
+    // gets the number its predecessor's closed fd had, which the wait set no longer watches.
     uint64_t DriversBuilt() const { return drivers_built_; }
 
     // Runs at the start of every Poll, before the drivers are served: the driver process reads

@@ -33,7 +33,7 @@ namespace outbox::protocol {
 
 // Bumped on any change of the frames; the helper says its version first (Hello) and a worker
 // that finds another one does not use it (the module and the helper are installed together).
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 constexpr size_t kHeaderBytes = 5;
 // The largest frame the helper accepts: a claim of one message of outbox.max_payload_bytes's
@@ -181,12 +181,13 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
 // KafkaDriverOptions / WebhookDriverOptions / AmqpDriverOptions / NatsDriverOptions needs one line
 // in its visitor (the static_asserts in driver_protocol.cpp notice a new field that was not added).
 // Supported field types: std::string, bool, int, int64_t, size_t, std::vector<std::string>,
-// Headers.
+// Headers, CloudEventsMode.
 // ---------------------------------------------------------------------------------------------
 
 template <typename Options, typename V>
 void VisitKafkaOptions(Options &o, V &&v) {
     v("config.default_topic", o.config.default_topic);
+    v("config.cloudevents", o.config.cloudevents);
     v("config.properties", o.config.properties);
     v("client_id", o.client_id);
     v("source", o.source);
@@ -200,12 +201,17 @@ void VisitWebhookOptions(Options &o, V &&v) {
     v("config.secret_keys", o.config.secret_keys);
     v("config.headers", o.config.headers);
     v("config.timeout_ms", o.config.timeout_ms);
+    v("config.timeout_set", o.config.timeout_set);
     v("config.max_in_flight", o.config.max_in_flight);
     v("config.ca_file", o.config.ca_file);
     v("config.tls_verify", o.config.tls_verify);
     v("config.default_topic", o.config.default_topic);
+    v("config.cloudevents", o.config.cloudevents);
     v("destination", o.destination);
     v("source", o.source);
+    v("lease_timeout_ms", o.lease_timeout_ms);
+    v("allowed_networks", o.allowed_networks);
+    v("show_response_body", o.show_response_body);
 }
 
 template <typename Options, typename V>

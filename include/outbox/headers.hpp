@@ -17,9 +17,15 @@ bool IsValidHeaderName(std::string_view name);
 bool IsValidHeaderValue(std::string_view value);
 // Names the relay sets itself and a producer or a destination may not override, compared
 // case-insensitively: webhook-id, webhook-timestamp, webhook-signature, the CloudEvents headers
-// (ce-id, ce-type, ce-source, ce-time, ce-specversion and their ce_ forms) and HTTP framing
+// (ce-id, ce-type, ce-source, ce-time, ce-specversion, ce-traceparent, ce-tracestate and their
+// ce_ forms) and HTTP framing
 // headers (host, content-length, transfer-encoding, connection, keep-alive, te, trailer,
 // upgrade, expect, proxy-*) and JetStream's control headers (nats-*).
 bool IsReservedHeaderName(std::string_view name);
+// Whether `name` is the producer header that sets the CloudEvents type: "ce_type" or "ce-type",
+// in any case. Reserved for destinations' static headers, but a producer may set it (once): it
+// is not forwarded as such, its value becomes the transport's type attribute instead of the
+// topic.
+bool IsCloudEventTypeHeader(std::string_view name);
 
 }  // namespace outbox

@@ -21,10 +21,13 @@ struct Message {
     std::optional<std::string> key;
     std::string payload;          // the bytes to send
     bool payload_is_json = true;  // payload came from the jsonb column
-    Headers headers;              // the producer's headers, in order
-    int64_t created_at_ms = 0;    // unix epoch milliseconds
-    int64_t expires_at_ms = 0;    // unix epoch milliseconds; 0 = never expires
-    int attempts = 0;             // attempts including this one
+    // Neither payload column is set: a Kafka tombstone (a record with a null value, which
+    // deletes the key from a compacted topic). Only Kafka destinations accept one.
+    bool tombstone = false;
+    Headers headers;            // the producer's headers, in order
+    int64_t created_at_ms = 0;  // unix epoch milliseconds
+    int64_t expires_at_ms = 0;  // unix epoch milliseconds; 0 = never expires
+    int attempts = 0;           // attempts including this one
 };
 
 // What happened to one message.

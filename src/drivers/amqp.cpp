@@ -443,7 +443,9 @@ bool Core::PublishQueued() {
 // One basic.publish. False when the connection failed (then nothing of `m` was recorded).
 bool Core::Publish(Message &m) {
     const std::string &routing_key = !m.topic.empty() ? m.topic : options.config.routing_key;
-    const std::string &ce_type = !routing_key.empty() ? routing_key : ce_type_fallback;
+    // The producer's ce_type header, else the routing key, else the destination's name.
+    const std::string ce_type = CloudEventType(
+        m, !options.config.routing_key.empty() ? options.config.routing_key : ce_type_fallback);
     std::string time = FormatRfc3339Ms(m.created_at_ms);
 
     // The producer's content-type header is the message's content type (as for webhooks).

@@ -105,6 +105,7 @@ class KafkaDriver final : public Driver {
     rd_kafka_topic_t *default_topic_ = nullptr;  // kept so its metadata is fetched at start
     int pipe_[2] = {-1, -1};
     std::string source_;
+    CloudEventsMode mode_ = CloudEventsMode::Binary;
     size_t max_in_flight_;
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
@@ -141,6 +142,7 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
                            [&](const auto &p) { return p.first == key; });
     };
 
+    mode_ = options.config.cloudevents;
     bool ok = set("client.id", options.client_id);
     for (const auto &d : kDefaults)
         ok = ok && set(d[0], d[1]);
@@ -313,34 +315,31 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
             refuse(OutcomeKind::Dead, "message has no topic");
             continue;
         }
-        rd_kafka_headers_t *headers = rd_kafka_headers_new(m.headers.size() + 5);
-        for (const auto &[name, value] : m.headers)
+        KafkaRecord record = BuildKafkaRecord(m, source_, mode_);
+        rd_kafka_headers_t *headers = rd_kafka_headers_new(record.headers.size());
+        for (const auto &[name, value] : record.headers)
             rd_kafka_header_add(headers, name.data(), name.size(), value.data(), value.size());
-        std::string time = FormatRfc3339Ms(m.created_at_ms);
-        rd_kafka_header_add(headers, "ce_id", -1, m.event_id.data(), m.event_id.size());
-        rd_kafka_header_add(headers, "ce_type", -1, m.topic.data(), m.topic.size());
-        rd_kafka_header_add(headers, "ce_source", -1, source_.data(), source_.size());
-        rd_kafka_header_add(headers, "ce_time", -1, time.data(), time.size());
-        rd_kafka_header_add(headers, "ce_specversion", -1, "1.0", 3);
 
         uint64_t seq = next_seq_++;
-        size_t bytes = m.payload.size() + (m.key ? m.key->size() : 0);
-        for (const auto &[name, value] : m.headers)
+        size_t bytes = record.value.size() + (m.key ? m.key->size() : 0);
+        for (const auto &[name, value] : record.headers)
             bytes += name.size() + value.size();
+        // A tombstone's value is null (no pointer), not empty: compaction deletes its key.
+        void *value = record.null_value ? nullptr : record.value.data();
+        size_t value_size = record.null_value ? 0 : record.value.size();
         rd_kafka_resp_err_t err;
         if (m.key)
             err = rd_kafka_producev(
                 rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
-                RD_KAFKA_V_VALUE(m.payload.data(), m.payload.size()),
+                RD_KAFKA_V_KEY(m.key->data(), m.key->size()), RD_KAFKA_V_VALUE(value, value_size),
                 RD_KAFKA_V_TIMESTAMP(m.created_at_ms), RD_KAFKA_V_HEADERS(headers),
                 RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
         else
             err = rd_kafka_producev(
                 rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_VALUE(m.payload.data(), m.payload.size()),
-                RD_KAFKA_V_TIMESTAMP(m.created_at_ms), RD_KAFKA_V_HEADERS(headers),
-                RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
+                RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
+                RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)),
+                RD_KAFKA_V_END);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_headers_destroy(headers);  // only taken over on success
             refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),

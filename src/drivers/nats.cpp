@@ -440,12 +440,13 @@ void NatsDriver::Publish(Message &m) {
             break;
         if (strcasecmp(name.c_str(), "content-type") == 0)
             content_type = value;
+        if (IsCloudEventTypeHeader(name))
+            continue;  // sent as ce-type below
         s = natsMsgHeader_Add(msg, name.c_str(), value.c_str());
     }
     // CloudEvents NATS protocol binding, binary mode: ce-<attribute> headers, percent-encoded.
-    const std::string &ce_type = !m.topic.empty()     ? m.topic
-                                 : !c.subject.empty() ? c.subject
-                                                      : core_->ce_type_fallback;
+    const std::string ce_type =
+        CloudEventType(m, !c.subject.empty() ? c.subject : core_->ce_type_fallback);
     const std::pair<const char *, std::string> ce[] = {
         {"ce-id", m.event_id},
         {"ce-type", PercentEncodeNatsHeaderValue(ce_type)},

@@ -13,8 +13,10 @@
 // socket every 50 ms while transfers run, against a lost HTTP/2 wake-up in libcurl (Sweep).
 #include "outbox/drivers/webhook.hpp"
 
+#include <arpa/inet.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include "outbox/drivers/cloudevents.hpp"
 #include "outbox/drivers/signals.hpp"
 #include "outbox/headers.hpp"
+#include "outbox/network_policy.hpp"
 #include "outbox/retry_after.hpp"
 #include "outbox/signing.hpp"
 
@@ -152,6 +155,12 @@ struct Transfer {
     char retry_after[kRetryAfterKeepBytes] = {0};
     size_t retry_after_len = 0;
     bool has_retry_after = false;
+    // Addresses of this request's connection attempts (OnOpenSocket): the first one
+    // outbox.webhook_allowed_networks refused, how many it refused, how many it let through.
+    const std::vector<Network> *allowed = nullptr;
+    char refused_address[48] = {0};
+    int refused = 0;
+    int opened = 0;
 
     Transfer() = default;
     Transfer(const Transfer &) = delete;
@@ -189,12 +198,14 @@ class WebhookDriver final : public Driver {
   private:
     static int OnSocket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
     static int OnTimer(CURLM *multi, long timeout_ms, void *userp);
+    static curl_socket_t OnOpenSocket(void *clientp, curlsocktype purpose,
+                                      struct curl_sockaddr *address);
     static size_t OnHeader(char *data, size_t size, size_t count, void *userp);
     static size_t OnBody(char *data, size_t size, size_t count, void *userp);
 
     Transfer *NewTransfer(std::string *error);
     void StartWaiting();
-    bool Start(Message &m, Transfer *t, std::string *why, OutcomeKind *kind);
+    bool Start(Message &m, int64_t waited_ms, Transfer *t, std::string *why, OutcomeKind *kind);
     curl_slist *BuildHeaders(const Message &m, int64_t timestamp, const std::string &signature);
     void SocketAction(curl_socket_t s, int mask);
     void Sweep();
@@ -210,6 +221,11 @@ class WebhookDriver final : public Driver {
     std::string source_;
     std::string ce_type_fallback_;  // default_topic, else the destination's name
     size_t max_in_flight_;
+    int64_t budget_ms_;   // submit to outcome, at most: half of outbox.lease_timeout
+    int64_t timeout_ms_;  // config_.timeout_ms, lowered to budget_ms_
+    std::string allowed_text_;
+    std::vector<Network> allowed_;
+    bool show_response_body_;
     bool is_https_ = false;                  // HTTP/2 is possible (only negotiated over TLS)
     std::string ca_file_;                    // the CA bundle trusted; empty: libcurl's defaults
     std::vector<std::string> secret_parts_;  // URL parts never to be shown in an error
@@ -223,7 +239,11 @@ class WebhookDriver final : public Driver {
     std::vector<std::unique_ptr<Transfer>> pool_;  // every transfer ever made (<= max_in_flight)
     std::vector<Transfer *> free_;                 // idle ones, ready for reuse
     size_t active_ = 0;
-    std::deque<Message> waiting_;  // submitted beyond max_in_flight, not started yet
+    struct Waiting {
+        Message message;
+        int64_t submitted_ns;  // monotonic
+    };
+    std::deque<Waiting> waiting_;  // submitted beyond max_in_flight, not started yet
     std::vector<Outcome> ready_;   // known outcomes not yet returned by Poll
     std::vector<std::string> log_;
     bool broken_ = false;
@@ -234,7 +254,11 @@ WebhookDriver::WebhookDriver(const WebhookDriverOptions &options)
     : config_(options.config),
       destination_(options.destination),
       source_(options.source),
-      max_in_flight_(static_cast<size_t>(std::max(1, options.config.max_in_flight))) {
+      max_in_flight_(static_cast<size_t>(std::max(1, options.config.max_in_flight))),
+      budget_ms_(std::max<int64_t>(1, options.lease_timeout_ms / 2)),
+      timeout_ms_(std::min(options.config.timeout_ms, budget_ms_)),
+      allowed_text_(options.allowed_networks),
+      show_response_body_(options.show_response_body) {
     if (!config_.default_topic.empty())
         ce_type_fallback_ = config_.default_topic;
     else
@@ -277,6 +301,16 @@ bool WebhookDriver::Init(std::string *error) {
         }
     }
 #endif
+
+    std::string network_error;
+    if (!ParseNetworkList(allowed_text_, &allowed_, &network_error)) {
+        *error = "outbox.webhook_allowed_networks is invalid: " + network_error;
+        return false;
+    }
+    if (timeout_ms_ < config_.timeout_ms)
+        AddLog("timeout_ms lowered from " + std::to_string(config_.timeout_ms) + " to " +
+               std::to_string(timeout_ms_) + " ms to stay within half of outbox.lease_timeout (" +
+               std::to_string(budget_ms_ * 2) + " ms): a longer request would outlive its lease");
 
     sockets_.reserve(max_in_flight_ + 8);
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -344,7 +378,8 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
         return nullptr;
     }
     CURL *e = t->easy;
-    int64_t connect_ms = std::min<int64_t>(config_.timeout_ms, kMaxConnectTimeoutMs);
+    int64_t connect_ms = std::min<int64_t>(timeout_ms_, kMaxConnectTimeoutMs);
+    t->allowed = &allowed_;
     bool ok =
         curl_easy_setopt(e, CURLOPT_URL, config_.url.c_str()) == CURLE_OK &&
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -355,7 +390,7 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
 #endif
         curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(config_.timeout_ms)) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(timeout_ms_)) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, long(connect_ms)) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_USERAGENT, kUserAgent) == CURLE_OK &&
@@ -367,7 +402,13 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
         curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get()) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_PRIVATE, t.get()) == CURLE_OK;
+        curl_easy_setopt(e, CURLOPT_PRIVATE, t.get()) == CURLE_OK &&
+        // Every address a connection uses is checked as its socket is opened.
+        curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, OnOpenSocket) == CURLE_OK &&
+        curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, t.get()) == CURLE_OK &&
+        // No proxy from the server's environment (http_proxy...): the address check must see
+        // where the request goes, not a proxy that would go anywhere for it.
+        curl_easy_setopt(e, CURLOPT_PROXY, "") == CURLE_OK;
     // Trust exactly one CA file and no CA directory: a configured ca_file is then the only
     // trust anchor (not added to the system's), and libcurl caches the parsed store in the multi
     // handle, which it never does while a CA directory is set (Debian's default). Parsing the
@@ -436,6 +477,29 @@ int WebhookDriver::OnSocket(CURL *, curl_socket_t s, int what, void *userp, void
         }
     }
     return 0;
+}
+
+// libcurl is about to connect to `address` (each address of the name in turn): refused unless
+// outbox.webhook_allowed_networks allows it. A refused address is not connected to; libcurl
+// then tries the next one, and fails the request with CURLE_COULDNT_CONNECT when none is left
+// (Finish tells that apart from an outage). Never throws: plain C data only.
+curl_socket_t WebhookDriver::OnOpenSocket(void *clientp, curlsocktype purpose,
+                                          struct curl_sockaddr *address) {
+    auto *t = static_cast<Transfer *>(clientp);
+    if (purpose == CURLSOCKTYPE_IPCXN) {
+        std::optional<IpAddress> ip = AddressOfSockaddr(&address->addr);
+        if (!ip || !AddressAllowed(*ip, *t->allowed)) {
+            if (t->refused++ == 0) {
+                snprintf(t->refused_address, sizeof t->refused_address, "?");
+                if (ip)
+                    inet_ntop(ip->v6 ? AF_INET6 : AF_INET, ip->bytes, t->refused_address,
+                              sizeof t->refused_address);
+            }
+            return CURL_SOCKET_BAD;
+        }
+    }
+    t->opened++;
+    return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
 }
 
 // libcurl wants socket_action(CURL_SOCKET_TIMEOUT) after `timeout_ms` (-1: cancel).
@@ -527,17 +591,21 @@ curl_slist *WebhookDriver::BuildHeaders(const Message &m, int64_t timestamp,
             }
         }
     }
-    add("content-type", content_type);
+    // Structured mode: the body is the whole event, the attributes are in it.
+    const bool structured = config_.cloudevents == CloudEventsMode::Structured;
+    add("content-type", structured ? "application/cloudevents+json" : content_type);
     std::string ts = std::to_string(timestamp);
     add("webhook-id", m.event_id);
     add("webhook-timestamp", ts);
     if (!signature.empty())
         add("webhook-signature", signature);
-    add("ce-id", m.event_id);
-    add("ce-type", !m.topic.empty() ? m.topic : ce_type_fallback_);
-    add("ce-source", source_);
-    add("ce-time", FormatRfc3339Ms(m.created_at_ms));
-    add("ce-specversion", "1.0");
+    if (!structured) {
+        add("ce-id", m.event_id);
+        add("ce-type", CloudEventType(m, ce_type_fallback_));
+        add("ce-source", source_);
+        add("ce-time", FormatRfc3339Ms(m.created_at_ms));
+        add("ce-specversion", "1.0");
+    }
     for (const auto &h : config_.headers) {
         if (is_content_type(h.first) || !sendable(h))
             continue;
@@ -569,8 +637,23 @@ curl_slist *WebhookDriver::BuildHeaders(const Message &m, int64_t timestamp,
 
 // Hands one message to libcurl on transfer `t`. On failure sets *why and *kind and leaves `t`
 // unused.
-bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind *kind) {
+bool WebhookDriver::Start(Message &m, int64_t waited_ms, Transfer *t, std::string *why,
+                          OutcomeKind *kind) {
+    // The request and its wait for a connection together stay within budget_ms_.
+    int64_t timeout_ms = std::min(timeout_ms_, budget_ms_ - waited_ms);
+    if (timeout_ms < 1) {
+        *kind = OutcomeKind::Defer;
+        *why = "not sent: waited " + std::to_string(waited_ms) + " ms for one of the " +
+               std::to_string(max_in_flight_) +
+               " connections (max_in_flight), past half of outbox.lease_timeout";
+        return false;
+    }
     int64_t timestamp = static_cast<int64_t>(time(nullptr));
+    // Structured mode sends (and signs) the event document instead of the payload. Built
+    // again on every attempt from the row, like everything else of a request.
+    if (config_.cloudevents == CloudEventsMode::Structured)
+        m.payload =
+            StructuredEvent(m, AttributesOf(m, source_, ce_type_fallback_, &config_.headers));
     std::string signature;
     if (!config_.secret_keys.empty()) {
         signature = SignatureHeader(config_.secret_keys, m.event_id, timestamp, m.payload);
@@ -595,6 +678,12 @@ bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind
     t->response_len = 0;
     t->retry_after_len = 0;
     t->has_retry_after = false;
+    t->refused_address[0] = '\0';
+    t->refused = 0;
+    t->opened = 0;
+    curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, long(timeout_ms));
+    curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     long(std::min<int64_t>(timeout_ms, kMaxConnectTimeoutMs)));
     curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
     curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(t->body.size()));
     curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, t->body.data());
@@ -612,8 +701,10 @@ bool WebhookDriver::Start(Message &m, Transfer *t, std::string *why, OutcomeKind
 
 // Starts waiting messages while there is room. Needs signals blocked (see the caller).
 void WebhookDriver::StartWaiting() {
+    int64_t now_ns = MonotonicNs();
     while (!waiting_.empty() && active_ < max_in_flight_) {
-        Message &m = waiting_.front();
+        Message &m = waiting_.front().message;
+        int64_t waited_ms = (now_ns - waiting_.front().submitted_ns) / 1000000;
         std::string why;
         OutcomeKind kind = OutcomeKind::Retry;
         Transfer *t = nullptr;
@@ -623,7 +714,7 @@ void WebhookDriver::StartWaiting() {
         } else {
             t = NewTransfer(&why);
         }
-        if (t == nullptr || !Start(m, t, &why, &kind)) {
+        if (t == nullptr || !Start(m, waited_ms, t, &why, &kind)) {
             if (t != nullptr)
                 free_.push_back(t);
             ready_.push_back(Outcome{m.id, m.lease_token, kind, Redact(std::move(why)), -1});
@@ -633,8 +724,9 @@ void WebhookDriver::StartWaiting() {
 }
 
 void WebhookDriver::Submit(std::vector<Message> batch) {
+    int64_t now_ns = MonotonicNs();
     for (Message &m : batch)
-        waiting_.push_back(std::move(m));
+        waiting_.push_back(Waiting{std::move(m), now_ns});
     SignalsBlocked blocked;
     StartWaiting();
     // Kick the new transfers off now (connect, or send on a kept-alive connection) rather than
@@ -772,7 +864,7 @@ Outcome WebhookDriver::Finish(Transfer *t, CURLcode result) {
         std::string text = "HTTP " + std::to_string(status);
         if (status >= 300 && status <= 399) {
             text += ": redirects are not followed";
-        } else {
+        } else if (show_response_body_) {
             std::string snippet =
                 OneLine(std::string_view(t->response, t->response_len), kBodySnippetBytes);
             if (!snippet.empty())
@@ -788,6 +880,17 @@ Outcome WebhookDriver::Finish(Transfer *t, CURLcode result) {
         return o;
     }
     // No final status: the transport failed before or while the request was exchanged.
+    if (t->refused > 0 && t->opened == 0) {
+        // Every address the name had was refused: a configuration error, not an outage, and
+        // waiting would not help; the message goes to the dead letters saying why.
+        o.kind = OutcomeKind::Dead;
+        o.error = std::string("address ") + t->refused_address +
+                  " is not allowed by outbox.webhook_allowed_networks";
+        if (t->refused > 1)
+            o.error +=
+                " (nor " + std::to_string(t->refused - 1) + " other address(es) of the host)";
+        return o;
+    }
     CURLcode code = result == CURLE_OK ? CURLE_GOT_NOTHING : result;
     o.kind = ClassifyCurlResult(code, RequestSent(t));
     std::string text = curl_easy_strerror(code);
@@ -842,8 +945,8 @@ void WebhookDriver::Abandon() {
                                  -1});
         Release(t);
     }
-    for (Message &m : waiting_)
-        ready_.push_back(Outcome{m.id, m.lease_token, OutcomeKind::Defer,
+    for (Waiting &w : waiting_)
+        ready_.push_back(Outcome{w.message.id, w.message.lease_token, OutcomeKind::Defer,
                                  "abandoned before the request was sent", -1});
     waiting_.clear();
 }

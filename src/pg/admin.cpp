@@ -35,15 +35,15 @@ PG_FUNCTION_INFO_V1(outbox_workers);
 using namespace outbox::pg;
 
 // outbox._destination_counters(): the counters of this database's destinations since start.
-Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
+static void ListDestinationCounters(FunctionCallInfo fcinfo) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     if (shared == nullptr)
-        return (Datum)0;
+        return;
 
     ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
-        Datum values[9];
-        bool nulls[9] = {false};
+        Datum values[10];
+        bool nulls[10] = {false};
         values[0] = CStringGetTextDatum(entry->key.name);
         values[1] = Int64GetDatum(pg_atomic_read_u64(&entry->delivered));
         values[2] = Int64GetDatum(pg_atomic_read_u64(&entry->failed));
@@ -60,20 +60,27 @@ Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
         values[7] = CStringGetTextDatum(last_error);
         nulls[7] = last_error[0] == '\0';
         values[8] = TimestampTzGetDatum(shared->stats_reset);
+        values[9] = Int64GetDatum(pg_atomic_read_u64(&entry->refused));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     });
+}
+
+Datum outbox_destination_counters(PG_FUNCTION_ARGS) {
+    CxxTry([fcinfo] { ListDestinationCounters(fcinfo); });
     return (Datum)0;
 }
 
 // outbox.workers(): one row per running worker, in every database.
-Datum outbox_workers(PG_FUNCTION_ARGS) {
+static void ListWorkers(FunctionCallInfo fcinfo) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     if (shared == nullptr)
-        return (Datum)0;
+        return;
     if (rsinfo->setDesc->natts > 17)
-        elog(ERROR, "outbox.workers() is declared with %d columns; this module fills 17",
-             rsinfo->setDesc->natts);
+        throw PgError(ERRCODE_DATATYPE_MISMATCH,
+                      "outbox.workers() is declared with " +
+                          std::to_string(rsinfo->setDesc->natts) + " columns; this module fills 17",
+                      {}, "Install the outbox module of the extension's version and restart.");
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
@@ -114,5 +121,9 @@ Datum outbox_workers(PG_FUNCTION_ARGS) {
         values[16] = Int64GetDatum(pg_atomic_read_u64(&slot->driver_restarts));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
+}
+
+Datum outbox_workers(PG_FUNCTION_ARGS) {
+    CxxTry([fcinfo] { ListWorkers(fcinfo); });
     return (Datum)0;
 }

@@ -102,7 +102,9 @@ static void LoadCache() {
                                                  : "topic";
         entry->has_topic = false;
         entry->ordered = false;
+        entry->structured = false;
         entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
+        entry->max_pending = 0;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -110,6 +112,9 @@ static void LoadCache() {
             entry->ordered = ordering && ordering->type == jbvString &&
                              ordering->val.string.len == 3 &&
                              memcmp(ordering->val.string.val, "key", 3) == 0;
+            JsonbValue *mode = getKeyJsonValueFromContainer(&jb->root, "cloudevents", 11, nullptr);
+            entry->structured = mode && mode->type == jbvString && mode->val.string.len == 10 &&
+                                memcmp(mode->val.string.val, "structured", 10) == 0;
             JsonbValue *max = entry->is_kafka ? getKeyJsonValueFromContainer(
                                                     &jb->root, "message.max.bytes", 17, nullptr)
                                               : nullptr;
@@ -121,6 +126,11 @@ static void LoadCache() {
                 entry->max_message_bytes = DatumGetInt64(
                     DirectFunctionCall1(numeric_int8, NumericGetDatum(max->val.numeric)));
             }
+            // Validated (an integer 1..kMaxPendingLimit) by the destinations check.
+            JsonbValue *cap = getKeyJsonValueFromContainer(&jb->root, "max_pending", 11, nullptr);
+            if (cap && cap->type == jbvNumeric)
+                entry->max_pending = DatumGetInt64(
+                    DirectFunctionCall1(numeric_int8, NumericGetDatum(cap->val.numeric)));
             JsonbValue *topic =
                 getKeyJsonValueFromContainer(&jb->root, topic_key, strlen(topic_key), nullptr);
             if (topic && topic->type == jbvString &&

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "outbox/config.hpp"
+#include "outbox/network_policy.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -27,6 +28,7 @@ extern "C" {
 
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/producer.hpp"
+#include "outbox/pg/settings.hpp"
 
 extern "C" {
 PGDLLEXPORT Datum outbox_destinations_check(PG_FUNCTION_ARGS);
@@ -54,6 +56,42 @@ static std::string JoinLines(const std::vector<std::string> &lines) {
     return text;
 }
 
+// A webhook URL whose host is an address (in any spelling) or localhost that
+// outbox.webhook_allowed_networks does not allow is refused now, rather than every message
+// later. (A name is resolved only when connecting: that check is the driver's.)
+static void CheckWebhookAddress(const std::string &destination, const std::string &url) {
+    std::vector<Network> allowed;
+    std::string error;
+    if (!ParseNetworkList(setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "",
+                          &allowed, &error))
+        allowed.clear();  // the setting's check hook makes this impossible
+    std::string refused;
+    std::string kind;
+    if (std::optional<IpAddress> literal = LiteralAddressOfUrl(url)) {
+        if (!AddressAllowed(*literal, allowed)) {
+            refused = "address " + FormatIpAddress(*literal);
+            kind = RestrictedKind(*literal);
+        }
+    } else if (IsLocalhostName(url)) {
+        IpAddress v4 = *ParseIpAddress("127.0.0.1"), v6 = *ParseIpAddress("::1");
+        if (!AddressAllowed(v4, allowed) && !AddressAllowed(v6, allowed)) {
+            refused = "host localhost (127.0.0.1, ::1)";
+            kind = "loopback";
+        }
+    }
+    if (refused.empty())
+        return;
+    throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
+                  "permission denied to configure " + destination + ": its URL names " + refused +
+                      ", which is not allowed by outbox.webhook_allowed_networks",
+                  "That is a " + kind +
+                      " address. Webhooks may reach loopback, unspecified, private, link-local, "
+                      "multicast, reserved and IPv4-mapped addresses only where a superuser "
+                      "allows them.",
+                  "Use the endpoint's public address or name, or ask a superuser to add its "
+                  "network to outbox.webhook_allowed_networks (postgresql.conf, then a reload).");
+}
+
 // Validates a destination's config with the same parser the worker uses, and checks that the
 // caller may use the privileged settings it adds or changes; throws a PgError for the first
 // of these that fails (privileges before validity), with every problem of that kind in it.
@@ -63,6 +101,12 @@ static std::string JoinLines(const std::vector<std::string> &lines) {
 // config, so a destination a superuser configured for Kerberos or a client certificate still
 // carries those settings when an operator changes its retry settings, and the operator did
 // not choose them. Changing or adding such a setting, or respelling it, needs the privilege.
+//
+// A webhook is also checked against the settings of the server, when it is created and when
+// the setting concerned changes (not for every alter: a setting of the server that changed
+// since is applied by the driver, see README): a given timeout_ms must fit in half of
+// outbox.lease_timeout, and a literal address (or localhost) in the URL must be allowed by
+// outbox.webhook_allowed_networks.
 static void CheckConfigOrThrow(const char *name, DestinationKind kind, const char *json,
                                const char *old_json, CallerPrivileges caller) {
     const std::string destination =
@@ -73,11 +117,12 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
     ConfigCheck check = CheckDestinationConfig(kind, json, options);
 
     std::vector<PrivilegedSetting> chosen = check.privileged;
+    ConfigCheck old;
     if (old_json != nullptr) {
         CheckOptions no_files;
         no_files.check_files = false;
-        chosen = AddedOrChangedSettings(CheckDestinationConfig(kind, old_json, no_files).privileged,
-                                        check.privileged);
+        old = CheckDestinationConfig(kind, old_json, no_files);
+        chosen = AddedOrChangedSettings(old.privileged, check.privileged);
     }
     std::vector<std::string> denied;
     bool code_denied = false;
@@ -99,6 +144,20 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
                       "permission denied to configure " + destination, JoinLines(denied), hint);
     }
 
+    if (check.ok() && kind == DestinationKind::Webhook) {
+        const WebhookConfig &webhook = check.config.webhook;
+        if (old_json == nullptr || webhook.url != old.config.webhook.url)
+            CheckWebhookAddress(destination, webhook.url);
+        bool timeout_changed = old_json == nullptr ||
+                               webhook.timeout_set != old.config.webhook.timeout_set ||
+                               webhook.timeout_ms != old.config.webhook.timeout_ms;
+        if (timeout_changed) {
+            if (auto problem = WebhookTimeoutProblem(webhook, setting_lease_timeout_ms)) {
+                check.problems.push_back(problem->first);
+                check.hints.push_back(problem->second);
+            }
+        }
+    }
     if (check.ok())
         return;
     std::string hint = check.problems.size() == 1
@@ -111,36 +170,114 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
                   JoinLines(check.problems), hint);
 }
 
-// CheckConfigOrThrow at the C++ boundary. Its errors leave the statement out of the server
-// log (errhidestmt): the statement is a create/alter_destination call whose config holds
-// secrets, and log_min_error_statement would otherwise log it whole.
-static void CheckConfig(const char *name, DestinationKind kind, const char *json,
-                        const char *old_json, CallerPrivileges caller) {
-    CaughtError error;
-    bool failed = false;
-    try {
-        CheckConfigOrThrow(name, kind, json, old_json, caller);
-    } catch (...) {
-        CaptureCurrentException(&error);
-        failed = true;
-    }
-    if (failed)
-        ereport(ERROR, (errcode(error.sqlerrcode), errmsg_internal("%s", error.message),
-                        error.detail[0] ? errdetail_internal("%s", error.detail) : 0,
-                        error.hint[0] ? errhint("%s", error.hint) : 0, errhidestmt(true)));
+// A text column of `tuple`, palloc'd (nullptr when NULL).
+static char *TextColumn(HeapTuple tuple, TupleDesc desc, const char *column) {
+    return PgTry([&]() -> char * {
+        bool isnull;
+        Datum d = heap_getattr(tuple, SPI_fnumber(desc, column), desc, &isnull);
+        return isnull ? nullptr : TextDatumGetCString(d);
+    });
 }
 
-static char *TextColumn(HeapTuple tuple, TupleDesc desc, const char *column) {
-    bool isnull;
-    Datum d = heap_getattr(tuple, SPI_fnumber(desc, column), desc, &isnull);
-    return isnull ? nullptr : TextDatumGetCString(d);
+// The jsonb column `config` of `tuple` as text, palloc'd (nullptr when NULL).
+static char *ConfigText(HeapTuple tuple, TupleDesc desc) {
+    return PgTry([&]() -> char * {
+        bool isnull;
+        Datum d = heap_getattr(tuple, SPI_fnumber(desc, "config"), desc, &isnull);
+        if (isnull)
+            return nullptr;
+        Jsonb *jb = DatumGetJsonbP(d);
+        return JsonbToCString(nullptr, &jb->root, VARSIZE(jb));
+    });
+}
+
+static const char *const kNameRule =
+    "A destination name is 1 to 63 characters of letters, digits, '_', '.' and '-', starting "
+    "with a letter or digit.";
+
+// The check trigger's work, in C++: every PostgreSQL call goes through PgTry and every error
+// is a PgError, raised by the caller's CxxTry.
+static HeapTuple CheckDestinationRow(TriggerData *td) {
+    bool is_update = TRIGGER_FIRED_BY_UPDATE(td->tg_event);
+    HeapTuple tuple = is_update ? td->tg_newtuple : td->tg_trigtuple;
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+
+    char *name = TextColumn(tuple, desc, "name");
+    if (name == nullptr)
+        throw PgError(ERRCODE_NOT_NULL_VIOLATION, "a destination needs a name", kNameRule);
+    if (!outbox::IsValidDestinationName(name))
+        throw PgError(ERRCODE_INVALID_PARAMETER_VALUE,
+                      std::string("invalid destination name \"") + name + "\"", kNameRule);
+    char *kind_text = TextColumn(tuple, desc, "kind");
+    if (kind_text == nullptr)
+        throw PgError(ERRCODE_NOT_NULL_VIOLATION,
+                      std::string("destination \"") + name + "\" needs a kind", "",
+                      "Use \"kafka\", \"webhook\", \"amqp\" or \"nats\".");
+    auto kind = outbox::ParseDestinationKind(kind_text);
+    if (!kind)
+        throw PgError(ERRCODE_INVALID_PARAMETER_VALUE,
+                      std::string("unknown destination kind \"") + kind_text + "\"", "",
+                      "Use \"kafka\", \"webhook\", \"amqp\" or \"nats\".");
+    char *old_json = nullptr;
+    if (is_update) {
+        char *old_name = TextColumn(td->tg_trigtuple, desc, "name");
+        char *old_kind = TextColumn(td->tg_trigtuple, desc, "kind");
+        if (strcmp(old_name, name) != 0)
+            throw PgError(ERRCODE_FEATURE_NOT_SUPPORTED,
+                          std::string("destination \"") + old_name + "\" cannot be renamed",
+                          "Messages refer to their destination by name.",
+                          "Create a destination with the new name instead.");
+        if (strcmp(old_kind, kind_text) != 0)
+            throw PgError(ERRCODE_FEATURE_NOT_SUPPORTED,
+                          std::string("the kind of destination \"") + name + "\" cannot be changed",
+                          "",
+                          std::string("Create a new destination of kind \"") + kind_text + "\".");
+        old_json = ConfigText(td->tg_trigtuple, desc);
+    }
+    char *json = ConfigText(tuple, desc);
+    if (json == nullptr)
+        throw PgError(ERRCODE_NOT_NULL_VIOLATION,
+                      std::string("destination \"") + name + "\" has no configuration", "",
+                      "Pass a JSON object, for example '{\"url\": \"https://...\"}'.");
+    // The role that called create/alter_destination: those are SECURITY DEFINER functions
+    // owned by a superuser, so GetUserId() is their owner here; GetOuterUserId() is the
+    // session's role (SET ROLE included), which security-definer calls do not change.
+    CallerPrivileges privileges = PgTry([] {
+        Oid caller = GetOuterUserId();
+        CallerPrivileges p;
+        p.runs_code = superuser_arg(caller);
+        p.reads_files = p.runs_code || has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES);
+        return p;
+    });
+    CheckConfigOrThrow(name, *kind, json, old_json, privileges);
+
+    // created_by_superuser: whether a superuser wrote the config as it stands. An INSERT gets
+    // what it asks for (create_destination asks for true; a restored dump brings each row's own
+    // value) only when a superuser makes it, so a restore keeps the dumped values instead of
+    // vouching for every destination. An UPDATE by anyone else clears it; a superuser's UPDATE
+    // keeps what it was (changing the retries of a destination does not vouch for the URL
+    // someone else chose). Not in a 0.1.0 schema.
+    return PgTry([&] {
+        int att = SPI_fnumber(desc, "created_by_superuser");
+        if (att <= 0)
+            return tuple;
+        bool isnull;
+        Datum asked = heap_getattr(is_update ? td->tg_trigtuple : tuple, att, desc, &isnull);
+        bool value = privileges.runs_code && !isnull && DatumGetBool(asked);
+        int cols[1] = {att};
+        Datum values[1] = {BoolGetDatum(value)};
+        bool nulls[1] = {false};
+        return heap_modify_tuple_by_cols(tuple, desc, 1, cols, values, nulls);
+    });
 }
 
 }  // namespace outbox::pg
 
 using namespace outbox::pg;
 
-// BEFORE INSERT OR UPDATE FOR EACH ROW on outbox.destinations.
+// BEFORE INSERT OR UPDATE FOR EACH ROW on outbox.destinations. Every error leaves the
+// statement out of the server log (errhidestmt): it is a create/alter_destination call or an
+// INSERT whose config may hold secrets, and log_min_error_statement would log it whole.
 Datum outbox_destinations_check(PG_FUNCTION_ARGS) {
     auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
     if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
@@ -149,77 +286,7 @@ Datum outbox_destinations_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox._destinations_check() must be a BEFORE INSERT OR UPDATE "
                                "row trigger"),
                         errhidestmt(true)));
-    bool is_update = TRIGGER_FIRED_BY_UPDATE(td->tg_event);
-    HeapTuple tuple = is_update ? td->tg_newtuple : td->tg_trigtuple;
-    TupleDesc desc = RelationGetDescr(td->tg_relation);
-
-    char *name = TextColumn(tuple, desc, "name");
-    // Every error below leaves the statement out of the server log (errhidestmt): it is a
-    // create/alter_destination call or an INSERT whose config may hold secrets.
-    if (name == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("a destination needs a name"),
-                        errdetail("A destination name is 1 to 63 characters of letters, digits, "
-                                  "'_', '.' and '-', starting with a letter or digit."),
-                        errhidestmt(true)));
-    if (!outbox::IsValidDestinationName(name))
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid destination name \"%s\"", name),
-                        errdetail("A destination name is 1 to 63 characters of letters, digits, "
-                                  "'_', '.' and '-', starting with a letter or digit."),
-                        errhidestmt(true)));
-    char *kind_text = TextColumn(tuple, desc, "kind");
-    if (kind_text == nullptr)
-        ereport(
-            ERROR,
-            (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("destination \"%s\" needs a kind", name),
-             errhint("Use \"kafka\", \"webhook\", \"amqp\" or \"nats\"."), errhidestmt(true)));
-    auto kind = outbox::ParseDestinationKind(kind_text);
-    if (!kind)
-        ereport(ERROR,
-                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                 errmsg("unknown destination kind \"%s\"", kind_text),
-                 errhint("Use \"kafka\", \"webhook\", \"amqp\" or \"nats\"."), errhidestmt(true)));
-    char *old_json = nullptr;
-    if (is_update) {
-        char *old_name = TextColumn(td->tg_trigtuple, desc, "name");
-        char *old_kind = TextColumn(td->tg_trigtuple, desc, "kind");
-        if (strcmp(old_name, name) != 0)
-            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                            errmsg("destination \"%s\" cannot be renamed", old_name),
-                            errdetail("Messages refer to their destination by name."),
-                            errhint("Create a destination with the new name instead."),
-                            errhidestmt(true)));
-        if (strcmp(old_kind, kind_text) != 0)
-            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                            errmsg("the kind of destination \"%s\" cannot be changed", name),
-                            errhint("Create a new destination of kind \"%s\".", kind_text),
-                            errhidestmt(true)));
-        bool old_isnull;
-        Datum old_config =
-            heap_getattr(td->tg_trigtuple, SPI_fnumber(desc, "config"), desc, &old_isnull);
-        if (!old_isnull) {
-            Jsonb *old_jb = DatumGetJsonbP(old_config);
-            old_json = JsonbToCString(nullptr, &old_jb->root, VARSIZE(old_jb));
-        }
-    }
-    bool isnull;
-    Datum config = heap_getattr(tuple, SPI_fnumber(desc, "config"), desc, &isnull);
-    if (isnull)
-        ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                        errmsg("destination \"%s\" has no configuration", name),
-                        errhint("Pass a JSON object, for example '{\"url\": \"https://...\"}'."),
-                        errhidestmt(true)));
-    Jsonb *jb = DatumGetJsonbP(config);
-    char *json = JsonbToCString(nullptr, &jb->root, VARSIZE(jb));
-    // The role that called create/alter_destination: those are SECURITY DEFINER functions
-    // owned by a superuser, so GetUserId() is their owner here; GetOuterUserId() is the
-    // session's role (SET ROLE included), which security-definer calls do not change.
-    Oid caller = GetOuterUserId();
-    CallerPrivileges privileges;
-    privileges.runs_code = superuser_arg(caller);
-    privileges.reads_files =
-        privileges.runs_code || has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES);
-    CheckConfig(name, *kind, json, old_json, privileges);
+    HeapTuple tuple = CxxTry([td] { return CheckDestinationRow(td); }, /*hide_statement=*/true);
     return PointerGetDatum(tuple);
 }
 

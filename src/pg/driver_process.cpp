@@ -48,6 +48,9 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
         options.config = spec.config.webhook;
         options.destination = spec.name;
         options.source = "/outbox/" + database;
+        options.lease_timeout_ms = settings.lease_timeout_ms;
+        options.allowed_networks = settings.webhook_allowed_networks;
+        options.show_response_body = spec.config_by_superuser;
         if (in_process)
             return MakeWebhookDriver(options, error);
         return process->Open("webhook", spec.name, protocol::EncodeOptions(options), error);

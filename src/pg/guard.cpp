@@ -5,12 +5,34 @@
 extern "C" {
 #include "postgres.h"
 #include "utils/elog.h"
+#include "storage/ipc.h"
 #include "utils/memutils.h"
 }
 
 #include "outbox/pg/guard.hpp"
 
 namespace outbox::pg {
+
+bool debug_bad_alloc_in_pg_try = false;
+
+void ThrowDebugFault() {
+    debug_bad_alloc_in_pg_try = false;
+    throw std::bad_alloc();
+}
+
+bool RestoreErrorStack(const ErrorStackState &at_entry, const char *where) noexcept {
+    MemoryContextSwitchTo(at_entry.memory);
+    if (PG_exception_stack == at_entry.exception_stack &&
+        error_context_stack == at_entry.context_stack)
+        return false;
+    PG_exception_stack = at_entry.exception_stack;
+    error_context_stack = at_entry.context_stack;
+    // A WARNING never jumps: safe now that the stack is sound again.
+    ereport(WARNING, (errmsg_internal("outbox: a C++ exception left PostgreSQL's error stack "
+                                      "pointing into a finished frame in %s; it was restored",
+                                      where)));
+    return true;
+}
 
 void ThrowCaughtPgError(MemoryContext context) {
     MemoryContextSwitchTo(context);
@@ -49,10 +71,17 @@ void CaptureCurrentException(CaughtError *out) noexcept {
     }
 }
 
-void RaiseCaughtError(const CaughtError *error) {
+void ExitAfterCaughtError(const char *process, const CaughtError *error) {
+    ereport(LOG, (errcode(error->sqlerrcode), errmsg("%s stopped: %s", process, error->message),
+                  error->detail[0] ? errdetail_internal("%s", error->detail) : 0));
+    proc_exit(1);
+}
+
+void RaiseCaughtError(const CaughtError *error, bool hide_statement) {
     ereport(ERROR, (errcode(error->sqlerrcode), errmsg_internal("%s", error->message),
                     error->detail[0] ? errdetail_internal("%s", error->detail) : 0,
-                    error->hint[0] ? errhint("%s", error->hint) : 0));
+                    error->hint[0] ? errhint("%s", error->hint) : 0,
+                    hide_statement ? errhidestmt(true) : 0));
     pg_unreachable();
 }
 

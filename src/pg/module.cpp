@@ -7,6 +7,7 @@ extern "C" {
 }
 
 #include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/guard.hpp"
 #include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/queue_counts.hpp"
@@ -30,12 +31,14 @@ void _PG_init(void) {
                            "start."),
                  errhint("Add outbox to shared_preload_libraries in postgresql.conf and restart "
                          "the server.")));
-    outbox::pg::DefineSettings();
-    outbox::pg::InstallSharedMemoryHooks();
-    outbox::pg::RegisterDestinationCacheCallback();
-    outbox::pg::RegisterProducerCallbacks();
-    outbox::pg::RegisterQueueCountCallbacks();
-    outbox::pg::RegisterKeyTurnCallbacks();
-    outbox::pg::InstallUtilityHook();
-    outbox::pg::RegisterLauncher();
+    outbox::pg::CxxTry([] {
+        outbox::pg::DefineSettings();
+        outbox::pg::InstallSharedMemoryHooks();
+        outbox::pg::RegisterDestinationCacheCallback();
+        outbox::pg::RegisterProducerCallbacks();
+        outbox::pg::RegisterQueueCountCallbacks();
+        outbox::pg::RegisterKeyTurnCallbacks();
+        outbox::pg::InstallUtilityHook();
+        outbox::pg::RegisterLauncher();
+    });
 }

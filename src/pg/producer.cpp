@@ -1,12 +1,15 @@
 // The producer path: the check every INSERT into outbox.messages passes, the UUIDv7 default for
 // event_id, and the wake-up of the workers when a producing transaction commits.
+#include <cstring>
 #include <ctime>
+#include <optional>
 #include <string_view>
 #include <utility>
 
 #include "outbox/config.hpp"
 #include "outbox/headers.hpp"
 #include "outbox/quote.hpp"
+#include "outbox/trace_context.hpp"
 #include "outbox/uuid7.hpp"
 
 extern "C" {
@@ -17,6 +20,7 @@ extern "C" {
 #include "catalog/dependency.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
+#include "tcop/tcopprot.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -193,11 +197,25 @@ static void CheckHeaders(Datum headers) {
     JsonbValue v;
     JsonbIteratorToken token;
     char name[kMaxHeaderNameBytes + 1] = "";
+    bool type_seen = false;
+    bool current_is_type = false;
     while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
         if (token == WJB_KEY) {
             std::string_view n(v.val.string.val, v.val.string.len);
             bool valid = IsValidHeaderName(n);
-            bool reserved = valid && IsReservedHeaderName(n);
+            // ce_type (or ce-type) is the producer's CloudEvents type: sent as the transport's
+            // type attribute instead of the topic.
+            bool is_type = valid && outbox::IsCloudEventTypeHeader(n);
+            bool reserved = valid && !is_type && IsReservedHeaderName(n);
+            if (is_type && type_seen)
+                ereport(ERROR,
+                        (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                         errmsg("outbox message sets the CloudEvents type twice"),
+                         errdetail("Headers \"ce_type\" and \"ce-type\" (in any case) both set "
+                                   "the type."),
+                         errhint("Keep one of them.")));
+            type_seen = type_seen || is_type;
+            current_is_type = is_type;
             char shown[outbox::kQuotedBufferSize] = "";
             if (!valid || reserved)
                 outbox::QuoteText(n, shown);
@@ -227,8 +245,146 @@ static void CheckHeaders(Datum headers) {
                                 errdetail("A header value is at most %zu bytes of UTF-8 without "
                                           "control characters (tab allowed).",
                                           kMaxHeaderValueBytes)));
+            if (current_is_type && v.val.string.len == 0)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("outbox message header \"%s\" is empty", name),
+                                errdetail("A CloudEvents type is a non-empty string."),
+                                errhint("Leave the header out to use the topic as the type.")));
         }
     }
+}
+
+// Room for a traceparent (55 characters in version 00; later versions may be longer) and a
+// tracestate (at most 512), each with its terminator.
+constexpr size_t kTraceparentBuffer = 257;
+constexpr size_t kTracestateBuffer = 513;
+
+// The traceparent and tracestate of the statement's SQLCommenter comment, copied into the
+// buffers; false when there is none (or too long to be valid). C++ that never ereports.
+static bool CommentTraceContext(const char *statement, char (&traceparent)[kTraceparentBuffer],
+                                char (&tracestate)[kTracestateBuffer]) noexcept {
+    try {
+        std::optional<outbox::SqlCommenterTrace> t = outbox::FindSqlCommenterTrace(statement);
+        if (!t || t->traceparent.size() >= kTraceparentBuffer ||
+            t->tracestate.size() >= kTracestateBuffer)
+            return false;
+        memcpy(traceparent, t->traceparent.c_str(), t->traceparent.size() + 1);
+        memcpy(tracestate, t->tracestate.c_str(), t->tracestate.size() + 1);
+        return true;
+    } catch (...) {
+        return false;  // out of memory: the message goes without the comment's context
+    }
+}
+
+// Whether the headers object has a header called `lower` (compared case-insensitively).
+static bool HasHeader(Datum headers, const char *lower) {
+    Jsonb *jb = DatumGetJsonbP(headers);
+    JsonbIterator *it = JsonbIteratorInit(&jb->root);
+    JsonbValue v;
+    JsonbIteratorToken token;
+    size_t len = strlen(lower);
+    while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+        if (token == WJB_KEY && size_t(v.val.string.len) == len &&
+            pg_strncasecmp(v.val.string.val, lower, len) == 0)
+            return true;
+    return false;
+}
+
+// Statement whose malformed trace context was already warned about (one WARNING per
+// statement, not one per row).
+static TimestampTz trace_warned_statement = 0;
+
+static void WarnTraceContext(const char *what, const char *where, const char *value,
+                             const char *grammar) {
+    if (trace_warned_statement == GetCurrentStatementStartTimestamp())
+        return;
+    trace_warned_statement = GetCurrentStatementStartTimestamp();
+    char shown[outbox::kQuotedBufferSize];
+    outbox::QuoteText(value, shown);
+    ereport(WARNING,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("outbox ignores the malformed %s %s from %s", what, shown, where),
+             errdetail("The message is queued without it. %s", grammar),
+             errhint("Fix what sets %s; or pass the header \"%s\" yourself.", where, what)));
+}
+
+// The producer's trace context, captured at INSERT (OpenTelemetry: a message carries its
+// creation context): when the producer passed no traceparent header, outbox.traceparent (with
+// outbox.tracestate), else the statement's SQLCommenter comment. Returns the headers to store,
+// or 0 when they stay as they are. Never refuses the row: a malformed value is a WARNING.
+static Datum CaptureTraceContext(Datum headers, bool has_headers) {
+    if (has_headers && HasHeader(headers, "traceparent"))
+        return Datum(0);
+    char comment_parent[kTraceparentBuffer];
+    char comment_state[kTracestateBuffer];
+    const char *traceparent = setting_traceparent;
+    const char *tracestate = setting_tracestate;
+    const char *where = "outbox.traceparent";
+    const char *state_where = "outbox.tracestate";
+    if (traceparent == nullptr || traceparent[0] == '\0') {
+        // Parsed once per statement, not once per row of a large multi-row INSERT.
+        static TimestampTz parsed_statement = 0;
+        static const char *parsed_query = nullptr;
+        static bool parsed_found = false;
+        static char parsed_parent[kTraceparentBuffer];
+        static char parsed_state[kTracestateBuffer];
+        if (debug_query_string == nullptr)
+            return Datum(0);
+        if (parsed_statement != GetCurrentStatementStartTimestamp() ||
+            parsed_query != debug_query_string) {
+            parsed_found = CommentTraceContext(debug_query_string, parsed_parent, parsed_state);
+            parsed_statement = GetCurrentStatementStartTimestamp();
+            parsed_query = debug_query_string;
+        }
+        if (!parsed_found)
+            return Datum(0);
+        memcpy(comment_parent, parsed_parent, sizeof comment_parent);
+        memcpy(comment_state, parsed_state, sizeof comment_state);
+        traceparent = comment_parent;
+        tracestate = comment_state;
+        where = state_where = "the statement's SQLCommenter comment";
+    }
+    if (!outbox::IsValidTraceparent(traceparent)) {
+        WarnTraceContext("traceparent", where, traceparent,
+                         "A traceparent is 00-<32 hex trace id>-<16 hex parent id>-<2 hex "
+                         "flags>, lower case, ids not all zero (W3C Trace Context).");
+        return Datum(0);
+    }
+    if (tracestate != nullptr && tracestate[0] != '\0' &&
+        (!outbox::IsValidTracestate(tracestate) ||
+         (has_headers && HasHeader(headers, "tracestate")))) {
+        if (!outbox::IsValidTracestate(tracestate))
+            WarnTraceContext("tracestate", state_where, tracestate,
+                             "A tracestate is up to 32 comma-separated key=value members, keys "
+                             "in lower case (W3C Trace Context); the traceparent is kept.");
+        tracestate = nullptr;
+    }
+    JsonbParseState *state = nullptr;
+    JsonbValue *result = pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+    if (has_headers) {
+        Jsonb *jb = DatumGetJsonbP(headers);
+        JsonbIterator *it = JsonbIteratorInit(&jb->root);
+        JsonbValue v;
+        JsonbIteratorToken token;
+        while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+            if (token == WJB_KEY || token == WJB_VALUE)
+                pushJsonbValue(&state, token, &v);
+    }
+    auto push_string = [&state](JsonbIteratorToken token, const char *text) {
+        JsonbValue v;
+        v.type = jbvString;
+        v.val.string.val = const_cast<char *>(text);
+        v.val.string.len = int(strlen(text));
+        pushJsonbValue(&state, token, &v);
+    };
+    push_string(WJB_KEY, "traceparent");
+    push_string(WJB_VALUE, traceparent);
+    if (tracestate != nullptr && tracestate[0] != '\0') {
+        push_string(WJB_KEY, "tracestate");
+        push_string(WJB_VALUE, tracestate);
+    }
+    result = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+    return JsonbPGetDatum(JsonbValueToJsonb(result));
 }
 
 // Columns the relay owns must not be set by a producer (a row that carries its own id keeps
@@ -407,13 +563,24 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox message has both payload and payload_bytes"),
                         errhint("Set exactly one: payload for JSON, payload_bytes for binary "
                                 "formats.")));
-    if (!has_json && !has_bytes)
+    // Neither: a Kafka tombstone (a null value deletes the key from a compacted topic), which
+    // only a Kafka destination can send and only for a key.
+    if (!has_json && !has_bytes && !(dest.is_kafka && !heap_attisnull(tuple, c.key, desc))) {
+        if (dest.is_kafka)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
+                     errdetail("A message to a Kafka destination without payload and "
+                               "payload_bytes is a tombstone, and a tombstone needs a key."),
+                     errhint("Set payload (jsonb) or payload_bytes (bytea), or set key to "
+                             "send a tombstone for that key.")));
         ereport(ERROR,
                 (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
                  errhint("Set payload (jsonb) or payload_bytes (bytea).")));
+    }
     int64 limit = setting_max_payload_bytes;
-    int64 size = has_json ? DeliveredJsonSize(payload)
-                          : int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ;
+    int64 size = has_json    ? DeliveredJsonSize(payload)
+                 : has_bytes ? int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ
+                             : 0;
     if (size > limit)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                         errmsg("outbox message payload is %lld bytes, over "
@@ -426,6 +593,7 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     bool has_headers = !isnull;
     if (has_headers)
         CheckHeaders(headers);
+    Datum traced_headers = CaptureTraceContext(headers, has_headers);
 
     Datum key = heap_getattr(tuple, c.key, desc, &isnull);
     bool has_key = !isnull;
@@ -437,7 +605,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     // A Kafka destination sends at most message.max.bytes per record (librdkafka refuses more):
     // a message that cannot fit is refused now, not dead-lettered later.
     if (dest.max_message_bytes > 0) {
-        int64 record = size + kKafkaRelayOverheadBytes +
+        // Structured mode sends payload_bytes as base64 inside the event.
+        int64 value = dest.structured && has_bytes ? (size + 2) / 3 * 4 : size;
+        int64 record = value + kKafkaRelayOverheadBytes +
                        (has_key ? int64(toast_raw_datum_size(key)) - VARHDRSZ : 0) +
                        (has_headers ? int64(toast_raw_datum_size(headers)) - VARHDRSZ : 0);
         if (record > dest.max_message_bytes)
@@ -458,10 +628,14 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
     // created_at, and the order key of an ordered message.
-    int replace_cols[5];
-    Datum replace_values[5];
-    bool replace_nulls[5] = {};
+    int replace_cols[6];
+    Datum replace_values[6];
+    bool replace_nulls[6] = {};
     int nreplace = 0;
+    if (traced_headers != Datum(0)) {
+        replace_cols[nreplace] = c.headers;
+        replace_values[nreplace++] = traced_headers;
+    }
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
     // Kafka needs a topic and NATS a subject: the message's, else the destination's default.
@@ -532,6 +706,10 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox message expires_at is not after available_at"),
                         errdetail("The message would expire before it could be delivered."),
                         errhint("Leave expires_at NULL for messages that never expire.")));
+
+    // Back-pressure, after the checks of the row itself: a refused row takes no lock and no
+    // number, and a row refused for another reason reserves no room.
+    ReserveQueueRow(RelationGetRelid(rel), dest.name, dest.max_pending, setting_max_pending);
 
     // Last, after every check: a refused row takes no lock and no number. An ordered message is
     // numbered only once it has its key's turn, so ids follow commit order within a key.

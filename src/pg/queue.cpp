@@ -264,7 +264,11 @@ const char *const kBurySql =
     " RETURNING reason = 'expired', id";
 
 const char *const kLoadSql =
-    "SELECT name, kind, config::text, paused FROM outbox.destinations ORDER BY name";
+    // created_by_superuser through to_jsonb: the column is new in 0.2.0, and a worker of this
+    // library may meet a 0.1.0 schema until ALTER EXTENSION UPDATE (then: false).
+    "SELECT d.name, d.kind, d.config::text, d.paused,"
+    "       coalesce((to_jsonb(d) ->> 'created_by_superuser')::boolean, false)"
+    "  FROM outbox.destinations AS d ORDER BY d.name";
 
 // Plans survive across transactions (SPI_keepplan); a plan whose tables were dropped and
 // created again is re-analysed by the plan cache on its next use.
@@ -773,7 +777,7 @@ std::vector<DestinationSpec> LoadDestinations() {
     due_hints.clear();  // a destination changed: its queue may have too (its ordering)
     struct Row {
         const char *name, *kind, *config;
-        bool paused;
+        bool paused, by_superuser;
     };
     uint64 n = 0;
     Row *rows = PgTry([&n] {
@@ -793,6 +797,7 @@ std::vector<DestinationSpec> LoadDestinations() {
             out[i].kind = SPI_getvalue(t, desc, 2);
             out[i].config = SPI_getvalue(t, desc, 3);
             out[i].paused = DatumGetBool(heap_getattr(t, 4, desc, &isnull));
+            out[i].by_superuser = DatumGetBool(heap_getattr(t, 5, desc, &isnull)) && !isnull;
         }
         return out;
     });
@@ -802,6 +807,7 @@ std::vector<DestinationSpec> LoadDestinations() {
         spec.name = rows[i].name;
         spec.config_json = rows[i].config;
         spec.paused = rows[i].paused;
+        spec.config_by_superuser = rows[i].by_superuser;
         auto kind = ParseDestinationKind(rows[i].kind);
         if (!kind) {
             spec.config_error = std::string("unknown kind \"") + rows[i].kind + "\"";
@@ -837,6 +843,7 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
         if (r.payload)
             m.payload.assign(r.payload, r.payload_len);
         m.payload_is_json = r.payload_is_json;
+        m.tombstone = r.payload == nullptr;  // neither payload column: a Kafka tombstone
         for (int h = 0; h < r.nheaders; h++)
             m.headers.emplace_back(std::string(r.header_names[h], r.header_name_lens[h]),
                                    std::string(r.header_values[h], r.header_value_lens[h]));

@@ -6,6 +6,8 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -48,6 +50,10 @@ struct Delta {
     int level;
     char destination[NAMEDATALEN];
     int64 queued, produced, removed;
+    // Rows reserved against the destination's max_pending (in `counters`) and against
+    // outbox.max_pending (in the database's entry); released at the end of the (sub)transaction.
+    int64 reserved_destination, reserved_database;
+    DestinationCounters *counters;  // nullptr until a reservation needs it
 };
 Delta *deltas = nullptr;
 int ndeltas = 0, max_deltas = 0;
@@ -63,6 +69,9 @@ CountedDatabase *CountsOf(Oid database, bool create) {
         if (c.database == InvalidOid) {
             c.database = database;
             c.valid = false;
+            SpinLockAcquire(&c.mutex);
+            c.queued = c.reserved = 0;
+            SpinLockRelease(&c.mutex);
             return &c;
         }
     return nullptr;
@@ -102,15 +111,62 @@ void SetBase(DestinationCounters *c) {
     c->base_expired = pg_atomic_read_u64(&c->expired);
 }
 
+// The entry of this database in shared->counted, created if need be (nullptr: table full).
+CountedDatabase *DatabaseEntry() {
+    LWLockAcquire(shared->lock, LW_SHARED);
+    CountedDatabase *c = CountsOf(MyDatabaseId, false);
+    LWLockRelease(shared->lock);
+    if (c)
+        return c;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    c = CountsOf(MyDatabaseId, true);
+    LWLockRelease(shared->lock);
+    return c;
+}
+
+// Gives back the reservations of deltas[from..to) (their rows are committed, gone, or belong
+// to a prepared transaction now), raising the kept sizes by what they queued when `apply`.
+void Settle(int from, int to, bool apply) {
+    int64 database_queued = 0, database_reserved = 0;
+    for (int i = from; i < to; i++) {
+        const Delta &d = deltas[i];
+        database_reserved += d.reserved_database;
+        if (apply)
+            database_queued += d.queued;
+        DestinationCounters *c = d.counters;
+        if (c == nullptr && (apply && d.queued != 0))
+            c = GetDestinationCounters(MyDatabaseId, d.destination);
+        if (c == nullptr)
+            continue;
+        SpinLockAcquire(&c->mutex);
+        if (apply)
+            c->queued += d.queued;
+        c->reserved -= d.reserved_destination;
+        SpinLockRelease(&c->mutex);
+    }
+    if (database_queued == 0 && database_reserved == 0)
+        return;
+    CountedDatabase *db = DatabaseEntry();
+    if (db == nullptr)
+        return;
+    SpinLockAcquire(&db->mutex);
+    db->queued += database_queued;
+    db->reserved -= database_reserved;
+    SpinLockRelease(&db->mutex);
+}
+
 // Applies the committed deltas; runs while the transaction still holds its lock on
-// outbox.messages, so it cannot interleave with taking the counts.
+// outbox.messages, so it cannot interleave with taking the counts. A destination's size and
+// its reservations change in one critical section: whoever checks max_pending sees this
+// transaction's rows either as reserved or as queued, never as neither.
 void ApplyDeltas() {
     if (invalidate_at_commit)
         SetCountsValid(MyDatabaseId, false);
     bool valid = CountsValid(MyDatabaseId);
     for (int i = 0; i < ndeltas; i++) {
         const Delta &d = deltas[i];
-        DestinationCounters *c = GetDestinationCounters(MyDatabaseId, d.destination);
+        DestinationCounters *c =
+            d.counters ? d.counters : GetDestinationCounters(MyDatabaseId, d.destination);
         if (c == nullptr) {
             SetCountsValid(MyDatabaseId, false);  // table full: count again when asked
             continue;
@@ -119,12 +175,9 @@ void ApplyDeltas() {
             pg_atomic_fetch_add_u64(&c->produced, d.produced);
         if (d.removed)
             pg_atomic_fetch_add_u64(&c->removed, d.removed);
-        if (!valid)
-            continue;
-        SpinLockAcquire(&c->mutex);
-        c->queued += d.queued;
-        SpinLockRelease(&c->mutex);
+        deltas[i].counters = c;
     }
+    Settle(0, ndeltas, valid);
 }
 
 void Forget() {
@@ -145,10 +198,12 @@ void OnTransaction(XactEvent event, void *) {
             // rows).
             if (ndeltas > 0 || invalidate_at_commit)
                 SetCountsValid(MyDatabaseId, false);
+            Settle(0, ndeltas, false);
             Forget();
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PARALLEL_ABORT:
+            Settle(0, ndeltas, false);
             Forget();
             break;
         default:
@@ -160,9 +215,12 @@ void OnSubtransaction(SubXactEvent event, SubTransactionId, SubTransactionId, vo
     int level = GetCurrentTransactionNestLevel();
     if (event == SUBXACT_EVENT_ABORT_SUB) {
         int kept = 0;
-        for (int i = 0; i < ndeltas; i++)
+        for (int i = 0; i < ndeltas; i++) {
             if (deltas[i].level < level)
                 deltas[kept++] = deltas[i];
+            else
+                Settle(i, i + 1, false);
+        }
         ndeltas = kept;
     } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
         for (int i = 0; i < ndeltas; i++)
@@ -176,11 +234,11 @@ void OnSubtransaction(SubXactEvent event, SubTransactionId, SubTransactionId, vo
 // the table open longer makes stats() count rows this time instead. The rows are counted in
 // a snapshot taken once the lock is held: the statement's own snapshot predates the wait, and
 // a writer that committed meanwhile (its deltas already applied) would be counted twice.
-bool TakeCounts(Oid relid) {
+bool TakeCounts(Oid relid, int tries = 100) {
     bool locked = false;
-    for (int i = 0; i < 100 && !locked; i++) {
+    for (int i = 0; i < tries && !locked; i++) {
         locked = ConditionalLockRelationOid(relid, ShareLock);
-        if (!locked) {
+        if (!locked && i + 1 < tries) {
             CHECK_FOR_INTERRUPTS();
             pg_usleep(10 * 1000L);
         }
@@ -200,6 +258,7 @@ bool TakeCounts(Oid relid) {
         SetBase(entry);
         SpinLockRelease(&entry->mutex);
     });
+    int64 total = 0;
     for (uint64 i = 0; i < SPI_processed; i++) {
         HeapTuple t = SPI_tuptable->vals[i];
         TupleDesc desc = SPI_tuptable->tupdesc;
@@ -207,13 +266,24 @@ bool TakeCounts(Oid relid) {
         char *name = SPI_getvalue(t, desc, 1);
         int64 queued = DatumGetInt64(heap_getattr(t, 2, desc, &isnull));
         DestinationCounters *c = GetDestinationCounters(MyDatabaseId, name);
-        if (c == nullptr)
+        if (c == nullptr) {
+            UnlockRelationOid(relid, ShareLock);
             return false;  // more destinations than tracked: count every time
+        }
         SpinLockAcquire(&c->mutex);
         c->queued = c->initial = queued;
         SetBase(c);
         SpinLockRelease(&c->mutex);
+        total += queued;
     }
+    CountedDatabase *db = DatabaseEntry();
+    if (db == nullptr) {
+        UnlockRelationOid(relid, ShareLock);
+        return false;
+    }
+    SpinLockAcquire(&db->mutex);
+    db->queued = total;
+    SpinLockRelease(&db->mutex);
     SetCountsValid(MyDatabaseId, true, relid);
     // Not kept to the end of the caller's transaction (an open transaction that called stats()
     // would hold every producer): from now on every writer's commit applies its own deltas.
@@ -228,16 +298,13 @@ void RegisterQueueCountCallbacks() {
     RegisterSubXactCallback(OnSubtransaction, nullptr);
 }
 
-void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed) {
+// This transaction's delta for `destination` at the current subtransaction level.
+static Delta &DeltaFor(const char *destination) {
     int level = GetCurrentTransactionNestLevel();
     for (int i = 0; i < ndeltas; i++) {
         Delta &d = deltas[i];
-        if (d.level == level && strcmp(d.destination, destination) == 0) {
-            d.queued += queued;
-            d.produced += produced;
-            d.removed += removed;
-            return;
-        }
+        if (d.level == level && strcmp(d.destination, destination) == 0)
+            return d;
     }
     if (ndeltas == max_deltas) {
         int grown = max_deltas ? max_deltas * 2 : 8;
@@ -247,11 +314,135 @@ void CountQueueChange(const char *destination, int64 queued, int64 produced, int
         max_deltas = grown;
     }
     Delta &d = deltas[ndeltas++];
+    memset(&d, 0, sizeof d);
     d.level = level;
     strlcpy(d.destination, destination, sizeof d.destination);
-    d.queued = queued;
-    d.produced = produced;
-    d.removed = removed;
+    return d;
+}
+
+void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed) {
+    Delta &d = DeltaFor(destination);
+    d.queued += queued;
+    d.produced += produced;
+    d.removed += removed;
+}
+
+// The committed rows of `destination` (nullptr: of every destination) in a fresh snapshot: the
+// size when the kept counts are not valid.
+static int64 CountRows(const char *destination) {
+    if (SPI_connect() != SPI_OK_CONNECT)
+        elog(ERROR, "outbox: SPI_connect failed");
+    PushActiveSnapshot(GetLatestSnapshot());
+    int rc;
+    if (destination) {
+        Oid types[1] = {TEXTOID};
+        Datum values[1] = {CStringGetTextDatum(destination)};
+        rc = SPI_execute_with_args("SELECT count(*) FROM outbox.messages WHERE destination = $1", 1,
+                                   types, values, nullptr, true, 0);
+    } else {
+        rc = SPI_execute("SELECT count(*) FROM outbox.messages", true, 0);
+    }
+    PopActiveSnapshot();
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "outbox: counting the queue failed");
+    bool isnull;
+    int64 n = DatumGetInt64(heap_getattr(SPI_tuptable->vals[0], 1, SPI_tuptable->tupdesc, &isnull));
+    SPI_finish();
+    return n;
+}
+
+// Reserves one row under a cap: succeeds (and counts the row in `*reserved`) when the committed
+// size plus every reservation, this one included, is within `cap`; otherwise sets `*depth` to
+// what was found besides this row. While `valid`, the kept size and the reservations are read in
+// one critical section. Otherwise the row is reserved first, the reservations read in the same
+// step, and the committed rows counted after (`count_rows`): a transaction gives its reservation
+// back only after its commit is visible, so every producer is seen either as reserved or as
+// committed, and of two that check at once the later one sees the other. Producers never wait
+// for each other's transactions, only for the spinlock.
+template <typename CountFn>
+static bool Reserve(slock_t *mutex, int64 *queued, int64 *reserved, bool valid, int64 cap,
+                    CountFn count_rows, int64 *depth) {
+    SpinLockAcquire(mutex);
+    int64 held = ++(*reserved);
+    int64 total = valid ? *queued + held : 0;
+    if (valid && total > cap)
+        (*reserved)--;
+    SpinLockRelease(mutex);
+    if (!valid) {
+        total = count_rows() + held;
+        if (total > cap) {
+            SpinLockAcquire(mutex);
+            (*reserved)--;
+            SpinLockRelease(mutex);
+        }
+    }
+    *depth = total - 1;
+    return total <= cap;
+}
+
+void ReserveQueueRow(Oid messages, const char *destination, int64 destination_cap,
+                     int64 database_cap) {
+    if (destination_cap <= 0 && database_cap <= 0)
+        return;
+    bool valid = CountsValid(MyDatabaseId, messages);
+    // The first capped insert after the counts were lost takes them, if no writer is in the
+    // way right now (and this transaction wrote nothing yet: its rows would be counted twice).
+    if (!valid && ndeltas == 0) {
+        if (SPI_connect() != SPI_OK_CONNECT)
+            elog(ERROR, "outbox: SPI_connect failed");
+        valid = TakeCounts(messages, 1);
+        SPI_finish();
+    }
+    Delta &d = DeltaFor(destination);
+    if (destination_cap > 0 && d.counters == nullptr)
+        d.counters = GetDestinationCounters(MyDatabaseId, destination);
+    int64 depth = 0;
+    if (destination_cap > 0 && d.counters != nullptr) {
+        DestinationCounters *c = d.counters;
+        if (!Reserve(
+                &c->mutex, &c->queued, &c->reserved, valid, destination_cap,
+                [destination] { return CountRows(destination); }, &depth)) {
+            pg_atomic_fetch_add_u64(&c->refused, 1);
+            ereport(ERROR,
+                    (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+                     errmsg("outbox destination \"%s\" is full: %lld messages pending, "
+                            "max_pending is %lld",
+                            destination, (long long)depth, (long long)destination_cap),
+                     errdetail("Pending counts the messages not yet delivered or dead-lettered, "
+                               "those of transactions in progress included; this row was not "
+                               "queued."),
+                     errhint("Retry when the destination has caught up (outbox.stats() shows "
+                             "it), or raise its cap: SELECT outbox.alter_destination('%s', "
+                             "'{\"max_pending\": ...}');",
+                             destination)));
+        }
+        d.reserved_destination++;
+    }
+    if (database_cap > 0) {
+        CountedDatabase *db = DatabaseEntry();
+        if (db != nullptr && !Reserve(
+                                 &db->mutex, &db->queued, &db->reserved, valid, database_cap,
+                                 [] { return CountRows(nullptr); }, &depth)) {
+            if (d.counters == nullptr)
+                d.counters = GetDestinationCounters(MyDatabaseId, destination);
+            if (d.counters)
+                pg_atomic_fetch_add_u64(&d.counters->refused, 1);
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+                 errmsg("outbox queue of database \"%s\" is full: %lld messages pending, "
+                        "outbox.max_pending is %lld",
+                        get_database_name(MyDatabaseId), (long long)depth, (long long)database_cap),
+                 errdetail("The cap is for all destinations together, messages of "
+                           "transactions in progress included; this row (for destination "
+                           "\"%s\") was not queued.",
+                           destination),
+                 errhint("Retry when the destinations have caught up (outbox.stats() shows "
+                         "them), or have a superuser raise outbox.max_pending.")));
+        }
+        if (db != nullptr)
+            d.reserved_database++;
+    }
 }
 
 }  // namespace outbox::pg
@@ -322,7 +513,7 @@ Datum outbox_messages_inserted(PG_FUNCTION_ARGS) {
     if (n > 0)
         CountQueueChange(run, n, n, 0);
     ExecDropSingleTupleTableSlot(slot);
-    return PointerGetDatum(nullptr);
+    return PointerGetDatum(NULL);
 }
 
 // outbox._queue_counts(): queued, produced, removed and the starting size of each

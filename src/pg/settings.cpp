@@ -1,5 +1,9 @@
 // The outbox.* settings (GUCs) of design §1.
 #include <climits>
+#include <string>
+#include <vector>
+
+#include "outbox/network_policy.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -7,6 +11,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "outbox/pg/guard.hpp"
 #include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
@@ -25,7 +30,12 @@ int setting_poison_after = 3;
 int setting_driver_memory_limit_mb = 1024;
 char *setting_debug_driver_fault = nullptr;
 bool setting_debug_drivers_in_process = false;
+int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
+char *setting_debug_fault = nullptr;
+char *setting_webhook_allowed_networks = nullptr;
+char *setting_traceparent = nullptr;
+char *setting_tracestate = nullptr;
 bool setting_drop_nonempty = false;
 int setting_debug_pause_ms = 0;
 
@@ -53,6 +63,33 @@ static bool CheckDriverMemoryLimit(int *newval, void **, GucSource) {
         return false;
     }
     return true;
+}
+
+// outbox.webhook_allowed_networks must be a list of networks (network_policy.hpp).
+static bool CheckAllowedNetworks(char **newval, void **, GucSource) {
+    std::vector<outbox::Network> networks;
+    std::string error;
+    bool ok = false;
+    try {
+        ok = outbox::ParseNetworkList(*newval, &networks, &error);
+    } catch (...) {
+        error = "out of memory";
+    }
+    if (!ok)
+        GUC_check_errdetail("%s.", error.c_str());
+    return ok;
+}
+
+// outbox.debug_fault: arms the one-shot fault of this process (see guard.hpp).
+static bool CheckDebugFault(char **newval, void **, GucSource) {
+    if (**newval == '\0' || strcmp(*newval, "bad_alloc_in_pg_try") == 0)
+        return true;
+    GUC_check_errdetail("outbox.debug_fault is empty or \"bad_alloc_in_pg_try\".");
+    return false;
+}
+
+static void AssignDebugFault(const char *newval, void *) {
+    debug_bad_alloc_in_pg_try = strcmp(newval, "bad_alloc_in_pg_try") == 0;
 }
 
 void DefineSettings() {
@@ -97,6 +134,11 @@ void DefineSettings() {
         &setting_max_payload_bytes, 1024 * 1024, 1, 1024 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
         nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
+        "outbox.max_pending", "Most messages the queue of a database may hold.",
+        "All destinations together: an INSERT beyond it is refused (SQLSTATE 53400). 0: no cap. "
+        "Set it per database with ALTER DATABASE ... SET outbox.max_pending.",
+        &setting_max_pending, 0, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
         "outbox.retention", "How long delivered messages are kept in outbox.archive.",
         "0 deletes them when delivered. Older archived rows are swept by the workers in "
         "bounded batches; dead letters are never swept.",
@@ -122,12 +164,31 @@ void DefineSettings() {
                              "A crash of librdkafka or libcurl then restarts the whole server.",
                              &setting_debug_drivers_in_process, false, PGC_SUSET,
                              GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "outbox.webhook_allowed_networks",
+        "Networks of loopback, private, link-local and other internal addresses webhooks may "
+        "connect to.",
+        "A comma-separated list of CIDR networks, e.g. '127.0.0.0/8, ::1'. Public addresses are "
+        "always allowed; internal ones only when listed. Checked for every address a connection "
+        "uses.",
+        &setting_webhook_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
+        CheckAllowedNetworks, nullptr, nullptr);
     DefineCustomBoolVariable(
         "outbox.drop_nonempty",
         "Lets DROP EXTENSION outbox delete queued messages and dead letters.",
         "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
         "table has rows.",
         &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    // Not checked here: a bad value must not fail the application's SET LOCAL (or its
+    // transaction); the INSERT that would use it warns and goes on without it.
+    DefineCustomStringVariable(
+        "outbox.traceparent",
+        "W3C traceparent stored with the messages this session inserts without one.",
+        "Typically SET LOCAL once per transaction from the application's current span.",
+        &setting_traceparent, "", PGC_USERSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "outbox.tracestate", "W3C tracestate stored with outbox.traceparent.", nullptr,
+        &setting_tracestate, "", PGC_USERSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
@@ -135,6 +196,9 @@ void DefineSettings() {
                             &setting_debug_pause_ms, 0, 0, 600 * 1000, PGC_SIGHUP,
                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);
+    DefineCustomStringVariable(
+        "outbox.debug_fault", "Fault injection for tests only.", nullptr, &setting_debug_fault, "",
+        PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, CheckDebugFault, AssignDebugFault, nullptr);
     MarkGUCPrefixReserved("outbox");
 }
 

@@ -89,6 +89,8 @@ static void InitSharedMemory() {
     shared->lock = &locks[0].lock;
     shared->stats_reset = GetCurrentTimestamp();
     shared->num_slots = NumSlots();
+    for (CountedDatabase &c : shared->counted)
+        SpinLockInit(&c.mutex);
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         SpinLockInit(&slot->mutex);
@@ -142,9 +144,9 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
     if (entry && !found) {
         for (pg_atomic_uint64 *c :
              {&entry->delivered, &entry->failed, &entry->dead, &entry->expired, &entry->deferred,
-              &entry->produced, &entry->removed})
+              &entry->produced, &entry->removed, &entry->refused})
             pg_atomic_init_u64(c, 0);
-        entry->queued = entry->initial = 0;
+        entry->queued = entry->initial = entry->reserved = 0;
         SpinLockInit(&entry->mutex);
         entry->last_success_at = 0;
         entry->last_error[0] = '\0';
@@ -220,6 +222,14 @@ void ReleaseDatabase(Oid database) {
     for (HeldDatabase &h : shared->held)
         if (h.database == database)
             h.database = InvalidOid;
+    LWLockRelease(shared->lock);
+    WakeLauncher();
+}
+
+void WakeLauncher() {
+    if (shared == nullptr)
+        return;
+    LWLockAcquire(shared->lock, LW_SHARED);
     pid_t launcher = shared->launcher_pid;
     int procno = shared->launcher_pgprocno;
     LWLockRelease(shared->lock);

@@ -119,6 +119,8 @@ DispatchSettings CurrentSettings() {
     s.retry_base_ms = setting_retry_base_ms;
     s.retry_max_ms = setting_retry_max_ms;
     s.driver_build = setting_debug_drivers_in_process ? 1 : 0;
+    s.webhook_allowed_networks =
+        setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "";
     return s;
 }
 
@@ -174,7 +176,7 @@ class Worker {
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
-    uint64_t wait_built_ = 0;  // DriversBuilt() when wait_set_ was made
+    uint64_t wait_drivers_built_ = 0;  // Dispatcher::DriversBuilt() when wait_set_ was built
 };
 
 Worker *the_worker = nullptr;  // for the exit callback
@@ -626,7 +628,9 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
 
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     std::vector<int> fds = dispatcher_->WaitFds();
-    if (wait_set_ == nullptr || fds != wait_fds_ || dispatcher_->DriversBuilt() != wait_built_) {
+    // Same numbers are not the same fds: a rebuilt driver's fd may reuse a closed one's number.
+    if (wait_set_ == nullptr || fds != wait_fds_ ||
+        dispatcher_->DriversBuilt() != wait_drivers_built_) {
         if (wait_set_)
             FreeWaitEventSet(wait_set_);
         wait_set_ = CreateSessionWaitEventSet(int(fds.size()) + 2);
@@ -635,7 +639,7 @@ void Worker::Wait(int64 timeout_ms, bool *latch_set) {
         for (int fd : fds)
             AddWaitEventToSet(wait_set_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
         wait_fds_ = fds;
-        wait_built_ = dispatcher_->DriversBuilt();
+        wait_drivers_built_ = dispatcher_->DriversBuilt();
     }
     WaitEvent events[8];
     int n =
@@ -672,6 +676,7 @@ void Worker::Run() {
         bool more = false;
         CaughtError error;
         bool failed = false;
+        ErrorStackState entry = SaveErrorStack();
         try {
             more = Turn(latch_set || poll_due || woken_, poll_due);
             woken_ = false;
@@ -680,6 +685,8 @@ void Worker::Run() {
             CaptureCurrentException(&error);
             failed = true;
         }
+        if (failed)
+            RestoreErrorStack(entry, "the outbox worker");
         MemoryContextSwitchTo(turn_context_);
         MemoryContextReset(turn_context_);
 
@@ -819,6 +826,7 @@ void outbox_worker_main(Datum arg) {
 
     CaughtError error;
     bool failed = false;
+    ErrorStackState entry = SaveErrorStack();
     try {
         the_worker = new Worker(slot, dbname_copy);
         the_worker->Run();
@@ -828,6 +836,7 @@ void outbox_worker_main(Datum arg) {
         failed = true;
     }
     if (failed) {
+        RestoreErrorStack(entry, "the outbox worker");
         if (the_worker)
             the_worker->ReleaseDrivers();
         ereport(LOG, (errmsg("outbox worker stopped: %s", error.message)));

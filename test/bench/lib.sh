@@ -41,8 +41,10 @@ synchronous_commit = on
 full_page_writes = on
 shared_preload_libraries = 'outbox'
 outbox.databases = '$DB'
+outbox.webhook_allowed_networks = '127.0.0.0/8, ::1'
 log_checkpoints = on
 log_autovacuum_min_duration = 0
+${PG_EXTRA_CONF:-}
 CONF
     pg_ctl -D "$WORK/data" -l "$WORK/server.log" -w -t 120 start >/dev/null || {
         tail -20 "$WORK/server.log" >&2; die "PostgreSQL did not start"; }

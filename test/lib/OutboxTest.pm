@@ -31,6 +31,8 @@ sub outbox_node {
     $node->append_conf('postgresql.conf', join("\n",
         "shared_preload_libraries = 'outbox'",
         "outbox.poll_interval = '200ms'",
+        # the webhook sinks listen on loopback, which webhooks may reach only when allowed
+        "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1'",
         "log_min_messages = info",
         $opts{conf} // '') . "\n");
     return $node if defined $opts{start} && !$opts{start};
@@ -229,16 +231,22 @@ sub start {
     my ($class, %opts) = @_;
     my $dir = PostgreSQL::Test::Utils::tempdir();
     my @cmd = ('python3', "$root/test/tools/webhook_sink.py", '--port-file', "$dir/port",
-        '--log', "$dir/requests.jsonl", (defined $opts{port} ? ('--port', $opts{port}) : ()));
+        '--log', "$dir/requests.jsonl", (defined $opts{port} ? ('--port', $opts{port}) : ()),
+        (defined $opts{bind} ? ('--bind', $opts{bind}) : ()));
     my $h = IPC::Run::start(\@cmd, '>', "$dir/sink.out", '2>', "$dir/sink.err");
     OutboxTest::wait_until(sub { -s "$dir/port" }, 30, 'webhook sink') or die "sink did not start";
     my $port = PostgreSQL::Test::Utils::slurp_file("$dir/port");
     chomp $port;
-    return bless { handle => $h, dir => $dir, port => $port }, $class;
+    return bless { handle => $h, dir => $dir, port => $port, bind => $opts{bind} // '127.0.0.1' },
+      $class;
 }
 
 sub port { $_[0]{port} }
-sub url { my ($self, $path) = @_; return "http://127.0.0.1:$self->{port}$path"; }
+sub url {
+    my ($self, $path) = @_;
+    my $host = $self->{bind} eq '::1' ? '[::1]' : $self->{bind};
+    return "http://$host:$self->{port}$path";
+}
 
 # Every request the sink recorded, in arrival order (hashes as in test/tools/README.md).
 sub requests {

@@ -17,6 +17,8 @@ $node->safe_psql('postgres', qq{
         '{"bootstrap.servers": "$bootstrap", "topic": "drk", "ordering": "key"}');
     SELECT outbox.pause('dr');
     SELECT outbox.pause('drk');
+    -- as if another role had configured it: a restore (by a superuser) must not vouch for it
+    UPDATE outbox.destinations SET created_by_superuser = false WHERE name = 'dr';
     INSERT INTO outbox.messages (destination, payload, headers)
         SELECT 'dr', jsonb_build_object('n', g), '{"x-test": "dump"}' FROM generate_series(1, 1000) g;
     INSERT INTO outbox.messages (destination, key, payload)
@@ -40,7 +42,7 @@ my %fingerprint = (
                                                      last_error, failed_at), ',' ORDER BY id)) || ' ' || count(*) FROM outbox.dead_letters},
     archive => q{SELECT md5(string_agg(concat_ws('|', id, event_id, destination, payload, created_at, attempts, delivered_at), ','
                                        ORDER BY id)) || ' ' || count(*) FROM outbox.archive},
-    destinations => q{SELECT string_agg(concat_ws('|', name, kind, config, paused, created_at), ',' ORDER BY name) FROM outbox.destinations},
+    destinations => q{SELECT string_agg(concat_ws('|', name, kind, config, paused, created_at, created_by_superuser), ',' ORDER BY name) FROM outbox.destinations},
     sequence => q{SELECT last_value FROM outbox.messages_id_seq},
 );
 my %before = map { $_ => $node->safe_psql('postgres', $fingerprint{$_}) } keys %fingerprint;

@@ -14,14 +14,17 @@ destinations at once:
     retry_after=S   add "Retry-After: S" to failing responses (fail_first
                     ones, or all responses when status itself is >= 400)
     delay_ms=N      sleep N ms before answering
+    delay_first=N   only the first N requests per webhook-id on this path are
+                    delayed (default: all)
     body=TEXT       response body (percent-decoded); default is empty, or
                     {"error":"<reason>"} for 4xx/5xx
     3xx statuses also send "Location: /elsewhere".
 
 Control endpoints (GET): /_count, /_health, /_reset.  See README.md.
 
-Usage: webhook_sink.py --port-file PATH --log PATH [--port N] [--verbose]
-Standard library only; binds 127.0.0.1 only.
+Usage: webhook_sink.py --port-file PATH --log PATH [--port N] [--bind ADDR]
+                       [--verbose]
+Standard library only; binds 127.0.0.1 (or ::1 with --bind ::1) only.
 """
 
 import argparse
@@ -30,7 +33,9 @@ import http
 import http.server
 import json
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -38,7 +43,10 @@ import urllib.parse
 
 DEFAULT_STATUS = 204
 DEFAULT_FAIL_STATUS = 503
-KNOWN_OPTIONS = {"status", "fail_first", "fail_status", "retry_after", "delay_ms", "body"}
+KNOWN_OPTIONS = {"status", "fail_first", "fail_status", "retry_after", "delay_ms", "delay_first",
+                 "body"}
+# Addresses the sink may listen on: loopback only.
+BIND_ADDRESSES = ("127.0.0.1", "::1")
 
 
 class BadOptions(ValueError):
@@ -75,6 +83,7 @@ def parse_behaviour(raw_path):
         "fail_status": int_opt("fail_status", DEFAULT_FAIL_STATUS, 200, 599),
         "retry_after": opts.get("retry_after"),
         "delay_ms": int_opt("delay_ms", 0, 0, 3600 * 1000),
+        "delay_first": int_opt("delay_first", 1 << 30, 0, 1 << 30),
         "body": opts.get("body"),
     }
 
@@ -231,13 +240,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 headers.append(("Content-Type", "application/json"))
             else:
                 resp_body = b""
-            if b["delay_ms"]:
-                time.sleep(b["delay_ms"] / 1000.0)
+            if b["delay_ms"] and attempt <= b["delay_first"]:
+                self._wait_unless_gone(b["delay_ms"] / 1000.0)
 
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             text = None
+        # A client that gave up while the answer was being prepared (timed out) has closed
+        # its end: the answer never reaches it.
+        client_gone = self._client_gone()
         # Logged before the response is sent, so a client that got its
         # answer always finds its request in the log.
         self.state.write_log({
@@ -248,6 +260,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "body": text,
             "status": status,
             "attempt": attempt,
+            "t_end": time.time(),
+            "client_gone": client_gone,
             "peer": self.client_address[1],  # client port: one per connection
         })
         try:
@@ -255,6 +269,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # client gave up (e.g. timed out)
+
+    def _wait_unless_gone(self, seconds):
+        """Sleeps `seconds`, or until the client closes its end (checked every 5 ms), so that
+        t_end says when the client gave up on a delayed request."""
+        deadline = time.time() + seconds
+        while True:
+            left = deadline - time.time()
+            if left <= 0 or self._client_gone():
+                return
+            time.sleep(min(0.005, left))
+
+    def _client_gone(self):
+        """True when the client closed its end of the connection (nothing more to read and
+        end of file): it will never see the answer."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _joined_headers(self):
         """Headers as {lowercased name: value}; repeated names are joined
@@ -274,6 +309,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    address_family = socket.AF_INET
     allow_reuse_address = True
     request_queue_size = 128
 
@@ -292,12 +328,16 @@ def main():
     ap.add_argument("--port-file", required=True, help="file to receive the chosen port")
     ap.add_argument("--log", required=True, help="JSON-lines request log (appended)")
     ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 = ephemeral)")
+    ap.add_argument("--bind", default="127.0.0.1", choices=BIND_ADDRESSES,
+                    help="loopback address to listen on")
     ap.add_argument("--verbose", action="store_true", help="access log on stderr")
     args = ap.parse_args()
 
     Handler.state = State(args.log)
     Handler.verbose = args.verbose
-    server = Server(("127.0.0.1", args.port), Handler)
+    if args.bind == "::1":
+        Server.address_family = socket.AF_INET6
+    server = Server((args.bind, args.port), Handler)
     port = server.server_address[1]
 
     # Serve from a thread; the main thread just waits for SIGTERM/SIGINT.

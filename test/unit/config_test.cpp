@@ -553,6 +553,33 @@ TEST(ConfigTest, OrderingSettings) {
         << JoinProblems(random);
 }
 
+TEST(ConfigTest, MaxPending) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.max_pending, 0);  // no cap
+
+    for (const char *cap : {"1", "1000000000", "5.0"}) {
+        ConfigCheck ok = CheckDestinationConfig(
+            DestinationKind::Webhook,
+            std::string(R"({"url": "http://h/", "max_pending": )") + cap + "}");
+        EXPECT_TRUE(ok.ok()) << cap << ": " << JoinProblems(ok);
+    }
+    ConfigCheck top = CheckDestinationConfig(DestinationKind::Amqp,
+                                             R"({"url": "amqp://h/", "max_pending": 1000000000})");
+    ASSERT_TRUE(top.ok()) << JoinProblems(top);
+    EXPECT_EQ(top.config.max_pending, 1000000000);
+
+    for (const char *bad : {"0", "-1", "1000000001", "2.5", "\"10\"", "true", "null", "[1]"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Kafka,
+            std::string(R"({"bootstrap.servers": "b:9092", "max_pending": )") + bad + "}");
+        EXPECT_TRUE(
+            HasProblem(check, "\"max_pending\" must be an integer between 1 and 1000000000"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
 TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     ConfigCheck retries = CheckDestinationConfig(
         DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");
@@ -909,6 +936,30 @@ TEST(ConfigTest, ProblemsAreSinglePrintableLines) {
     ConfigCheck check = Webhook("{\"x\\ny\\u0001\\\"z\": 1}");
     ASSERT_EQ(check.problems.size(), 2u) << JoinProblems(check);
     EXPECT_EQ(check.problems[0], "unknown key \"x?y?\\\"z\" for a webhook destination");
+}
+
+// A given timeout_ms must fit in half of outbox.lease_timeout; the default never is a problem
+// (the driver lowers it).
+TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
+    ConfigCheck given = CheckDestinationConfig(
+        DestinationKind::Webhook, R"({"url": "https://example.com/", "timeout_ms": "20s"})");
+    ASSERT_TRUE(given.ok());
+    EXPECT_TRUE(given.config.webhook.timeout_set);
+    auto problem = WebhookTimeoutProblem(given.config.webhook, 5000);
+    ASSERT_TRUE(problem.has_value());
+    EXPECT_EQ(problem->first,
+              "\"timeout_ms\" (20000 ms) must be at most half of outbox.lease_timeout (5000 ms): a "
+              "request that outlasts the lease is taken over and sent again by another worker");
+    EXPECT_EQ(problem->second,
+              "Lower \"timeout_ms\" to at most 2500, or raise outbox.lease_timeout to at least "
+              "40000 ms.");
+    EXPECT_FALSE(WebhookTimeoutProblem(given.config.webhook, 40000).has_value());
+    EXPECT_TRUE(WebhookTimeoutProblem(given.config.webhook, 39999).has_value());
+
+    ConfigCheck defaulted =
+        CheckDestinationConfig(DestinationKind::Webhook, R"({"url": "https://example.com/"})");
+    EXPECT_FALSE(defaulted.config.webhook.timeout_set);
+    EXPECT_FALSE(WebhookTimeoutProblem(defaulted.config.webhook, 1000).has_value());
 }
 
 }  // namespace

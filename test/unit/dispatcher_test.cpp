@@ -769,26 +769,96 @@ TEST_F(DispatcherTest, UnacknowledgedAfterStopAllIsHandedBack) {
     EXPECT_TRUE(res.error.empty());  // released, not deferred
 }
 
-// 10. The poll hook runs once per Poll; every driver built is counted (the worker rebuilds its
-// wait set when the count changes).
-TEST_F(DispatcherTest, PollHookRunsOncePerPollAndBuildsAreCounted) {
+// 10. The poll hook runs once per Poll, before the drivers are served.
+TEST_F(DispatcherTest, PollHookRunsOncePerPoll) {
     int hooks = 0;
     dispatcher_.SetPollHook([&] { hooks++; });
     dispatcher_.SetDestinations(Specs({Spec("a"), Spec("b")}));
-    uint64_t built = dispatcher_.DriversBuilt();
     ClaimAndSubmit("a", {Row(1, 1)}, kT0);
     ClaimAndSubmit("b", {Row(2, 2)}, kT0);
-    EXPECT_EQ(dispatcher_.DriversBuilt(), built + 2);
     Resolutions out;
     dispatcher_.Poll(kT0, out);
     dispatcher_.Poll(kT0 + 1, out);
     EXPECT_EQ(hooks, 2);
-    // A changed config: a new driver, counted.
-    DestinationSpec changed = Spec("a");
-    changed.config_json = "{\"url\": \"http://sink.invalid/other\"}";
-    dispatcher_.SetDestinations(Specs({changed, Spec("b")}));
+}
+
+// 11. A reloaded batch_size or a changed config builds new drivers, and DriversBuilt says so: the
+// worker rebuilds its wait set from it (a new driver's fd may reuse the old one's number).
+TEST_F(DispatcherTest, RebuiltDriversAreCountedForTheWaitSet) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 0u);
+    dispatcher_.PlanClaims(kT0);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 1u);
+    dispatcher_.PlanClaims(kT0 + 1);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 1u) << "an unchanged driver is kept";
+
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.batch_size = 1;
+    dispatcher_.SetSettings(settings);
     dispatcher_.PlanClaims(kT0 + 2);
-    EXPECT_EQ(dispatcher_.DriversBuilt(), built + 3);
+    EXPECT_EQ(builds_["hooks"], 2);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 2u);
+
+    DestinationSpec changed = Spec("hooks");
+    changed.config_json += " ";
+    dispatcher_.SetDestinations(Specs({changed}));
+    dispatcher_.PlanClaims(kT0 + 3);
+    EXPECT_EQ(builds_["hooks"], 3);
+    EXPECT_EQ(dispatcher_.DriversBuilt(), 3u);
+}
+
+// 12. A row claimed again while its request is in flight (its lease lapsed under a slow
+// endpoint) is never sent a second time; the request's outcome presents the new lease token,
+// which is the one the row has now.
+TEST_F(DispatcherTest, RowClaimedAgainWhileInFlightIsNotSentTwice) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(7, 7001), Row(8, 7002)}, kT0);
+    ScriptedDriver &driver = DriverOf("hooks");
+    ASSERT_EQ(driver.submitted.size(), 2u);
+    // The lease lapsed; the next claim finds the row again (attempts + 1), with a new token.
+    dispatcher_.Submit("hooks", 2, {Row(7, 7101, 2), Row(9, 7102)}, kT0 + 30000);
+    ASSERT_EQ(driver.submitted.size(), 3u) << "only the new row 9 is sent";
+    EXPECT_EQ(driver.submitted.back().id, 9);
+    EXPECT_EQ(dispatcher_.InFlight(), 3u);
+
+    driver.Finish(7, OutcomeKind::Delivered);
+    Resolution res = PollOne("hooks", kT0 + 30005);
+    EXPECT_EQ(res.id, 7);
+    EXPECT_EQ(res.lease_token, 7101) << "written back with the lease the row has now";
+    EXPECT_EQ(res.action, Resolution::Action::Delete);
+
+    // A retry of it counts the attempt the new claim recorded.
+    driver.Finish(8, OutcomeKind::Retry, "HTTP 503");
+    res = PollOne("hooks", kT0 + 30006);
+    EXPECT_EQ(res.lease_token, 7002);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+}
+
+// 13. outbox.webhook_allowed_networks changed by a reload: webhook drivers are rebuilt (they
+// check addresses with it), other drivers are kept.
+TEST_F(DispatcherTest, AllowedNetworksRebuildWebhookDriversOnly) {
+    DestinationSpec kafka = Spec("stream");
+    kafka.config.kind = DestinationKind::Kafka;
+    dispatcher_.SetDestinations(Specs({Spec("hooks"), kafka}));
+    dispatcher_.PlanClaims(kT0);
+    EXPECT_EQ(builds_["hooks"], 1);
+    EXPECT_EQ(builds_["stream"], 1);
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.webhook_allowed_networks = "127.0.0.0/8";
+    dispatcher_.SetSettings(settings);
+    dispatcher_.PlanClaims(kT0 + 1);
+    EXPECT_EQ(builds_["hooks"], 2);
+    EXPECT_EQ(builds_["stream"], 1);
+    dispatcher_.SetSettings(settings);  // unchanged: nothing rebuilt
+    dispatcher_.PlanClaims(kT0 + 2);
+    EXPECT_EQ(builds_["hooks"], 2);
+    // Who wrote the config changes what its errors may show: a new driver too.
+    DestinationSpec hooks = Spec("hooks");
+    hooks.config_by_superuser = true;
+    dispatcher_.SetDestinations(Specs({hooks, kafka}));
+    dispatcher_.PlanClaims(kT0 + 3);
+    EXPECT_EQ(builds_["hooks"], 3);
+    EXPECT_EQ(builds_["stream"], 1);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ void ExpectSameMessage(const Message &a, const Message &b) {
     EXPECT_EQ(a.key, b.key);
     EXPECT_EQ(a.payload, b.payload);
     EXPECT_EQ(a.payload_is_json, b.payload_is_json);
+    EXPECT_EQ(a.tombstone, b.tombstone);
     EXPECT_EQ(a.headers, b.headers);
     EXPECT_EQ(a.created_at_ms, b.created_at_ms);
     EXPECT_EQ(a.expires_at_ms, b.expires_at_ms);
@@ -113,6 +114,9 @@ TEST(DriverProtocolTest, SubmitRoundTripKeepsEveryField) {
     batch[5].payload_is_json = false;
     batch[6].headers.clear();
     batch[7].topic.clear();
+    batch[8].payload.clear();  // a Kafka tombstone: neither payload column, a null value
+    batch[8].payload_is_json = false;
+    batch[8].tombstone = true;
     std::string bytes;
     EncodeSubmit(42, batch, &bytes);
     std::vector<Frame> frames = DecodeAll(bytes);
@@ -126,6 +130,8 @@ TEST(DriverProtocolTest, SubmitRoundTripKeepsEveryField) {
     EXPECT_FALSE(f->messages[3].key.has_value());
     ASSERT_TRUE(f->messages[4].key.has_value());
     EXPECT_EQ(*f->messages[4].key, "");
+    EXPECT_TRUE(f->messages[8].tombstone);
+    EXPECT_FALSE(f->messages[9].tombstone);
 }
 
 TEST(DriverProtocolTest, LargeBatchesAreSplitAndReassembledInOrder) {
@@ -332,13 +338,30 @@ TEST(DriverProtocolTest, UnknownTypesTrailingBytesAndBadValuesAreErrors) {
     std::string bad_status;
     EncodeOutcomes(1, outcomes, DriverState{}, &bad_status);
     EXPECT_EQ(FeedOnce(bad_status, &error), FrameReader::Result::Error);
+    // A message (handle, count, id, token, event_id, topic, has_key, key, payload,
+    // payload_is_json, tombstone, headers, created_at, expires_at, attempts) as bytes.
+    auto submit = [](char has_key, const std::string &key, const std::string &payload,
+                     char tombstone) {
+        return RawFrame(uint8_t(FrameType::Submit),
+                        U64(1) + U32(1) + U64(1) + U64(2) + U32(0) + U32(0) +
+                            std::string(1, has_key) + U32(uint32_t(key.size())) + key +
+                            U32(uint32_t(payload.size())) + payload + std::string(1, '\0') +
+                            std::string(1, tombstone) + U32(0) + U64(0) + U64(0) + U64(1));
+    };
+    // The well-formed tombstone the cases below break: read whole, then nothing more.
+    EXPECT_EQ(FeedOnce(submit('\1', "k", "", '\1'), &error, kMaxToHelperFrame),
+              FrameReader::Result::NeedMore);
     // A message without a key that carries key bytes.
-    std::string body = U64(1) + U32(1) + U64(1) + U64(2) + U32(0) + U32(0) + std::string(1, '\0') +
-                       U32(1) + "k" + U32(0) + std::string(1, '\1') + U32(0) + U64(0) + U64(0) +
-                       U64(1);
-    EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Submit), body), &error, kMaxToHelperFrame),
+    EXPECT_EQ(FeedOnce(submit('\0', "k", "", '\0'), &error, kMaxToHelperFrame),
               FrameReader::Result::Error);
     EXPECT_NE(error.find("without a key"), std::string::npos) << error;
+    // A tombstone that carries payload bytes, and a tombstone flag that is 2.
+    EXPECT_EQ(FeedOnce(submit('\1', "k", "{}", '\1'), &error, kMaxToHelperFrame),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("a tombstone carries payload bytes"), std::string::npos) << error;
+    EXPECT_EQ(FeedOnce(submit('\1', "k", "", '\2'), &error, kMaxToHelperFrame),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("neither 0 nor 1"), std::string::npos) << error;
 }
 
 TEST(DriverProtocolTest, AHostileCountCannotMakeTheDecoderAllocate) {
@@ -420,6 +443,7 @@ TEST(DriverProtocolTest, RandomBytesAndBitFlipsNeverCrashTheDecoder) {
 TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     KafkaDriverOptions o;
     o.config.default_topic = "orders";
+    o.config.cloudevents = CloudEventsMode::Structured;
     o.config.properties = {{"bootstrap.servers", "127.0.0.1:9092"}, {"linger.ms", "2"}};
     o.client_id = "outbox-app-orders";
     o.source = "/outbox/app";
@@ -429,6 +453,7 @@ TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
     EXPECT_EQ(back.config.default_topic, o.config.default_topic);
+    EXPECT_EQ(back.config.cloudevents, CloudEventsMode::Structured);
     EXPECT_EQ(back.config.properties, o.config.properties);
     EXPECT_EQ(back.client_id, o.client_id);
     EXPECT_EQ(back.source, o.source);
@@ -442,12 +467,17 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     o.config.secret_keys = {std::string("\0key\xff", 5), "second"};
     o.config.headers = {{"x-team", "billing"}};
     o.config.timeout_ms = 5000;
+    o.config.timeout_set = true;
     o.config.max_in_flight = 64;
     o.config.ca_file = "/etc/ssl/ca.pem";
     o.config.tls_verify = false;
     o.config.default_topic = "type";
+    o.config.cloudevents = CloudEventsMode::Structured;
     o.destination = "billing-hook";
     o.source = "/outbox/app";
+    o.lease_timeout_ms = 12345;
+    o.allowed_networks = "10.0.0.0/8, fd00::/8";
+    o.show_response_body = true;
     WebhookDriverOptions back;
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
@@ -455,12 +485,40 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     EXPECT_EQ(back.config.secret_keys, o.config.secret_keys);
     EXPECT_EQ(back.config.headers, o.config.headers);
     EXPECT_EQ(back.config.timeout_ms, 5000);
+    EXPECT_TRUE(back.config.timeout_set);
     EXPECT_EQ(back.config.max_in_flight, 64);
     EXPECT_EQ(back.config.ca_file, o.config.ca_file);
     EXPECT_FALSE(back.config.tls_verify);
     EXPECT_EQ(back.config.default_topic, "type");
+    EXPECT_EQ(back.config.cloudevents, CloudEventsMode::Structured);
     EXPECT_EQ(back.destination, "billing-hook");
     EXPECT_EQ(back.source, "/outbox/app");
+    EXPECT_EQ(back.lease_timeout_ms, 12345);
+    EXPECT_EQ(back.allowed_networks, "10.0.0.0/8, fd00::/8");
+    EXPECT_TRUE(back.show_response_body);
+    // The defaults cross as well, over a struct that held other values.
+    WebhookDriverOptions plain = back;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(WebhookDriverOptions{}), &plain, &error)) << error;
+    EXPECT_FALSE(plain.config.timeout_set);
+    EXPECT_EQ(plain.config.cloudevents, CloudEventsMode::Binary);
+    EXPECT_EQ(plain.lease_timeout_ms, 30000);
+    EXPECT_FALSE(plain.show_response_body);
+}
+
+TEST(DriverProtocolTest, ACloudEventsModeOtherThanBinaryOrStructuredIsRefused) {
+    KafkaDriverOptions o;
+    o.config.cloudevents = CloudEventsMode::Structured;
+    std::string bytes = EncodeOptions(o);
+    const std::string name = "config.cloudevents";
+    size_t at = bytes.find(name);
+    ASSERT_NE(at, std::string::npos);
+    at += name.size() + 1;  // the name, then its type tag, then the mode
+    ASSERT_EQ(bytes[at], '\1');
+    bytes[at] = '\2';
+    KafkaDriverOptions back;
+    std::string error;
+    EXPECT_FALSE(DecodeOptions(bytes, &back, &error));
+    EXPECT_NE(error.find("neither binary nor structured"), std::string::npos) << error;
 }
 
 TEST(DriverProtocolTest, AmqpOptionsRoundTripFieldByField) {

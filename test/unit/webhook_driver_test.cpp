@@ -196,6 +196,9 @@ class WebhookDriverTest : public ::testing::Test {
         o.config.max_in_flight = 8;
         o.destination = "orders";
         o.source = "/outbox/testdb";
+        o.lease_timeout_ms = 60000;
+        o.allowed_networks = "127.0.0.0/8, ::1";  // the sink is on loopback
+        o.show_response_body = true;
         return o;
     }
 
@@ -645,6 +648,146 @@ TEST_F(WebhookDriverTest, IdleDriverAsksForNoWakeUps) {
     EXPECT_EQ(d->PollTimeoutMs(), -1);
     struct pollfd p = {d->WaitFd(), POLLIN, 0};
     EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+// outbox.webhook_allowed_networks: without it, loopback is refused when the socket would be
+// opened. No request reaches the sink; the outcome is a dead letter that names the address.
+TEST_F(WebhookDriverTest, RefusedAddressIsDeadAndNothingIsSent) {
+    for (const char *host : {"127.0.0.1", "2130706433", "0.0.0.0", "127.1"}) {
+        WebhookDriverOptions options = Options("/a");
+        options.config.url = std::string("http://") + host + ":" + std::to_string(port_) + "/a";
+        options.allowed_networks = "";
+        std::unique_ptr<Driver> d = Make(options);
+        ASSERT_NE(d, nullptr);
+        std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
+        ASSERT_EQ(outcomes.size(), 1u) << host;
+        EXPECT_EQ(outcomes[0].kind, OutcomeKind::Dead) << host;
+        std::string address = std::string(host) == "0.0.0.0" ? "0.0.0.0" : "127.0.0.1";
+        EXPECT_EQ(outcomes[0].error,
+                  "address " + address + " is not allowed by outbox.webhook_allowed_networks")
+            << host;
+    }
+    EXPECT_EQ(SinkCount(), 0) << "a refused address is never connected to";
+    // 0.0.0.0 is not loopback: listing loopback does not allow it.
+    WebhookDriverOptions options = Options("/a");
+    options.config.url = "http://0.0.0.0:" + std::to_string(port_) + "/a";
+    std::unique_ptr<Driver> d = Make(options);
+    std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(2)});
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].error,
+              "address 0.0.0.0 is not allowed by outbox.webhook_allowed_networks");
+    EXPECT_EQ(SinkCount(), 0);
+}
+
+// A name with several addresses (libcurl resolves localhost to 127.0.0.1 and ::1): each is
+// checked as it is tried; an allowed one is used, and only when none is allowed is it a dead
+// letter.
+TEST_F(WebhookDriverTest, EveryAddressOfANameIsChecked) {
+    auto deliver = [&](const char *allowed, int n) {
+        WebhookDriverOptions options = Options("/a");
+        options.config.url = "http://localhost:" + std::to_string(port_) + "/a";
+        options.allowed_networks = allowed;
+        std::unique_ptr<Driver> d = Make(options);
+        std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(n)});
+        EXPECT_EQ(outcomes.size(), 1u) << allowed;
+        return outcomes.empty() ? Outcome{} : outcomes[0];
+    };
+    Outcome o = deliver("127.0.0.0/8", 1);  // ::1 refused, 127.0.0.1 taken
+    EXPECT_EQ(o.kind, OutcomeKind::Delivered) << o.error;
+    EXPECT_EQ(SinkCount(), 1);
+
+    o = deliver("", 2);  // both refused
+    EXPECT_EQ(o.kind, OutcomeKind::Dead);
+    EXPECT_NE(o.error.find(" is not allowed by outbox.webhook_allowed_networks (nor 1 other "
+                           "address(es) of the host)"),
+              std::string::npos)
+        << o.error;
+
+    o = deliver("::1", 3);  // 127.0.0.1 refused; ::1 allowed, but the sink does not listen there
+    EXPECT_EQ(o.kind, OutcomeKind::Defer)
+        << "an allowed address that refuses is an outage: " << o.error;
+    EXPECT_EQ(SinkCount(), 1);
+}
+
+TEST_F(WebhookDriverTest, ABadNetworkListFailsTheDriver) {
+    WebhookDriverOptions options = Options("/a");
+    options.allowed_networks = "127.0.0.0/33";
+    std::string error;
+    EXPECT_EQ(MakeWebhookDriver(options, &error), nullptr);
+    EXPECT_EQ(error,
+              "outbox.webhook_allowed_networks is invalid: \"127.0.0.0/33\" has a prefix "
+              "length above 32");
+}
+
+// A destination a non-superuser configured: the status only, never the body (it may carry an
+// internal service's secrets, and error texts are what operators read).
+TEST_F(WebhookDriverTest, ResponseBodyIsLeftOutUnlessShown) {
+    WebhookDriverOptions options = Options("/g;status=403;body=token%3Dsecret-value");
+    options.show_response_body = false;
+    std::unique_ptr<Driver> d = Make(options);
+    std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].kind, OutcomeKind::Dead);
+    EXPECT_EQ(outcomes[0].error, "HTTP 403");
+    options.show_response_body = true;
+    d = Make(options);
+    outcomes = Deliver(*d, {MakeMessage(2)});
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].error, "HTTP 403: token=secret-value");
+}
+
+// timeout_ms longer than half of outbox.lease_timeout is lowered to it, with a log line: a
+// request that outlived the lease would be taken over and sent again by another worker.
+TEST_F(WebhookDriverTest, TimeoutIsLoweredToHalfTheLease) {
+    WebhookDriverOptions options = Options("/s;delay_ms=3000");
+    options.config.timeout_ms = 20000;
+    options.lease_timeout_ms = 2000;
+    std::unique_ptr<Driver> d = Make(options);
+    std::vector<std::string> lines;
+    d->TakeLog(lines);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0],
+              "timeout_ms lowered from 20000 to 1000 ms to stay within half of "
+              "outbox.lease_timeout (2000 ms): a longer request would outlive its lease");
+    int64_t start = NowMs();
+    std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
+    int64_t took = NowMs() - start;
+    ASSERT_EQ(outcomes.size(), 1u);
+    EXPECT_EQ(outcomes[0].kind, OutcomeKind::Retry) << outcomes[0].error;
+    EXPECT_GE(took, 950);
+    EXPECT_LT(took, 2000);
+}
+
+// The time a message waits for one of max_in_flight connections counts too: from Submit to
+// outcome, no message takes more than half the lease, even queued behind a slow endpoint.
+TEST_F(WebhookDriverTest, QueuedMessagesStayWithinHalfTheLease) {
+    WebhookDriverOptions options = Options("/s;delay_ms=600");
+    options.config.max_in_flight = 1;
+    options.lease_timeout_ms = 2000;  // 1000 ms from Submit to outcome
+    std::unique_ptr<Driver> d = Make(options);
+    int64_t start = NowMs();
+    d->Submit({MakeMessage(1), MakeMessage(2), MakeMessage(3)});  // beyond max_in_flight
+    std::map<int64_t, int64_t> took;
+    std::map<int64_t, Outcome> outcomes;
+    while (outcomes.size() < 3 && NowMs() - start < 5000) {
+        Wait(*d, 50);
+        std::vector<Outcome> got;
+        d->Poll(got);
+        for (Outcome &o : got) {
+            took[o.id] = NowMs() - start;
+            outcomes[o.id] = o;
+        }
+    }
+    ASSERT_EQ(outcomes.size(), 3u);
+    EXPECT_EQ(outcomes[1].kind, OutcomeKind::Delivered) << outcomes[1].error;
+    // Started after ~600 ms of waiting: ~400 ms left, the endpoint takes 600.
+    EXPECT_EQ(outcomes[2].kind, OutcomeKind::Retry) << outcomes[2].error;
+    // Its turn came ~1000 ms after Submit: not sent at all, no attempt spent.
+    EXPECT_EQ(outcomes[3].kind, OutcomeKind::Defer) << outcomes[3].error;
+    EXPECT_NE(outcomes[3].error.find("not sent: waited "), std::string::npos) << outcomes[3].error;
+    for (const auto &[id, ms] : took)
+        EXPECT_LT(ms, 1000 + 250) << "message " << id;
+    EXPECT_EQ(SinkCount(), 2);
 }
 
 }  // namespace

@@ -23,9 +23,13 @@ struct CachedDestination {
     // "routing_key" (amqp), "subject" (nats).
     char topic[256];
     bool ordered;  // "ordering": "key"
+    // "cloudevents": "structured" (kafka, webhook): the payload travels inside a JSON event,
+    // payload_bytes as base64.
+    bool structured;
     // Kafka: the largest message librdkafka sends ("message.max.bytes", librdkafka's default
     // 1,000,000 when not set); 0 for kinds without such a limit.
     int64 max_message_bytes;
+    int64 max_pending;  // "max_pending": the cap on its queue; 0 = none
 };
 
 // librdkafka's message.max.bytes default, and what a Kafka record takes besides the producer's

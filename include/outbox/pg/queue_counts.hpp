@@ -22,4 +22,16 @@ void RegisterQueueCountCallbacks();
 // `removed` feed the conservation counters.
 void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed);
 
+// Back-pressure (max_pending): reserves room for one more row of `destination` (in `messages`,
+// outbox.messages) under its cap and under the database's (outbox.max_pending); a cap of 0 is
+// none. Raises SQLSTATE 53400 when the committed queue plus the rows reserved by transactions
+// in progress (this one included) already reach a cap. A reservation lasts until its
+// (sub)transaction ends: at commit the rows become queued in the same step, so the committed
+// queue never exceeds a cap; a rollback gives the room back. While the counts are not valid
+// (after a server start, TRUNCATE or PREPARE, until they are taken again) the committed rows
+// are counted instead, still exactly; the counts are taken by the first capped insert that
+// finds no other writer in the way.
+void ReserveQueueRow(Oid messages, const char *destination, int64 destination_cap,
+                     int64 database_cap);
+
 }  // namespace outbox::pg

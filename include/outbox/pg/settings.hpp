@@ -12,6 +12,7 @@ extern int setting_max_attempts;       // outbox.max_attempts (sighup)
 extern int setting_retry_base_ms;      // outbox.retry_base (sighup)
 extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
+extern int setting_max_pending;        // outbox.max_pending (superuser): database queue cap
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
 extern bool
     setting_drop_nonempty;        // outbox.drop_nonempty (user): DROP EXTENSION may lose the queue
@@ -25,6 +26,14 @@ extern int setting_driver_memory_limit_mb;  // outbox.driver_memory_limit (sighu
 // process existed, only so that the benchmarks can compare both in one run.
 extern char *setting_debug_driver_fault;
 extern bool setting_debug_drivers_in_process;
+// outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
+extern char *setting_webhook_allowed_networks;
+
+// The producer's trace context (user): stored with every message the session inserts without
+// a traceparent header, until reset (SET LOCAL: the transaction). Checked at INSERT, where a
+// malformed value is ignored with a WARNING.
+extern char *setting_traceparent;  // outbox.traceparent
+extern char *setting_tracestate;   // outbox.tracestate
 
 // Fault injection for the crash tests only (not shown, not in the sample config): the worker
 // stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;
@@ -32,6 +41,10 @@ extern bool setting_debug_drivers_in_process;
 // a test can stop the server at exactly that point. Off (empty) costs one string test per phase.
 extern char *setting_debug_pause;
 extern int setting_debug_pause_ms;
+// Fault injection for the boundary tests only (superuser, not shown): "bad_alloc_in_pg_try"
+// makes the next PgTry of each process that takes the setting throw std::bad_alloc inside its
+// PG_TRY body (include/outbox/pg/guard.hpp). Set again (or reloaded) to fire again.
+extern char *setting_debug_fault;
 
 // Defines every setting and reserves the "outbox." prefix. Called once from _PG_init.
 void DefineSettings();

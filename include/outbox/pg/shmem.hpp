@@ -74,6 +74,7 @@ struct DestinationCounters {
     pg_atomic_uint64 deferred;  // rescheduled by an outage, no attempt spent
     pg_atomic_uint64 produced;  // rows committed into outbox.messages (requeues included)
     pg_atomic_uint64 removed;   // rows deleted other than by delivery or burial (drop, DELETE)
+    pg_atomic_uint64 refused;   // INSERTs refused by max_pending or outbox.max_pending
     slock_t mutex;              // protects the fields below
     TimestampTz last_success_at;
     char last_error[512];  // room for librdkafka's text and the hint after it
@@ -81,6 +82,9 @@ struct DestinationCounters {
     // queue_counts.hpp); `initial` is the size the counts started from.
     int64 queued;
     int64 initial;
+    // Rows that transactions in progress have passed max_pending with (queue_counts.hpp):
+    // released at their commit, with `queued` raised in the same critical section.
+    int64 reserved;
     // The cumulative counters when the counts started (for outbox.conservation()).
     uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
 };
@@ -91,6 +95,11 @@ struct CountedDatabase {
     Oid database;
     bool valid;
     Oid messages;  // outbox.messages when counted: DROP/CREATE EXTENSION makes a new one
+    // The whole queue of the database, for outbox.max_pending: its size (kept while `valid`)
+    // and the rows transactions in progress reserved against the cap; under `mutex`.
+    slock_t mutex;
+    int64 queued;
+    int64 reserved;
 };
 
 // A database whose workers must stay away while DROP/ALTER DATABASE needs it alone.
@@ -151,6 +160,10 @@ bool DatabaseIsHeld(Oid database);
 // running ones, waiting up to `wait_ms` for them to exit. Returns whether they all exited.
 bool HoldDatabase(Oid database, int wait_ms);
 void ReleaseDatabase(Oid database);
+
+// Makes the launcher look at outbox.databases and the databases now (it otherwise looks again
+// every 10 s for a database that did not exist).
+void WakeLauncher();
 
 // Resets the counters of one worker slot (a new worker starts from zero).
 void ResetSlotCounters(WorkerSlot *slot);
