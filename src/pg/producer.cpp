@@ -34,6 +34,7 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
@@ -359,8 +360,8 @@ static Datum CaptureTraceContext(Datum headers, bool has_headers) {
                              "in lower case (W3C Trace Context); the traceparent is kept.");
         tracestate = nullptr;
     }
-    JsonbParseState *state = nullptr;
-    JsonbValue *result = pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+    JsonbBuild build;
+    PushJsonb(&build, WJB_BEGIN_OBJECT, nullptr);
     if (has_headers) {
         Jsonb *jb = DatumGetJsonbP(headers);
         JsonbIterator *it = JsonbIteratorInit(&jb->root);
@@ -368,14 +369,14 @@ static Datum CaptureTraceContext(Datum headers, bool has_headers) {
         JsonbIteratorToken token;
         while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
             if (token == WJB_KEY || token == WJB_VALUE)
-                pushJsonbValue(&state, token, &v);
+                PushJsonb(&build, token, &v);
     }
-    auto push_string = [&state](JsonbIteratorToken token, const char *text) {
+    auto push_string = [&build](JsonbIteratorToken token, const char *text) {
         JsonbValue v;
         v.type = jbvString;
         v.val.string.val = const_cast<char *>(text);
         v.val.string.len = int(strlen(text));
-        pushJsonbValue(&state, token, &v);
+        PushJsonb(&build, token, &v);
     };
     push_string(WJB_KEY, "traceparent");
     push_string(WJB_VALUE, traceparent);
@@ -383,8 +384,8 @@ static Datum CaptureTraceContext(Datum headers, bool has_headers) {
         push_string(WJB_KEY, "tracestate");
         push_string(WJB_VALUE, tracestate);
     }
-    result = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-    return JsonbPGetDatum(JsonbValueToJsonb(result));
+    PushJsonb(&build, WJB_END_OBJECT, nullptr);
+    return JsonbPGetDatum(JsonbValueToJsonb(JsonbBuilt(&build)));
 }
 
 // Columns the relay owns must not be set by a producer (a row that carries its own id keeps

@@ -19,6 +19,8 @@
 //   19: named LWLock tranches can be requested only from the legacy shmem_request_hook, not
 //       from RegisterShmemCallbacks' request callback; LWLockNewTrancheId takes the tranche's
 //       name -> RequestSharedLocks (19: LWLocks in an area of ours, a tranche made at init)
+//   19: pushJsonbValue builds into a JsonbInState (the result in it) instead of a
+//       JsonbParseState stack (the result returned) -> JsonbBuild, PushJsonb, JsonbBuilt
 // Changes that need no entry: pg_attribute_noreturn became pg_noreturn in 18 (outbox uses
 // C++'s [[noreturn]]); 18's TupleDesc layout (outbox reads attributes through heap_getattr and
 // SPI, never TupleDesc->attrs); 19's SIGNAL_ARGS (outbox's handlers are declared with the
@@ -38,6 +40,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 }
@@ -103,6 +106,36 @@ inline TableScanDesc BeginTableScan(Relation rel, Snapshot snapshot) {
     return table_beginscan(rel, snapshot, 0, nullptr, SO_NONE);
 #else
     return table_beginscan(rel, snapshot, 0, nullptr);
+#endif
+}
+
+// ---- jsonb ---------------------------------------------------------------------------------
+
+// A jsonb value being built token by token (PushJsonb), complete after its outermost END token
+// (JsonbBuilt). Plain data: it may live in a frame a PostgreSQL error skips.
+struct JsonbBuild {
+#if PG_VERSION_NUM >= 190000
+    JsonbInState state{};  // zeroed, as pushJsonbValue requires
+#else
+    JsonbParseState *state = nullptr;
+    JsonbValue *result = nullptr;
+#endif
+};
+
+inline void PushJsonb(JsonbBuild *build, JsonbIteratorToken token, JsonbValue *value) {
+#if PG_VERSION_NUM >= 190000
+    pushJsonbValue(&build->state, token, value);
+#else
+    build->result = pushJsonbValue(&build->state, token, value);
+#endif
+}
+
+// The value built, once complete.
+inline JsonbValue *JsonbBuilt(const JsonbBuild *build) {
+#if PG_VERSION_NUM >= 190000
+    return build->state.result;
+#else
+    return build->result;
 #endif
 }
 
