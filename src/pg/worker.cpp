@@ -481,6 +481,16 @@ bool Worker::Turn(bool woken, bool poll_due) {
     bool full = false;
     size_t total = 0;
     now = NowMs();
+    // A pause in "publish" holds the driver process before the rows are handed over, not after:
+    // a webhook driver starts its transfers in Submit, and a hold that arrived later could find
+    // the request sent (test/t/084 b1: a message the paused worker holds never reaches the
+    // endpoint, as when the drivers ran inside the worker).
+    bool hold_first = paused_drivers && setting_debug_pause &&
+                      strcmp(setting_debug_pause, "publish") == 0 &&
+                      std::any_of(claimed.begin(), claimed.end(),
+                                  [](const auto &c) { return !c.second.empty(); });
+    if (hold_first)
+        paused_drivers->Freeze(true);
     for (auto &[request, rows] : claimed) {
         full = full || int(rows.size()) >= request.limit;
         total += rows.size();
