@@ -195,11 +195,15 @@ OutcomeKind ClassifyAmqpConnectionEnd(int reply_code) {
 }
 
 // What to do with a JetStream publish outcome.
-OutcomeKind ClassifyNatsPublish(int nats_status, int js_error, bool connection_lost) {
+OutcomeKind ClassifyNatsPublish(int nats_status, int js_error, bool connection_lost,
+                                bool just_connected) {
     switch (nats_status) {
         case NATS_OK:
             return OutcomeKind::Delivered;
         case NATS_NO_RESPONDERS:
+            // Also what a server answers while its JetStream is still restoring the streams
+            // after a (re)start: only a connection that has settled can trust it.
+            return connection_lost || just_connected ? OutcomeKind::Defer : OutcomeKind::Dead;
         case NATS_MAX_PAYLOAD:
         case NATS_NOT_PERMITTED:
             return OutcomeKind::Dead;
@@ -224,9 +228,10 @@ OutcomeKind ClassifyNatsPublish(int nats_status, int js_error, bool connection_l
         case JSStreamMessageExceedsMaximumErr:
         case JSStreamWrongLastMsgIDErr:
         case JSStreamWrongLastSequenceErr:
+            return OutcomeKind::Dead;
         case JSNotEnabledErr:
         case JSNotEnabledForAccountErr:
-            return OutcomeKind::Dead;
+            return just_connected ? OutcomeKind::Defer : OutcomeKind::Dead;
         default:
             return OutcomeKind::Retry;
     }

@@ -468,11 +468,12 @@ const char *FileErrorText(int error) {
     }
 }
 
-// The problem with a ca_file path, or nullopt when the database server can read the file
-// (or, without `check_files`, when it is a path at all). The check runs as the server's OS
-// user, the same user the worker runs as.
-std::optional<std::string> CaFileProblem(const std::string &path, bool check_files) {
-    const std::string expected = "\"ca_file\" must name a readable file";
+// The problem with a file setting `key` naming `path`, or nullopt when the database server can
+// read the file (or, without `check_files`, when it is a path at all). The check runs as the
+// server's OS user, the same user the worker runs as.
+std::optional<std::string> ReadableFileProblem(const std::string &key, const std::string &path,
+                                               bool check_files) {
+    const std::string expected = Quote(key) + " must name a readable file";
     if (path.empty() || ContainsNul(path)) {
         return expected;
     }
@@ -903,8 +904,8 @@ void CheckWebhookConfig(const Json &object, const OutOfRange &out_of_range,
                                              std::string(kOnlyFileReaders)});
             if (!value.is_string()) {
                 problems->push_back("\"ca_file\" must be a string naming a readable file");
-            } else if (std::optional<std::string> problem = CaFileProblem(
-                           value.get_ref<const std::string &>(), options.check_files)) {
+            } else if (std::optional<std::string> problem = ReadableFileProblem(
+                           "ca_file", value.get_ref<const std::string &>(), options.check_files)) {
                 problems->push_back(std::move(*problem));
             } else {
                 webhook.ca_file = value.get<std::string>();
@@ -924,32 +925,14 @@ void CheckWebhookConfig(const Json &object, const OutOfRange &out_of_range,
     }
 }
 
-// The problem with a file setting (`key` names a file the driver reads), or nullopt when the
-// database server can read it (or, without `check_files`, when it is a path at all).
+// The problem with a file setting (`key` names a file the driver reads; the value must be a
+// string), as ReadableFileProblem.
 std::optional<std::string> FileSettingProblem(const std::string &key, const Json &value,
                                               bool check_files) {
-    const std::string expected = Quote(key) + " must name a readable file";
     if (!value.is_string()) {
-        return expected;
+        return Quote(key) + " must name a readable file";
     }
-    const std::string &path = value.get_ref<const std::string &>();
-    if (path.empty() || ContainsNul(path)) {
-        return expected;
-    }
-    if (!check_files) {
-        return std::nullopt;
-    }
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) {
-        return expected + " (" + Quote(path) + ": " + FileErrorText(errno) + ")";
-    }
-    if (!S_ISREG(st.st_mode)) {
-        return expected + " (" + Quote(path) + " is not a regular file)";
-    }
-    if (access(path.c_str(), R_OK) != 0) {
-        return expected + " (" + Quote(path) + ": " + FileErrorText(errno) + ")";
-    }
-    return std::nullopt;
+    return ReadableFileProblem(key, value.get_ref<const std::string &>(), check_files);
 }
 
 // A file setting of the amqp and nats kinds: recorded as privileged (the server reads the

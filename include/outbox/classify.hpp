@@ -62,8 +62,11 @@ OutcomeKind ClassifyAmqpConnectionEnd(int reply_code);
 // (stream not found or not matching, message over the stream's maximum size, wrong expected
 // sequence or id): Dead. Connection errors, and a timeout while the connection was lost:
 // Defer. A timeout on a live connection, storage and resource limits, cluster unavailable and
-// everything else: Retry.
-OutcomeKind ClassifyNatsPublish(int nats_status, int js_error, bool connection_lost);
+// everything else: Retry. `just_connected`: the connection (re)started moments ago, when a
+// restarted server's JetStream may not answer yet — no responders and "JetStream not enabled"
+// are then an outage (Defer), not a missing stream.
+OutcomeKind ClassifyNatsPublish(int nats_status, int js_error, bool connection_lost,
+                                bool just_connected = false);
 // The messages librdkafka purged from its queue after a fatal producer error `fatal_err` (an
 // rd_kafka_resp_err_t, from rd_kafka_fatal_error). They were never sent. Authorization
 // failures (CLUSTER_AUTHORIZATION_FAILED: the principal may write no topic, so the idempotent

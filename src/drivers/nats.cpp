@@ -87,6 +87,7 @@ struct Core {
     std::condition_variable cv;
 
     std::atomic<int64_t> last_disconnect_ms{0};
+    std::atomic<int64_t> last_connect_ms{0};  // the latest (re)connection, MonotonicMs
     std::atomic<bool> closed{false};
     bool record_failed = false;
 
@@ -110,6 +111,10 @@ struct Core {
     }
 };
 
+// How long after a (re)connection a restarted server's JetStream may still be restoring its
+// streams and answer "no responders" for a subject a stream does listen on.
+constexpr int64_t kJetStreamSettleMs = 10000;
+
 // cnats callbacks: record and return.
 void OnPubAck(jsCtx *, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure) {
     auto *core = static_cast<Core *>(closure);
@@ -125,10 +130,14 @@ void OnPubAck(jsCtx *, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closu
             natsStatus status = pa != nullptr ? NATS_OK : pae != nullptr ? pae->Err : NATS_ERR;
             int js_error = pae != nullptr ? static_cast<int>(pae->ErrCode) : 0;
             bool lost = p.lost || core->last_disconnect_ms.load() >= p.submitted_ms;
-            OutcomeKind kind = ClassifyNatsPublish(status, js_error, lost);
+            bool just_connected = MonotonicMs() - core->last_connect_ms.load() < kJetStreamSettleMs;
+            OutcomeKind kind = ClassifyNatsPublish(status, js_error, lost, just_connected);
             std::string error;
             if (kind != OutcomeKind::Delivered) {
-                if (status == NATS_NO_RESPONDERS) {
+                if (status == NATS_NO_RESPONDERS && kind == OutcomeKind::Defer) {
+                    error = "JetStream not answering for subject " + p.subject +
+                            " yet (no responders right after connecting): waiting for it";
+                } else if (status == NATS_NO_RESPONDERS) {
                     error = "no stream for subject " + p.subject +
                             ": JetStream has no stream listening on it (no responders)";
                 } else if (status == NATS_TIMEOUT) {
@@ -161,6 +170,7 @@ void OnDisconnected(natsConnection *, void *closure) {
 
 void OnReconnected(natsConnection *, void *closure) {
     auto *core = static_cast<Core *>(closure);
+    core->last_connect_ms.store(MonotonicMs());
     try {
         std::lock_guard<std::mutex> lock(core->mu);
         core->AddLogLocked("connected to NATS again");
@@ -170,7 +180,9 @@ void OnReconnected(natsConnection *, void *closure) {
 }
 
 void OnConnected(natsConnection *, void *closure) {
-    static_cast<Core *>(closure)->Notify();
+    auto *core = static_cast<Core *>(closure);
+    core->last_connect_ms.store(MonotonicMs());
+    core->Notify();
 }
 
 void OnClosed(natsConnection *, void *closure) {
@@ -322,6 +334,8 @@ bool NatsDriver::Start(std::string *error) {
             std::string failure;
             for (;;) {
                 natsStatus st = natsConnection_Connect(&nc, opts);
+                if (st == NATS_OK)
+                    core->last_connect_ms.store(MonotonicMs());
                 if (st == NATS_OK || st == NATS_NOT_YET_CONNECTED) {
                     jsOptions jo;
                     jsOptions_Init(&jo);

@@ -10,7 +10,10 @@ use Test::More;
 
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
-my $node = outbox_node('dump', conf => "outbox.databases = 'postgres, restored'\nlog_statement = none");
+# outbox.retention: the archive is kept a day, so the restored database's worker does not sweep
+# the restored archive (retention 0 empties it) before it is compared.
+my $node = outbox_node('dump',
+    conf => "outbox.databases = 'postgres, restored'\nlog_statement = none\noutbox.retention = '1d'");
 $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('dr', 'kafka', '{"bootstrap.servers": "$bootstrap", "topic": "dr"}');
     SELECT outbox.create_destination('drk', 'kafka',

@@ -57,6 +57,13 @@ TEST(ClassifyNatsTest, PubAckIsDelivered) {
 TEST(ClassifyNatsTest, PermanentFailuresAreDead) {
     // No stream listens on the subject: JetStream answers 503 "no responders".
     EXPECT_EQ(ClassifyNatsPublish(NATS_NO_RESPONDERS, 0, false), OutcomeKind::Dead);
+    // Right after a (re)connection, or with the connection lost meanwhile, no responders and
+    // "JetStream not enabled" are a restarted server's JetStream not answering yet: an outage.
+    EXPECT_EQ(ClassifyNatsPublish(NATS_NO_RESPONDERS, 0, false, true), OutcomeKind::Defer);
+    EXPECT_EQ(ClassifyNatsPublish(NATS_NO_RESPONDERS, 0, true), OutcomeKind::Defer);
+    EXPECT_EQ(ClassifyNatsPublish(NATS_ERR, JSNotEnabledErr, false, true), OutcomeKind::Defer);
+    EXPECT_EQ(ClassifyNatsPublish(NATS_ERR, JSNotEnabledErr, false, false), OutcomeKind::Dead);
+    EXPECT_EQ(ClassifyNatsPublish(NATS_ERR, JSStreamNotFoundErr, false, true), OutcomeKind::Dead);
     EXPECT_EQ(ClassifyNatsPublish(NATS_MAX_PAYLOAD, 0, false), OutcomeKind::Dead);
     EXPECT_EQ(ClassifyNatsPublish(NATS_NOT_PERMITTED, 0, false), OutcomeKind::Dead);
     for (int js : {JSStreamNotFoundErr, JSStreamMessageExceedsMaximumErr, JSStreamNotMatchErr,
