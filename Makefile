@@ -1,7 +1,7 @@
 # outbox — PGXS build for a C++ PostgreSQL extension.
 #
-#   make                 build outbox.so
-#   make install         install into the PostgreSQL that pg_config names
+#   make                 build outbox.so and outbox-driver (the drivers' helper process)
+#   make install         install both into the PostgreSQL that pg_config names
 #   make unit            build and run the pure C++ unit tests (no PostgreSQL needed)
 #   make format          clang-format every C++ source in place
 #   make WERROR=1        treat warnings as errors (CI does)
@@ -14,7 +14,7 @@ MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
-            src/dispatcher.cpp \
+            src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
             src/network_policy.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
@@ -35,13 +35,43 @@ SHLIB_LINK = -lrdkafka -lcurl -lrabbitmq -lnats -lcrypto -lstdc++
 # buys nothing (its hot paths are SPI and network I/O), so no bitcode is built or installed.
 override with_llvm = no
 
-EXTRA_CLEAN = test/unit/build test/unit/build-sanitize
+EXTRA_CLEAN = test/unit/build test/unit/build-sanitize build outbox-driver
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # The object files depend on every header; a changed header rebuilds everything (small project).
 $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
+
+# outbox-driver: the network drivers in a process of their own, started by each delivery worker
+# (README "How it works"). A plain executable that includes no PostgreSQL header, so it is built
+# with its own flags and objects (PGXS cannot build a MODULE_big and a PROGRAM from shared OBJS),
+# and installed next to the module, in $libdir, where the worker looks for it.
+DRIVER_HOST = outbox-driver
+DRIVER_HOST_SRCS = src/driver_host/main.cpp src/driver_protocol.cpp $(DRIVER_SRCS) \
+                   src/message.cpp src/classify.cpp src/config.cpp src/duration.cpp \
+                   src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp \
+                   src/network_policy.cpp
+DRIVER_HOST_OBJS = $(patsubst %.cpp,build/driver-host/%.o,$(DRIVER_HOST_SRCS))
+DRIVER_HOST_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Iinclude -fPIE -fstack-protector-strong \
+                       -D_FORTIFY_SOURCE=2 $(if $(WERROR),-Werror)
+
+build/driver-host/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/drivers/*.hpp)
+	@mkdir -p $(dir $@)
+	$(CXX) $(DRIVER_HOST_CXXFLAGS) -c -o $@ $<
+
+$(DRIVER_HOST): $(DRIVER_HOST_OBJS)
+	$(CXX) -pie -Wl,-z,relro,-z,now -o $@ $(DRIVER_HOST_OBJS) -lrdkafka -lcurl -lrabbitmq -lnats \
+		-lcrypto -lpthread
+
+all: $(DRIVER_HOST)
+install: install-driver-host
+uninstall: uninstall-driver-host
+.PHONY: install-driver-host uninstall-driver-host
+install-driver-host: $(DRIVER_HOST) installdirs
+	$(INSTALL_PROGRAM) $(DRIVER_HOST) '$(DESTDIR)$(pkglibdir)/$(DRIVER_HOST)'
+uninstall-driver-host:
+	rm -f '$(DESTDIR)$(pkglibdir)/$(DRIVER_HOST)'
 
 UNIT_SRCS = $(wildcard test/unit/*.cpp) $(PURE_SRCS) $(DRIVER_SRCS)
 UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror) $(UNIT_SANITIZE)
@@ -58,9 +88,10 @@ $(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
 	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_OBJS) -lgtest -lgtest_main -lpthread -lrdkafka -lcurl \
 		-lrabbitmq -lnats -lcrypto
 
+# The supervisor's tests run the real helper: $(DRIVER_HOST) from this tree.
 .PHONY: unit format
-unit: $(UNIT_BUILD)/unit_tests
-	$(UNIT_BUILD)/unit_tests
+unit: $(UNIT_BUILD)/unit_tests $(DRIVER_HOST)
+	OUTBOX_DRIVER=$(CURDIR)/$(DRIVER_HOST) $(UNIT_BUILD)/unit_tests
 
 format:
 	clang-format -i $(shell find src include test/unit test/tools -name '*.cpp' -o -name '*.hpp')

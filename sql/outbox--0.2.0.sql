@@ -689,10 +689,11 @@ CREATE FUNCTION outbox.workers(
     OUT pid integer, OUT database text, OUT worker integer, OUT state text,
     OUT destination text, OUT in_flight bigint, OUT started_at timestamptz,
     OUT last_cycle_at timestamptz, OUT cycles bigint, OUT claimed bigint, OUT delivered bigint,
-    OUT retried bigint, OUT deferred bigint, OUT dead bigint, OUT expired bigint)
+    OUT retried bigint, OUT deferred bigint, OUT dead bigint, OUT expired bigint,
+    OUT driver_pid integer, OUT driver_restarts bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_workers' LANGUAGE C;
 COMMENT ON FUNCTION outbox.workers() IS
-    'the delivery workers of every served database, live from shared memory: state, current destination, counters';
+    'the delivery workers of every served database, live from shared memory: state, current destination, counters, driver process';
 
 CREATE FUNCTION outbox.wake() RETURNS void
     AS 'MODULE_PATHNAME', 'outbox_wake' LANGUAGE C;

@@ -97,7 +97,8 @@ void Dispatcher::Retire(std::unique_ptr<Destination> &d) {
 
 void Dispatcher::SetSettings(const DispatchSettings &settings) {
     bool rebuild = settings.batch_size != settings_.batch_size ||
-                   settings.lease_timeout_ms != settings_.lease_timeout_ms;
+                   settings.lease_timeout_ms != settings_.lease_timeout_ms ||
+                   settings.driver_build != settings_.driver_build;
     bool rebuild_webhooks = settings.webhook_allowed_networks != settings_.webhook_allowed_networks;
     settings_ = settings;
     if (!rebuild && !rebuild_webhooks)
@@ -271,7 +272,8 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
     r.lease_token = o.lease_token;
     r.error = o.error;
     OutcomeKind kind = o.kind;
-    if (stopping_ && (kind == OutcomeKind::Retry || kind == OutcomeKind::Defer)) {
+    if (stopping_ && (kind == OutcomeKind::Retry || kind == OutcomeKind::Defer ||
+                      kind == OutcomeKind::Unacknowledged)) {
         // Handed back at shutdown: due at once, attempt refunded.
         r.action = Resolution::Action::Reschedule;
         r.refund_attempt = true;
@@ -324,11 +326,25 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             r.refund_attempt = true;
             r.error = "deferred, destination unreachable: " + r.error;
             break;
+        case OutcomeKind::Unacknowledged:
+            // The driver process died before it answered: the destination is not at fault, so
+            // no attempt is spent and no outage begins. Due again at once, and claimed again.
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            d.want_more = true;
+            break;
+        case OutcomeKind::Poison:
+            // In flight during outbox.poison_after driver process crashes.
+            r.action = Resolution::Action::Bury;
+            r.dead_reason = DeadReason::Poison;
+            break;
     }
     return r;
 }
 
 void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
+    if (poll_hook_)
+        poll_hook_();
     std::vector<Outcome> outcomes;
     auto serve = [&](Destination &d) {
         if (!d.driver)
@@ -412,6 +428,8 @@ std::vector<int> Dispatcher::WaitFds() const {
     for (const auto &d : retired_)
         if (d->driver->WaitFd() >= 0)
             fds.push_back(d->driver->WaitFd());
+    std::sort(fds.begin(), fds.end());
+    fds.erase(std::unique(fds.begin(), fds.end()), fds.end());
     return fds;
 }
 

@@ -14,6 +14,10 @@ const char *OutcomeKindName(OutcomeKind kind) {
             return "dead";
         case OutcomeKind::Defer:
             return "defer";
+        case OutcomeKind::Unacknowledged:
+            return "unacknowledged";
+        case OutcomeKind::Poison:
+            return "poison";
     }
     // Only reachable through a cast of an out-of-range integer.
     return "unknown";

@@ -39,6 +39,10 @@ struct DispatchSettings {
     int max_attempts = 10;
     int64_t retry_base_ms = 1000;
     int64_t retry_max_ms = 300000;
+    // Changes whenever the factory would build drivers differently (in the helper process or
+    // in the worker, outbox.debug_drivers_in_process): every driver is rebuilt, like for a new
+    // batch size.
+    int driver_build = 0;
     std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
 };
 
@@ -125,12 +129,16 @@ class Dispatcher {
     // (a due probe, a driver's poll timer, a driver to rebuild); -1 for none.
     int64_t NextTimeoutMs(int64_t now_ms) const;
 
-    // File descriptors to wait on, one per driver that has one.
+    // File descriptors to wait on, each once (drivers in the helper process share one).
     std::vector<int> WaitFds() const;
     // How many drivers have been built so far. A wait set built from WaitFds() must be built
     // again when this changes even if the list of numbers did not: a new driver's fd often
     // gets the number its predecessor's closed fd had, which the wait set no longer watches.
     uint64_t DriversBuilt() const { return drivers_built_; }
+
+    // Runs at the start of every Poll, before the drivers are served: the driver process reads
+    // its socket once there for all of its drivers.
+    void SetPollHook(std::function<void()> hook) { poll_hook_ = std::move(hook); }
 
     // Fast path: the rows of `destination` submitted under transaction locks (lease token 0)
     // whose outcome is not known yet; and, when they must outlive the transaction, the lease
@@ -166,6 +174,7 @@ class Dispatcher {
     int MaxAttempts(const Destination &d) const;
 
     DriverFactory factory_;
+    std::function<void()> poll_hook_;
     DispatchSettings settings_;
     std::map<std::string, std::unique_ptr<Destination>> destinations_;
     // Drivers of destinations that were dropped or reconfigured, kept until drained.

@@ -36,6 +36,9 @@ enum class OutcomeKind {
     Retry,      // rejected but may succeed later: spend an attempt, back off
     Dead,       // permanent failure: move to the dead letters now
     Defer,      // destination unreachable: reschedule without spending an attempt
+    // Only from the driver process's supervisor (driver_supervisor.hpp), never from a driver:
+    Unacknowledged,  // the driver process died before it answered: due again, attempt refunded
+    Poison,          // in flight during outbox.poison_after driver process crashes: dead letters
 };
 
 struct Outcome {
@@ -44,6 +47,11 @@ struct Outcome {
     OutcomeKind kind = OutcomeKind::Delivered;
     std::string error;            // human readable reason; never contains a secret
     int64_t retry_after_ms = -1;  // delay asked for by the server (Retry-After), -1 if none
+    // Where it went, for diagnostics (the write-back does not need them): Kafka partition and
+    // offset, -1 when unknown; the webhook's HTTP status, 0 when there was no answer.
+    int32_t partition = -1;
+    int64_t offset = -1;
+    int32_t http_status = 0;
 };
 
 const char *OutcomeKindName(OutcomeKind kind);

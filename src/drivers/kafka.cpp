@@ -89,6 +89,7 @@ class KafkaDriver final : public Driver {
         uint64_t seq;
         rd_kafka_resp_err_t err;
         rd_kafka_msg_status_t status;
+        int32_t partition;
         int64_t offset;
     };
 
@@ -264,7 +265,7 @@ void KafkaDriver::OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *
     auto *self = static_cast<KafkaDriver *>(opaque);
     try {
         self->reports_.push_back(Report{reinterpret_cast<uintptr_t>(msg->_private), msg->err,
-                                        rd_kafka_message_status(msg), msg->offset});
+                                        rd_kafka_message_status(msg), msg->partition, msg->offset});
     } catch (...) {
         self->record_failed_ = true;
     }
@@ -367,6 +368,8 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
             continue;
         Outcome o{
             it->second.id, it->second.lease_token, ClassifyKafkaResult(r.err, r.status), {}, -1};
+        o.partition = r.partition;
+        o.offset = r.offset;
         if (o.kind == OutcomeKind::Delivered && r.offset < 0) {
             // Acknowledged as a duplicate of an earlier produce (DUPLICATE_SEQUENCE_NUMBER):
             // librdkafka reports success but no offset says where the message is. A broker

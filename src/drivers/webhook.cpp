@@ -854,6 +854,7 @@ Outcome WebhookDriver::Finish(Transfer *t, CURLcode result) {
     Outcome o{t->id, t->lease_token, OutcomeKind::Retry, {}, -1};
     long status = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    o.http_status = status >= 100 && status <= 999 ? int32_t(status) : 0;
     if (status >= 200) {
         // The status decides even if reading the rest of the response failed: the endpoint
         // has made its decision by the time it sends the status line.

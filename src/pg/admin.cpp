@@ -76,6 +76,11 @@ static void ListWorkers(FunctionCallInfo fcinfo) {
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     if (shared == nullptr)
         return;
+    if (rsinfo->setDesc->natts > 17)
+        throw PgError(ERRCODE_DATATYPE_MISMATCH,
+                      "outbox.workers() is declared with " +
+                          std::to_string(rsinfo->setDesc->natts) + " columns; this module fills 17",
+                      {}, "Install the outbox module of the extension's version and restart.");
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
@@ -89,8 +94,10 @@ static void ListWorkers(FunctionCallInfo fcinfo) {
         TimestampTz started_at = slot->started_at, last_cycle_at = slot->last_cycle_at;
         SpinLockRelease(&slot->mutex);
 
-        Datum values[15];
-        bool nulls[15] = {false};
+        // Two more columns since 0.2.0 (driver_pid, driver_restarts); a 0.1.0 schema whose
+        // upgrade has not run yet asks for the first 15 only.
+        Datum values[17];
+        bool nulls[17] = {false};
         char *dbname = get_database_name(database);
         values[0] = Int32GetDatum(pid);
         values[1] = dbname ? CStringGetTextDatum(dbname) : (Datum)0;
@@ -108,6 +115,10 @@ static void ListWorkers(FunctionCallInfo fcinfo) {
                                         &slot->expired};
         for (int c = 0; c < 7; c++)
             values[8 + c] = Int64GetDatum(pg_atomic_read_u64(counters[c]));
+        uint32 driver_pid = pg_atomic_read_u32(&slot->driver_pid);
+        values[15] = Int32GetDatum(int32(driver_pid));
+        nulls[15] = driver_pid == 0;
+        values[16] = Int64GetDatum(pg_atomic_read_u64(&slot->driver_restarts));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
 }

@@ -26,6 +26,10 @@ int setting_retry_base_ms = 1000;
 int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
 int setting_retention_s = 0;
+int setting_poison_after = 3;
+int setting_driver_memory_limit_mb = 1024;
+char *setting_debug_driver_fault = nullptr;
+bool setting_debug_drivers_in_process = false;
 int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
@@ -50,6 +54,15 @@ static bool CheckDatabases(char **newval, void **, GucSource) {
     list_free(names);
     pfree(copy);
     return ok;
+}
+
+// outbox.driver_memory_limit: 0, or enough for the helper to start its libraries.
+static bool CheckDriverMemoryLimit(int *newval, void **, GucSource) {
+    if (*newval != 0 && *newval < 64) {
+        GUC_check_errdetail("outbox.driver_memory_limit must be at least 64MB, or 0 for no limit.");
+        return false;
+    }
+    return true;
 }
 
 // outbox.webhook_allowed_networks must be a list of networks (network_policy.hpp).
@@ -130,6 +143,27 @@ void DefineSettings() {
         "0 deletes them when delivered. Older archived rows are swept by the workers in "
         "bounded batches; dead letters are never swept.",
         &setting_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.poison_after",
+        "Driver process crashes a message may be in flight for before it is dead-lettered.",
+        "A message in flight when the driver process (outbox-driver) died this many times goes "
+        "to the dead letters with reason poison. Independent of max_attempts: such a crash "
+        "spends no attempt.",
+        &setting_poison_after, 3, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.driver_memory_limit", "Address-space limit of each worker's driver process.",
+        "A driver process (librdkafka, libcurl) that reaches it exits and is restarted; nothing "
+        "in flight is lost. 0 means no limit. A reload applies it to the running processes.",
+        &setting_driver_memory_limit_mb, 1024, 0, INT_MAX / 2, PGC_SIGHUP, GUC_UNIT_MB,
+        CheckDriverMemoryLimit, nullptr, nullptr);
+    DefineCustomStringVariable("outbox.debug_driver_fault", "Fault injection for tests only.",
+                               nullptr, &setting_debug_driver_fault, "", PGC_SUSET,
+                               GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable("outbox.debug_drivers_in_process",
+                             "Benchmarks only: run the drivers inside the worker process.",
+                             "A crash of librdkafka or libcurl then restarts the whole server.",
+                             &setting_debug_drivers_in_process, false, PGC_SUSET,
+                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
     DefineCustomStringVariable(
         "outbox.webhook_allowed_networks",
         "Networks of loopback, private, link-local and other internal addresses webhooks may "

@@ -50,15 +50,16 @@ const char *WorkerStateName(uint32 state) {
     return "unknown";
 }
 
-static std::array<pg_atomic_uint64 *, 8> SlotCounters(WorkerSlot *slot) {
-    return {&slot->cycles, &slot->claimed,  &slot->delivered, &slot->retried,
-            &slot->dead,   &slot->deferred, &slot->expired,   &slot->errors};
+static std::array<pg_atomic_uint64 *, 9> SlotCounters(WorkerSlot *slot) {
+    return {&slot->cycles,   &slot->claimed, &slot->delivered,       &slot->retried, &slot->dead,
+            &slot->deferred, &slot->expired, &slot->driver_restarts, &slot->errors};
 }
 
 void ResetSlotCounters(WorkerSlot *slot) {
     for (pg_atomic_uint64 *c : SlotCounters(slot))
         pg_atomic_write_u64(c, 0);
     pg_atomic_write_u32(&slot->batch_in_flight, 0);
+    pg_atomic_write_u32(&slot->driver_pid, 0);
 }
 
 // Every worker needs a bgworker slot, so max_worker_processes bounds the slots we need.
@@ -96,6 +97,7 @@ static void InitSharedMemory() {
         pg_atomic_init_u32(&slot->state, kWorkerStarting);
         pg_atomic_init_u32(&slot->batch_in_flight, 0);
         pg_atomic_init_u32(&slot->reload, 0);
+        pg_atomic_init_u32(&slot->driver_pid, 0);
         for (pg_atomic_uint64 *c : SlotCounters(slot))
             pg_atomic_init_u64(c, 0);
     }

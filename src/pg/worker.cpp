@@ -4,7 +4,9 @@
 // write back or to claim — one short transaction that writes back every outcome collected and
 // claims the next batches, then hand the claimed rows to the drivers after the commit. No
 // transaction is ever open while a driver waits for the network. The one wait point is a
-// WaitEventSet on the latch (commits wake us), postmaster death and the drivers' fds.
+// WaitEventSet on the latch (commits wake us), postmaster death and the drivers' fd: the drivers
+// run in the worker's driver process (outbox-driver, src/pg/driver_process.cpp), whose socket
+// the worker waits on; a crash there is handled by the worker, never by the postmaster.
 #include <cerrno>
 #include <ctime>
 #include <algorithm>
@@ -14,10 +16,7 @@
 #include <vector>
 
 #include "outbox/dispatcher.hpp"
-#include "outbox/drivers/amqp.hpp"
-#include "outbox/drivers/kafka.hpp"
-#include "outbox/drivers/nats.hpp"
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/driver_supervisor.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -44,6 +43,7 @@ extern "C" {
 
 #include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
+#include "outbox/pg/driver_process.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/queue_counts.hpp"
@@ -86,15 +86,24 @@ int64 NowMs() {
     return int64(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-// Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to.
+DriverProcess *paused_drivers = nullptr;  // the worker's driver process, for DebugPause
+
+// Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to. The
+// driver process holds its drivers meanwhile (polls none), so that the worker stands still at
+// that point as it did when the drivers ran inside it: a webhook handed to the driver is not
+// sent meanwhile, while librdkafka's threads send what they were given (test/t/082, 084).
 void DebugPause(const char *phase) {
     if (setting_debug_pause == nullptr || setting_debug_pause[0] == '\0' ||
         strcmp(setting_debug_pause, phase) != 0)
         return;
     ereport(LOG, (errmsg("outbox: pausing %d ms in phase \"%s\" (outbox.debug_pause)",
                          setting_debug_pause_ms, phase)));
+    if (paused_drivers)
+        paused_drivers->Freeze(true);
     (void)WaitLatch(nullptr, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, setting_debug_pause_ms,
                     wait_event_debug_pause);
+    if (paused_drivers)
+        paused_drivers->Freeze(false);
 }
 
 // The worker's session skips the _messages_changed trigger: it counts its own removals.
@@ -109,6 +118,7 @@ DispatchSettings CurrentSettings() {
     s.max_attempts = setting_max_attempts;
     s.retry_base_ms = setting_retry_base_ms;
     s.retry_max_ms = setting_retry_max_ms;
+    s.driver_build = setting_debug_drivers_in_process ? 1 : 0;
     s.webhook_allowed_networks =
         setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "";
     return s;
@@ -118,8 +128,12 @@ class Worker {
   public:
     Worker(WorkerSlot *slot, std::string database);
     void Run();
-    // Destroys the drivers (stops librdkafka's threads); safe to call twice.
-    void ReleaseDrivers() { dispatcher_.reset(); }
+    // Destroys the drivers, then ends the driver process; safe to call twice.
+    void ReleaseDrivers() {
+        dispatcher_.reset();
+        paused_drivers = nullptr;
+        drivers_.reset();
+    }
 
   private:
     bool Turn(bool woken, bool poll_due);
@@ -147,6 +161,7 @@ class Worker {
 
     WorkerSlot *slot_;
     std::string database_;
+    std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
     std::unique_ptr<Dispatcher> dispatcher_;
     Resolutions pending_;  // outcomes not yet written back
     uint64 seen_generation_ = 0;
@@ -175,62 +190,21 @@ void OnWorkerExit(int, Datum arg) {
     slot->destination[0] = '\0';
     SpinLockRelease(&slot->mutex);
     pg_atomic_write_u32(&slot->state, kWorkerStopping);
+    pg_atomic_write_u32(&slot->driver_pid, 0);
     slot->pid = 0;
 }
 
 Worker::Worker(WorkerSlot *slot, std::string database)
     : slot_(slot), database_(std::move(database)) {
+    // Started with the first driver it hosts.
+    drivers_ = std::make_unique<DriverProcess>(CurrentDriverProcessOptions());
+    paused_drivers = drivers_.get();
     dispatcher_ = std::make_unique<Dispatcher>(
-        [this](const DestinationSpec &spec, std::string *error) -> std::unique_ptr<Driver> {
-            if (spec.config.kind == DestinationKind::Webhook) {
-                WebhookDriverOptions options;
-                options.config = spec.config.webhook;
-                options.destination = spec.name;
-                options.source = "/outbox/" + database_;
-                options.lease_timeout_ms = dispatcher_->Settings().lease_timeout_ms;
-                options.allowed_networks = dispatcher_->Settings().webhook_allowed_networks;
-                options.show_response_body = spec.config_by_superuser;
-                return MakeWebhookDriver(options, error);
-            }
-            // amqp, nats: in flight as for Kafka, and an answer due well within the lease.
-            const DispatchSettings &s = dispatcher_->Settings();
-            size_t in_flight = size_t(s.batch_size) * 2;
-            int64_t answer_ms = std::max<int64>(1000, s.lease_timeout_ms / 2);
-            if (spec.config.kind == DestinationKind::Amqp) {
-                AmqpDriverOptions options;
-                options.config = spec.config.amqp;
-                options.destination = spec.name;
-                options.source = "/outbox/" + database_;
-                options.client_name = "outbox-" + database_ + "-" + spec.name;
-                options.confirm_timeout_ms = answer_ms;
-                options.max_in_flight = options.config.max_in_flight > 0
-                                            ? size_t(options.config.max_in_flight)
-                                            : in_flight;
-                return MakeAmqpDriver(options, error);
-            }
-            if (spec.config.kind == DestinationKind::Nats) {
-                NatsDriverOptions options;
-                options.config = spec.config.nats;
-                options.destination = spec.name;
-                options.source = "/outbox/" + database_;
-                options.client_name = "outbox-" + database_ + "-" + spec.name;
-                options.ack_timeout_ms = options.config.ack_timeout_ms > 0
-                                             ? std::min(options.config.ack_timeout_ms, answer_ms)
-                                             : std::min<int64_t>(5000, answer_ms);
-                options.max_in_flight = options.config.max_in_flight > 0
-                                            ? size_t(options.config.max_in_flight)
-                                            : in_flight;
-                return MakeNatsDriver(options, error);
-            }
-            KafkaDriverOptions options;
-            options.config = spec.config.kafka;
-            options.client_id = "outbox-" + database_ + "-" + spec.name;
-            options.source = "/outbox/" + database_;
-            options.lease_timeout_ms = dispatcher_->Settings().lease_timeout_ms;
-            options.max_in_flight = size_t(dispatcher_->Settings().batch_size) * 2;
-            return MakeKafkaDriver(options, error);
+        [this](const DestinationSpec &spec, std::string *error) {
+            return BuildDriver(drivers_.get(), spec, database_, dispatcher_->Settings(), error);
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
+    dispatcher_->SetPollHook([this] { drivers_->Service(); });
     dispatcher_->SetSettings(CurrentSettings());
     if (!pg_strong_random(&lease_base_, sizeof lease_base_))
         lease_base_ = uint64(MyProcPid) << 32 ^ uint64(NowMs());
@@ -436,6 +410,9 @@ void Worker::Publish(const Resolutions &resolved,
 
 void Worker::LogDriverLines() {
     std::vector<std::string> lines;
+    drivers_->TakeLog(lines);
+    pg_atomic_write_u32(&slot_->driver_pid, uint32(drivers_->pid()));
+    pg_atomic_write_u64(&slot_->driver_restarts, drivers_->restarts());
     dispatcher_->TakeLog(lines);
     for (const std::string &line : lines)
         ereport(LOG, (errmsg("outbox: %s", line.c_str())));
@@ -504,6 +481,16 @@ bool Worker::Turn(bool woken, bool poll_due) {
     bool full = false;
     size_t total = 0;
     now = NowMs();
+    // A pause in "publish" holds the driver process before the rows are handed over, not after:
+    // a webhook driver starts its transfers in Submit, and a hold that arrived later could find
+    // the request sent (test/t/084 b1: a message the paused worker holds never reaches the
+    // endpoint, as when the drivers ran inside the worker).
+    bool hold_first = paused_drivers && setting_debug_pause &&
+                      strcmp(setting_debug_pause, "publish") == 0 &&
+                      std::any_of(claimed.begin(), claimed.end(),
+                                  [](const auto &c) { return !c.second.empty(); });
+    if (hold_first)
+        paused_drivers->Freeze(true);
     for (auto &[request, rows] : claimed) {
         full = full || int(rows.size()) >= request.limit;
         total += rows.size();
@@ -683,6 +670,7 @@ void Worker::Run() {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
             dispatcher_->SetSettings(CurrentSettings());
+            drivers_->SetOptions(CurrentDriverProcessOptions());
             latch_set = true;
             // A shorter poll_interval applies now, not once the longer one has passed.
             next_poll = std::min(next_poll, NowMs() + setting_poll_interval_ms);

@@ -715,7 +715,74 @@ TEST_F(DispatcherTest, PausedDestinationIsNeverPlanned) {
     EXPECT_EQ(Planned(dispatcher_.PlanClaims(kT0 + 60002), "paused"), nullptr);
 }
 
-// 9. A reloaded batch_size or a changed config builds new drivers, and DriversBuilt says so: the
+// 9. The driver process died before it answered (Unacknowledged): due again at once with the
+// attempt refunded, and no outage begins: the next claim is a full one, at once.
+TEST_F(DispatcherTest, UnacknowledgedIsDueAgainWithoutAnOutage) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(1, 11), Row(2, 12)}, kT0);
+    dispatcher_.Submit("hooks", 32, {}, kT0);  // a short claim: not wanting more by itself
+    ScriptedDriver &driver = DriverOf("hooks");
+    const std::string crash =
+        "driver process crashed (signal 11: Segmentation fault); 2 messages in flight will be "
+        "retried";
+    driver.Finish(1, OutcomeKind::Unacknowledged, crash);
+    driver.Finish(2, OutcomeKind::Unacknowledged, crash);
+    std::vector<Resolution> list = PollFor("hooks", kT0 + 5);
+    ASSERT_EQ(list.size(), 2u);
+    for (const Resolution &res : list) {
+        EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+        EXPECT_TRUE(res.refund_attempt);
+        EXPECT_EQ(res.delay_ms, 0);
+        EXPECT_EQ(res.error, crash);  // for last_error, as written (not "deferred, ...")
+    }
+    EXPECT_TRUE(driver.probing_calls.empty() || !driver.probing_calls.back());
+    const std::vector<ClaimRequest> plan = dispatcher_.PlanClaims(kT0 + 5);
+    const ClaimRequest *next = Planned(plan, "hooks");
+    ASSERT_NE(next, nullptr) << "the rows due again are claimed at once";
+    EXPECT_EQ(next->limit, 32);
+}
+
+// 9b. In flight during outbox.poison_after driver crashes (Poison): to the dead letters as
+// poison, with the supervisor's reason.
+TEST_F(DispatcherTest, PoisonFromTheDriverProcessBuriesAsPoison) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(7, 77)}, kT0);
+    DriverOf("hooks").Finish(7, OutcomeKind::Poison,
+                             "in flight during 3 driver process crashes (outbox.poison_after), "
+                             "the last: signal 6: Aborted");
+    Resolution res = PollOne("hooks", kT0 + 1);
+    EXPECT_EQ(res.action, Resolution::Action::Bury);
+    EXPECT_EQ(res.dead_reason, DeadReason::Poison);
+    EXPECT_EQ(res.lease_token, 77);
+    EXPECT_NE(res.error.find("3 driver process crashes"), std::string::npos) << res.error;
+}
+
+// 9c. At shutdown an Unacknowledged row is handed back like any unfinished one.
+TEST_F(DispatcherTest, UnacknowledgedAfterStopAllIsHandedBack) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(3, 33)}, kT0);
+    DriverOf("hooks").Finish(3, OutcomeKind::Unacknowledged, "driver process crashed");
+    dispatcher_.StopAll();  // the crash's outcome is read after the shutdown began
+    Resolution res = PollOne("hooks", kT0 + 1);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+    EXPECT_TRUE(res.refund_attempt);
+    EXPECT_TRUE(res.error.empty());  // released, not deferred
+}
+
+// 10. The poll hook runs once per Poll, before the drivers are served.
+TEST_F(DispatcherTest, PollHookRunsOncePerPoll) {
+    int hooks = 0;
+    dispatcher_.SetPollHook([&] { hooks++; });
+    dispatcher_.SetDestinations(Specs({Spec("a"), Spec("b")}));
+    ClaimAndSubmit("a", {Row(1, 1)}, kT0);
+    ClaimAndSubmit("b", {Row(2, 2)}, kT0);
+    Resolutions out;
+    dispatcher_.Poll(kT0, out);
+    dispatcher_.Poll(kT0 + 1, out);
+    EXPECT_EQ(hooks, 2);
+}
+
+// 11. A reloaded batch_size or a changed config builds new drivers, and DriversBuilt says so: the
 // worker rebuilds its wait set from it (a new driver's fd may reuse the old one's number).
 TEST_F(DispatcherTest, RebuiltDriversAreCountedForTheWaitSet) {
     dispatcher_.SetDestinations(Specs({Spec("hooks")}));
@@ -740,7 +807,7 @@ TEST_F(DispatcherTest, RebuiltDriversAreCountedForTheWaitSet) {
     EXPECT_EQ(dispatcher_.DriversBuilt(), 3u);
 }
 
-// 10. A row claimed again while its request is in flight (its lease lapsed under a slow
+// 12. A row claimed again while its request is in flight (its lease lapsed under a slow
 // endpoint) is never sent a second time; the request's outcome presents the new lease token,
 // which is the one the row has now.
 TEST_F(DispatcherTest, RowClaimedAgainWhileInFlightIsNotSentTwice) {
@@ -767,7 +834,7 @@ TEST_F(DispatcherTest, RowClaimedAgainWhileInFlightIsNotSentTwice) {
     EXPECT_EQ(res.action, Resolution::Action::Reschedule);
 }
 
-// 11. outbox.webhook_allowed_networks changed by a reload: webhook drivers are rebuilt (they
+// 13. outbox.webhook_allowed_networks changed by a reload: webhook drivers are rebuilt (they
 // check addresses with it), other drivers are kept.
 TEST_F(DispatcherTest, AllowedNetworksRebuildWebhookDriversOnly) {
     DestinationSpec kafka = Spec("stream");

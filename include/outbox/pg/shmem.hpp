@@ -54,6 +54,10 @@ struct WorkerSlot {
     pg_atomic_uint64 deferred;
     pg_atomic_uint64 expired;
     pg_atomic_uint64 errors;  // cycles that ended in an error
+    // The worker's driver process (outbox-driver): its pid (0: none running) and how often it
+    // was started again after it died.
+    pg_atomic_uint32 driver_pid;
+    pg_atomic_uint64 driver_restarts;
 };
 
 // Cumulative counters of one destination since server start (hash entry, never removed).

@@ -1,0 +1,172 @@
+// The worker's side of the driver process: starts `outbox-driver` (fork + exec), talks to it
+// over one socketpair, and hands the dispatcher a Driver per destination (RemoteDriver) that
+// forwards to the real driver in the helper. Pure code (POSIX, no PostgreSQL), so the unit
+// tests drive it against the real helper binary.
+//
+// Why a helper process: librdkafka and libcurl run threads and C code of their own; a segfault,
+// abort() or out-of-memory in them inside a PostgreSQL backend is a backend crash, and the
+// postmaster restarts every session of the cluster. In the helper it is an event of the worker's:
+//   - noticed at once (EOF on the socket), logged with the signal;
+//   - what the helper had answered is kept (outcomes received before the EOF are returned as
+//     usual), what it had not answered comes back from Poll as OutcomeKind::Unacknowledged: due
+//     again at once, attempt refunded, not an outage;
+//   - each message that was in flight counts one crash; a message in flight during
+//     `poison_after` crashes comes back as OutcomeKind::Poison (dead letters, reason poison);
+//   - a message with a crash against it (a suspect) waits for its turn: one group of suspects is
+//     in the helper at a time, of up to kSuspectGroup messages, and a message one crash short of
+//     poison goes alone. So the messages that happened to travel with a crashing message are
+//     cleared instead of buried with it (only the one that crashes the helper when it is alone
+//     reaches poison_after), while every message without a crash against it flows as usual;
+//   - the helper is restarted after base_ms, doubling to max_ms while it keeps crashing (reset
+//     once it has run healthy_after_ms), and every destination's driver is opened in it again;
+//   - a helper that stops answering is killed and handled the same way: while an answer is due
+//     (messages in flight, an Open) and nothing came for ping_interval_ms, it is pinged, and a
+//     ping left unanswered for answer_timeout_ms ends it. (Silence alone is no proof: the broker
+//     may be slow, or the worker itself was busy and did not listen.)
+//
+// Crash counts live in this object's memory, per message id: they survive helper restarts but
+// not a worker restart (a worker that dies is itself counted by the claims' attempts, the
+// existing poison rule). Entries go when the message gets any answer; at most kMaxCrashCounts
+// are kept (oldest dropped first: such a message merely needs a few more crashes to be buried).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "outbox/driver_protocol.hpp"
+#include "outbox/drivers/driver.hpp"
+
+namespace outbox {
+
+struct DriverProcessOptions {
+    std::string program;              // the outbox-driver executable
+    std::vector<std::string> args;    // arguments after argv[0]
+    uint64_t memory_limit_bytes = 0;  // the helper's RLIMIT_AS; 0: none
+    int poison_after = 3;
+    // How long a suspect may wait for its turn before it is handed back (due again, no crash
+    // counted): well within the lease, so that no lease lapses while it waits.
+    int64_t hold_limit_ms = 15000;
+    std::string fault;  // test-only fault switch, passed to the helper (empty: off)
+    int64_t ping_interval_ms = 1000;
+    int64_t answer_timeout_ms = 10000;
+    int64_t restart_base_ms = 100;
+    int64_t restart_max_ms = 30000;
+    int64_t healthy_after_ms = 60000;
+};
+
+class RemoteDriver;
+
+class DriverProcess {
+  public:
+    static constexpr size_t kMaxCrashCounts = 65536;
+    static constexpr size_t kSuspectGroup = 64;
+
+    explicit DriverProcess(DriverProcessOptions options);
+    ~DriverProcess();  // stops the helper (Stop)
+    DriverProcess(const DriverProcess &) = delete;
+    DriverProcess &operator=(const DriverProcess &) = delete;
+
+    // A driver for destination `name` of `kind` ("kafka", "webhook") built in the helper from
+    // `options` (protocol::EncodeOptions). When the helper runs, waits for its answer, so that
+    // a refused config comes back here as nullptr with *error, as from an in-process factory;
+    // while the helper is being restarted after a crash the driver opens once it is back.
+    // nullptr with *error also when the helper cannot be started at all.
+    std::unique_ptr<Driver> Open(const std::string &kind, const std::string &name,
+                                 std::string options, std::string *error);
+
+    // Reads everything the helper sent and routes it to the drivers; notices a death, restarts,
+    // pings. Call before polling the drivers (Dispatcher::SetPollHook).
+    void Service();
+
+    // Readable when Service has something to read (constant for the object's life: the
+    // socket of the current helper is inside it).
+    int WaitFd() const { return epoll_fd_; }
+    // Milliseconds until Service must run without WaitFd becoming readable; -1: never.
+    int64_t TimeoutMs() const;
+
+    // New settings (reload): poison_after, hold limit, the memory limit (applied to the running
+    // helper too) and the fault switch (sent to it).
+    void SetOptions(const DriverProcessOptions &options);
+
+    pid_t pid() const { return pid_; }
+    // Helper starts after the first (restarts after a death).
+    uint64_t restarts() const { return restarts_; }
+    // Lines for the server log (crashes, restarts, poison messages).
+    void TakeLog(std::vector<std::string> &lines);
+
+    // Ends the helper: EOF, then up to `grace_ms` for it to exit, then SIGKILL.
+    void Stop(int64_t grace_ms);
+    // Holds or releases the helper's drivers (Configure "hold"): for the tests' pauses of the
+    // worker (outbox.debug_pause). While held the helper polls no driver, as a sleeping worker
+    // polled none of the drivers inside it: libcurl sends nothing, librdkafka's own threads go
+    // on sending. Silence while held does not count as a helper that stopped answering.
+    void Freeze(bool frozen);
+
+    // For the tests: the crash count of a message id, and whether a helper runs now.
+    int CrashCount(int64_t id) const;
+    bool Running() const { return sock_ >= 0; }
+
+  private:
+    friend class RemoteDriver;
+    struct Suspect {
+        uint64_t handle;
+        Message message;
+        int64_t since_ms;
+    };
+
+    bool Spawn(std::string *error);
+    bool Restart(std::string *error);
+    void SendOpen(RemoteDriver *d);
+    void Send(std::string bytes);
+    bool Flush(std::string *why);
+    bool ReadAvailable(bool *eof, std::string *why);
+    bool Dispatch(std::string *why);
+    void HandleDeath(const std::string &why, bool we_killed);
+    void Kill(const std::string &why);
+    bool AnswerDue() const;
+    void Unregister(uint64_t handle);
+    void Hold(uint64_t handle, Message m);
+    void PumpSuspects();
+    void ExpireSuspects(int64_t now);
+    void DropSuspects(uint64_t handle, std::vector<Message> *dropped);
+    void ForgetSentSuspects(uint64_t handle);
+    void Answered(uint64_t handle, int64_t id);
+    int CountCrash(int64_t id);
+    bool IsSuspect(int64_t id) const { return crashes_.count(id) != 0; }
+    void AddLog(std::string line) { log_.push_back(std::move(line)); }
+
+    DriverProcessOptions options_;
+    int epoll_fd_ = -1;
+    int sock_ = -1;
+    pid_t pid_ = 0;
+    bool hello_ = false;
+    bool started_once_ = false;
+    uint64_t restarts_ = 0;
+    int64_t started_ms_ = 0;
+    int64_t last_rx_ms_ = 0;
+    int64_t ping_sent_ms_ = 0;  // 0: no ping outstanding
+    uint64_t ping_seq_ = 0;
+    int64_t restart_at_ms_ = 0;
+    int64_t restart_delay_ms_ = 0;
+    std::string start_error_;  // why the last start failed; empty once one succeeded
+    protocol::FrameReader reader_{protocol::kMaxToWorkerFrame};
+    std::string out_;  // frames not yet written
+    uint64_t next_handle_ = 1;
+    std::map<uint64_t, RemoteDriver *> drivers_;
+    std::unordered_map<int64_t, int> crashes_;  // message id -> crashes it was in flight for
+    std::deque<int64_t> crash_order_;           // ids in the order they were first counted
+    std::deque<Suspect> suspects_;              // waiting to be sent alone
+    // The suspects in the helper now (handle, id): the next ones go when all have answered.
+    std::set<std::pair<uint64_t, int64_t>> suspects_sent_;
+    std::vector<std::string> log_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,27 @@
+// The worker's drivers: built in its driver process (outbox-driver, see driver_supervisor.hpp)
+// from the destinations' configs and the settings; the PostgreSQL side of that (GUCs, where the
+// helper is installed).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/driver_supervisor.hpp"
+
+namespace outbox::pg {
+
+// The driver process settings in force: the helper installed next to the module
+// ($libdir/outbox-driver), outbox.driver_memory_limit, outbox.poison_after, the test-only fault
+// switch, and bounds derived from outbox.lease_timeout.
+DriverProcessOptions CurrentDriverProcessOptions();
+
+// The driver of one destination, built in `process`; in the worker itself while
+// outbox.debug_drivers_in_process is on (benchmarks only). nullptr with *error when it cannot be
+// built (the dispatcher retries later and outbox.stats() shows the error).
+std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpec &spec,
+                                    const std::string &database, const DispatchSettings &settings,
+                                    std::string *error);
+
+}  // namespace outbox::pg

@@ -1,0 +1,735 @@
+// The worker <-> driver process protocol (see include/outbox/driver_protocol.hpp).
+#include "outbox/driver_protocol.hpp"
+
+#include <cstring>
+#include <type_traits>
+
+namespace outbox::protocol {
+
+// A field added to an options struct without a line in its visitor would silently not reach
+// the helper: these sizes change with any new field, and then this is the place to look.
+// (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
+static_assert(sizeof(KafkaDriverOptions) == 144,
+              "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
+static_assert(sizeof(WebhookDriverOptions) == 288,
+              "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
+// A bool may land in padding without changing a size (Message.tombstone did): the round-trip
+// tests in test/unit/driver_protocol_test.cpp set every field to a value other than its default.
+static_assert(sizeof(Message) == 208,
+              "Message changed: add the new field to PutMessage and GetMessage, then update this "
+              "size");
+static_assert(sizeof(AmqpDriverOptions) == 328,
+              "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
+static_assert(sizeof(NatsDriverOptions) == 480,
+              "NatsDriverOptions changed: add the new field to VisitNatsOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
+
+namespace {
+
+// --- writing -------------------------------------------------------------------------------
+
+void PutU8(std::string *out, uint8_t v) {
+    out->push_back(static_cast<char>(v));
+}
+
+void PutU32(std::string *out, uint32_t v) {
+    char b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = static_cast<char>(v >> (8 * i));
+    out->append(b, 4);
+}
+
+void PutU64(std::string *out, uint64_t v) {
+    char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = static_cast<char>(v >> (8 * i));
+    out->append(b, 8);
+}
+
+void PutI64(std::string *out, int64_t v) {
+    PutU64(out, static_cast<uint64_t>(v));
+}
+
+void PutString(std::string *out, std::string_view s) {
+    PutU32(out, static_cast<uint32_t>(s.size()));
+    out->append(s.data(), s.size());
+}
+
+// Starts a frame of `type`; returns where its length goes (filled by EndFrame).
+size_t BeginFrame(std::string *out, FrameType type) {
+    size_t at = out->size();
+    PutU32(out, 0);
+    PutU8(out, static_cast<uint8_t>(type));
+    return at;
+}
+
+void EndFrame(std::string *out, size_t at) {
+    uint32_t len = static_cast<uint32_t>(out->size() - at - 4);
+    for (int i = 0; i < 4; i++)
+        (*out)[at + i] = static_cast<char>(len >> (8 * i));
+}
+
+void PutMessage(std::string *out, const Message &m) {
+    PutI64(out, m.id);
+    PutI64(out, m.lease_token);
+    PutString(out, m.event_id);
+    PutString(out, m.topic);
+    PutU8(out, m.key ? 1 : 0);
+    PutString(out, m.key ? std::string_view(*m.key) : std::string_view());
+    PutString(out, m.payload);
+    PutU8(out, m.payload_is_json ? 1 : 0);
+    PutU8(out, m.tombstone ? 1 : 0);
+    PutU32(out, static_cast<uint32_t>(m.headers.size()));
+    for (const auto &[name, value] : m.headers) {
+        PutString(out, name);
+        PutString(out, value);
+    }
+    PutI64(out, m.created_at_ms);
+    PutI64(out, m.expires_at_ms);
+    PutI64(out, m.attempts);
+}
+
+void PutOutcome(std::string *out, const Outcome &o) {
+    PutI64(out, o.id);
+    PutI64(out, o.lease_token);
+    PutU8(out, static_cast<uint8_t>(o.kind));
+    PutString(out, CutText(o.error, kMaxTextBytes));
+    PutI64(out, o.retry_after_ms);
+    PutI64(out, o.partition);
+    PutI64(out, o.offset);
+    PutI64(out, o.http_status);
+}
+
+void PutState(std::string *out, const DriverState &s) {
+    PutU64(out, s.in_flight);
+    PutU64(out, s.capacity);
+    PutU8(out, s.broken ? 1 : 0);
+}
+
+// --- reading -------------------------------------------------------------------------------
+
+// Reads fields off a frame body; the first failure sticks, and everything after it reads as
+// zero, so a decoder checks ok() once at the end.
+class Reader {
+  public:
+    explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+
+    bool ok() const { return ok_; }
+    bool AtEnd() const { return ok_ && pos_ == bytes_.size(); }
+    size_t Left() const { return bytes_.size() - pos_; }
+    void Fail(const char *why) {
+        if (ok_)
+            why_ = why;
+        ok_ = false;
+    }
+    const char *why() const { return why_; }
+
+    uint8_t U8() {
+        if (!Need(1))
+            return 0;
+        return static_cast<uint8_t>(bytes_[pos_++]);
+    }
+    uint32_t U32() {
+        if (!Need(4))
+            return 0;
+        uint32_t v = 0;
+        for (int i = 0; i < 4; i++)
+            v |= uint32_t(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
+        pos_ += 4;
+        return v;
+    }
+    uint64_t U64() {
+        if (!Need(8))
+            return 0;
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++)
+            v |= uint64_t(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
+        pos_ += 8;
+        return v;
+    }
+    int64_t I64() { return static_cast<int64_t>(U64()); }
+    bool Bool() {
+        uint8_t v = U8();
+        if (v > 1)
+            Fail("a boolean is neither 0 nor 1");
+        return v == 1;
+    }
+    // A value of the int range stored as 64 bits.
+    int Int() {
+        int64_t v = I64();
+        if (v < INT32_MIN || v > INT32_MAX)
+            Fail("an integer is out of range");
+        return ok_ ? static_cast<int>(v) : 0;
+    }
+    std::string_view View() {
+        uint32_t len = U32();
+        if (!Need(len))
+            return {};
+        std::string_view s = bytes_.substr(pos_, len);
+        pos_ += len;
+        return s;
+    }
+    std::string String() { return std::string(View()); }
+    // A list count, checked against the bytes left (every element takes at least
+    // `min_element_bytes`), so that a hostile count cannot make the caller reserve memory.
+    uint32_t Count(size_t min_element_bytes) {
+        uint32_t n = U32();
+        if (ok_ && uint64_t(n) * min_element_bytes > Left()) {
+            Fail("a list is longer than the frame");
+            return 0;
+        }
+        return n;
+    }
+
+  private:
+    bool Need(size_t n) {
+        if (!ok_)
+            return false;
+        if (Left() < n) {
+            Fail("the frame ends in the middle of a field");
+            return false;
+        }
+        return true;
+    }
+
+    std::string_view bytes_;
+    size_t pos_ = 0;
+    bool ok_ = true;
+    const char *why_ = "";
+};
+
+constexpr size_t kMinMessageBytes = 8 + 8 + 4 + 4 + 1 + 4 + 4 + 1 + 1 + 4 + 8 + 8 + 8;
+constexpr size_t kMinOutcomeBytes = 8 + 8 + 1 + 4 + 8 + 8 + 8 + 8;
+
+Message GetMessage(Reader &r) {
+    Message m;
+    m.id = r.I64();
+    m.lease_token = r.I64();
+    m.event_id = r.String();
+    m.topic = r.String();
+    bool has_key = r.Bool();
+    std::string key = r.String();
+    if (has_key)
+        m.key = std::move(key);
+    else if (!key.empty())
+        r.Fail("a message without a key carries key bytes");
+    m.payload = r.String();
+    m.payload_is_json = r.Bool();
+    m.tombstone = r.Bool();
+    if (m.tombstone && !m.payload.empty())
+        r.Fail("a tombstone carries payload bytes");
+    uint32_t n = r.Count(8);
+    m.headers.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        std::string name = r.String();
+        std::string value = r.String();
+        m.headers.emplace_back(std::move(name), std::move(value));
+    }
+    m.created_at_ms = r.I64();
+    m.expires_at_ms = r.I64();
+    m.attempts = r.Int();
+    return m;
+}
+
+Outcome GetOutcome(Reader &r) {
+    Outcome o;
+    o.id = r.I64();
+    o.lease_token = r.I64();
+    uint8_t kind = r.U8();
+    // Only what a driver can report: the supervisor's own kinds never come from the helper.
+    if (kind > static_cast<uint8_t>(OutcomeKind::Defer))
+        r.Fail("an outcome has an unknown kind");
+    o.kind = static_cast<OutcomeKind>(kind);
+    o.error = r.String();
+    if (o.error.size() > kMaxTextBytes)
+        r.Fail("an error text is longer than allowed");
+    o.retry_after_ms = r.I64();
+    int64_t partition = r.I64();
+    o.offset = r.I64();
+    int64_t status = r.I64();
+    if (partition < -1 || partition > INT32_MAX || status < 0 || status > 999)
+        r.Fail("an outcome has an impossible partition or HTTP status");
+    o.partition = static_cast<int32_t>(partition);
+    o.http_status = static_cast<int32_t>(status);
+    return o;
+}
+
+DriverState GetState(Reader &r) {
+    DriverState s;
+    s.in_flight = r.U64();
+    s.capacity = r.U64();
+    s.broken = r.Bool();
+    return s;
+}
+
+// --- options ---------------------------------------------------------------------------------
+
+enum class Tag : uint8_t { String = 1, Bool, Int, Int64, Size, Strings, Pairs, CloudEvents };
+
+struct OptionWriter {
+    std::string *out;
+    void Head(const char *name, Tag tag) {
+        PutString(out, name);
+        PutU8(out, static_cast<uint8_t>(tag));
+    }
+    void operator()(const char *name, const std::string &v) {
+        Head(name, Tag::String);
+        PutString(out, v);
+    }
+    void operator()(const char *name, bool v) {
+        Head(name, Tag::Bool);
+        PutU8(out, v ? 1 : 0);
+    }
+    void operator()(const char *name, int v) {
+        Head(name, Tag::Int);
+        PutI64(out, v);
+    }
+    void operator()(const char *name, int64_t v) {
+        Head(name, Tag::Int64);
+        PutI64(out, v);
+    }
+    void operator()(const char *name, size_t v) {
+        Head(name, Tag::Size);
+        PutU64(out, v);
+    }
+    void operator()(const char *name, CloudEventsMode v) {
+        Head(name, Tag::CloudEvents);
+        PutU8(out, v == CloudEventsMode::Structured ? 1 : 0);
+    }
+    void operator()(const char *name, const std::vector<std::string> &v) {
+        Head(name, Tag::Strings);
+        PutU32(out, static_cast<uint32_t>(v.size()));
+        for (const std::string &s : v)
+            PutString(out, s);
+    }
+    void operator()(const char *name, const std::vector<std::pair<std::string, std::string>> &v) {
+        Head(name, Tag::Pairs);
+        PutU32(out, static_cast<uint32_t>(v.size()));
+        for (const auto &[a, b] : v) {
+            PutString(out, a);
+            PutString(out, b);
+        }
+    }
+};
+
+struct OptionReader {
+    Reader &r;
+    std::string *field;  // the first field that did not match, for the error
+    bool Head(const char *name, Tag tag) {
+        std::string_view got = r.View();
+        uint8_t got_tag = r.U8();
+        if (r.ok() && (got != name || got_tag != static_cast<uint8_t>(tag))) {
+            *field = name;
+            r.Fail("the options do not match this build (expected another field)");
+        }
+        return r.ok();
+    }
+    void operator()(const char *name, std::string &v) {
+        if (Head(name, Tag::String))
+            v = r.String();
+    }
+    void operator()(const char *name, bool &v) {
+        if (Head(name, Tag::Bool))
+            v = r.Bool();
+    }
+    void operator()(const char *name, int &v) {
+        if (Head(name, Tag::Int))
+            v = r.Int();
+    }
+    void operator()(const char *name, int64_t &v) {
+        if (Head(name, Tag::Int64))
+            v = r.I64();
+    }
+    void operator()(const char *name, size_t &v) {
+        if (Head(name, Tag::Size))
+            v = static_cast<size_t>(r.U64());
+    }
+    void operator()(const char *name, CloudEventsMode &v) {
+        if (!Head(name, Tag::CloudEvents))
+            return;
+        uint8_t mode = r.U8();
+        if (mode > 1)
+            r.Fail("a CloudEvents content mode is neither binary nor structured");
+        v = mode == 1 ? CloudEventsMode::Structured : CloudEventsMode::Binary;
+    }
+    void operator()(const char *name, std::vector<std::string> &v) {
+        if (!Head(name, Tag::Strings))
+            return;
+        uint32_t n = r.Count(4);
+        v.clear();
+        v.reserve(n);
+        for (uint32_t i = 0; i < n && r.ok(); i++)
+            v.push_back(r.String());
+    }
+    void operator()(const char *name, std::vector<std::pair<std::string, std::string>> &v) {
+        if (!Head(name, Tag::Pairs))
+            return;
+        uint32_t n = r.Count(8);
+        v.clear();
+        v.reserve(n);
+        for (uint32_t i = 0; i < n && r.ok(); i++) {
+            std::string a = r.String();
+            std::string b = r.String();
+            v.emplace_back(std::move(a), std::move(b));
+        }
+    }
+};
+
+template <typename Options, typename Visit>
+bool DecodeOptionsWith(std::string_view bytes, Options *options, std::string *error, Visit visit) {
+    Reader r(bytes);
+    std::string field;
+    Options decoded{};
+    visit(decoded, OptionReader{r, &field});
+    if (!r.AtEnd()) {
+        if (r.ok())
+            r.Fail("the options have bytes after their last field");
+        *error = std::string("bad driver options: ") + r.why();
+        if (!field.empty())
+            *error += " \"" + field + "\"";
+        return false;
+    }
+    *options = std::move(decoded);
+    return true;
+}
+
+}  // namespace
+
+std::string CutText(std::string_view text, size_t max_bytes) {
+    if (text.size() <= max_bytes)
+        return std::string(text);
+    size_t end = max_bytes;
+    // Back off continuation bytes so that no UTF-8 sequence is cut in half.
+    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80)
+        end--;
+    return std::string(text.substr(0, end));
+}
+
+void Encode(const ConfigureFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Configure);
+    PutU32(out, static_cast<uint32_t>(f.settings.size()));
+    for (const auto &[key, value] : f.settings) {
+        PutString(out, key);
+        PutString(out, value);
+    }
+    EndFrame(out, at);
+}
+
+void Encode(const OpenFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Open);
+    PutU64(out, f.handle);
+    PutString(out, f.kind);
+    PutString(out, f.name);
+    PutString(out, f.options);
+    EndFrame(out, at);
+}
+
+void Encode(const CloseFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Close);
+    PutU64(out, f.handle);
+    EndFrame(out, at);
+}
+
+void Encode(const AbandonFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Abandon);
+    PutU64(out, f.handle);
+    EndFrame(out, at);
+}
+
+void Encode(const SetProbingFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::SetProbing);
+    PutU64(out, f.handle);
+    PutU8(out, f.probing ? 1 : 0);
+    EndFrame(out, at);
+}
+
+void Encode(const PingFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Ping);
+    PutU64(out, f.seq);
+    EndFrame(out, at);
+}
+
+void Encode(const HelloFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Hello);
+    PutU32(out, f.version);
+    PutU32(out, f.pid);
+    EndFrame(out, at);
+}
+
+void Encode(const OpenedFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Opened);
+    PutU64(out, f.handle);
+    PutU8(out, f.ok ? 1 : 0);
+    PutString(out, CutText(f.error, kMaxTextBytes));
+    EndFrame(out, at);
+}
+
+void Encode(const LogFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Log);
+    PutU64(out, f.handle);
+    PutU32(out, static_cast<uint32_t>(f.lines.size()));
+    for (const std::string &line : f.lines)
+        PutString(out, CutText(line, kMaxTextBytes));
+    EndFrame(out, at);
+}
+
+void Encode(const PongFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Pong);
+    PutU64(out, f.seq);
+    EndFrame(out, at);
+}
+
+void EncodeSubmit(uint64_t handle, const Message *messages, size_t count, std::string *out) {
+    size_t i = 0;
+    while (i < count) {
+        size_t at = BeginFrame(out, FrameType::Submit);
+        PutU64(out, handle);
+        size_t count_at = out->size();
+        PutU32(out, 0);
+        uint32_t n = 0;
+        // At least one message per frame, then as many as fit in kSplitBytes.
+        do {
+            PutMessage(out, messages[i++]);
+            n++;
+        } while (i < count && out->size() - at < kSplitBytes);
+        for (int b = 0; b < 4; b++)
+            (*out)[count_at + b] = static_cast<char>(n >> (8 * b));
+        EndFrame(out, at);
+    }
+}
+
+void EncodeSubmit(uint64_t handle, const std::vector<Message> &messages, std::string *out) {
+    EncodeSubmit(handle, messages.data(), messages.size(), out);
+}
+
+void EncodeOutcomes(uint64_t handle, const std::vector<Outcome> &outcomes, const DriverState &state,
+                    std::string *out) {
+    size_t i = 0;
+    do {  // an empty batch still reports the state
+        size_t at = BeginFrame(out, FrameType::Outcomes);
+        PutU64(out, handle);
+        size_t count_at = out->size();
+        PutU32(out, 0);
+        uint32_t n = 0;
+        while (i < outcomes.size() && out->size() - at < kSplitBytes) {
+            PutOutcome(out, outcomes[i++]);
+            n++;
+        }
+        for (int b = 0; b < 4; b++)
+            (*out)[count_at + b] = static_cast<char>(n >> (8 * b));
+        PutState(out, state);
+        EndFrame(out, at);
+    } while (i < outcomes.size());
+}
+
+bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *error) {
+    Reader r(body);
+    switch (static_cast<FrameType>(type)) {
+        case FrameType::Configure: {
+            ConfigureFrame f;
+            uint32_t n = r.Count(8);
+            f.settings.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++) {
+                std::string key = r.String();
+                std::string value = r.String();
+                f.settings.emplace_back(std::move(key), std::move(value));
+            }
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Open: {
+            OpenFrame f;
+            f.handle = r.U64();
+            f.kind = r.String();
+            f.name = r.String();
+            f.options = r.String();
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Close:
+            *frame = CloseFrame{r.U64()};
+            break;
+        case FrameType::Submit: {
+            SubmitFrame f;
+            f.handle = r.U64();
+            uint32_t n = r.Count(kMinMessageBytes);
+            f.messages.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++)
+                f.messages.push_back(GetMessage(r));
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Abandon:
+            *frame = AbandonFrame{r.U64()};
+            break;
+        case FrameType::SetProbing: {
+            SetProbingFrame f;
+            f.handle = r.U64();
+            f.probing = r.Bool();
+            *frame = f;
+            break;
+        }
+        case FrameType::Ping:
+            *frame = PingFrame{r.U64()};
+            break;
+        case FrameType::Hello: {
+            HelloFrame f;
+            f.version = r.U32();
+            f.pid = r.U32();
+            *frame = f;
+            break;
+        }
+        case FrameType::Opened: {
+            OpenedFrame f;
+            f.handle = r.U64();
+            f.ok = r.Bool();
+            f.error = r.String();
+            if (f.error.size() > kMaxTextBytes)
+                r.Fail("an error text is longer than allowed");
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Outcomes: {
+            OutcomesFrame f;
+            f.handle = r.U64();
+            uint32_t n = r.Count(kMinOutcomeBytes);
+            f.outcomes.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++)
+                f.outcomes.push_back(GetOutcome(r));
+            f.state = GetState(r);
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Log: {
+            LogFrame f;
+            f.handle = r.U64();
+            uint32_t n = r.Count(4);
+            f.lines.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++) {
+                f.lines.push_back(r.String());
+                if (f.lines.back().size() > kMaxTextBytes)
+                    r.Fail("a log line is longer than allowed");
+            }
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Pong:
+            *frame = PongFrame{r.U64()};
+            break;
+        default:
+            *error = "unknown frame type " + std::to_string(type);
+            return false;
+    }
+    if (!r.ok()) {
+        *error = std::string("bad frame of type ") + std::to_string(type) + ": " + r.why();
+        return false;
+    }
+    if (!r.AtEnd()) {
+        *error = std::string("bad frame of type ") + std::to_string(type) + ": " +
+                 std::to_string(r.Left()) + " bytes after its last field";
+        return false;
+    }
+    return true;
+}
+
+char *FrameReader::Reserve(size_t want) {
+    if (begin_ > 0 && (begin_ == size_ || begin_ >= buffer_.size() / 2)) {
+        // Move what is left to the front, so the buffer does not grow with the stream.
+        std::memmove(&buffer_[0], buffer_.data() + begin_, size_ - begin_);
+        size_ -= begin_;
+        begin_ = 0;
+    }
+    if (buffer_.size() - size_ < want)
+        buffer_.resize(size_ + want);
+    return &buffer_[size_];
+}
+
+void FrameReader::Append(std::string_view bytes) {
+    char *at = Reserve(bytes.size());
+    if (!bytes.empty())
+        std::memcpy(at, bytes.data(), bytes.size());
+    Commit(bytes.size());
+}
+
+FrameReader::Result FrameReader::Next(Frame *frame, std::string *error) {
+    if (failed_) {
+        *error = error_;
+        return Result::Error;
+    }
+    size_t have = size_ - begin_;
+    if (have < 4)
+        return Result::NeedMore;
+    const auto *p = reinterpret_cast<const unsigned char *>(buffer_.data() + begin_);
+    uint32_t len =
+        uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    if (len < 1 || len > max_frame_) {
+        failed_ = true;
+        error_ = len < 1 ? "a frame without a type"
+                         : "a frame of " + std::to_string(len) + " bytes (at most " +
+                               std::to_string(max_frame_) + " allowed)";
+        *error = error_;
+        return Result::Error;
+    }
+    if (have < 4 + size_t(len))
+        return Result::NeedMore;
+    uint8_t type = p[4];
+    std::string_view body(buffer_.data() + begin_ + kHeaderBytes, len - 1);
+    if (!DecodeBody(type, body, frame, &error_)) {
+        failed_ = true;
+        *error = error_;
+        return Result::Error;
+    }
+    begin_ += 4 + size_t(len);
+    return Result::Frame;
+}
+
+std::string EncodeOptions(const KafkaDriverOptions &options) {
+    std::string out;
+    VisitKafkaOptions(options, OptionWriter{&out});
+    return out;
+}
+
+std::string EncodeOptions(const WebhookDriverOptions &options) {
+    std::string out;
+    VisitWebhookOptions(options, OptionWriter{&out});
+    return out;
+}
+
+std::string EncodeOptions(const AmqpDriverOptions &options) {
+    std::string out;
+    VisitAmqpOptions(options, OptionWriter{&out});
+    return out;
+}
+
+std::string EncodeOptions(const NatsDriverOptions &options) {
+    std::string out;
+    VisitNatsOptions(options, OptionWriter{&out});
+    return out;
+}
+
+bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error, [](KafkaDriverOptions &o, OptionReader v) {
+        VisitKafkaOptions(o, v);
+    });
+}
+
+bool DecodeOptions(std::string_view bytes, WebhookDriverOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error, [](WebhookDriverOptions &o, OptionReader v) {
+        VisitWebhookOptions(o, v);
+    });
+}
+
+bool DecodeOptions(std::string_view bytes, AmqpDriverOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error,
+                             [](AmqpDriverOptions &o, OptionReader v) { VisitAmqpOptions(o, v); });
+}
+
+bool DecodeOptions(std::string_view bytes, NatsDriverOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error,
+                             [](NatsDriverOptions &o, OptionReader v) { VisitNatsOptions(o, v); });
+}
+
+}  // namespace outbox::protocol

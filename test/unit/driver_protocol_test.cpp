@@ -1,0 +1,641 @@
+// The worker <-> driver process protocol: every frame survives a round trip, batches split and
+// reassemble, and nothing a broken or hostile peer can send (truncated, oversized, unknown,
+// trailing bytes, impossible counts and values, random bytes, bit flips) crashes the decoder or
+// makes it allocate what the bytes do not hold: it says Error (the worker then kills the helper)
+// or NeedMore (a frame not complete yet).
+#include "outbox/driver_protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace outbox::protocol {
+namespace {
+
+Message SampleMessage(int64_t id) {
+    Message m;
+    m.id = id;
+    m.lease_token = 1000 + id;
+    m.event_id = "0190a5e2-3b4c-7d5e-8f60-718293a4b5c6";
+    m.topic = "orders";
+    m.key = "customer-" + std::to_string(id);
+    m.payload = std::string("{\"n\": ") + std::to_string(id) + "}";
+    m.payload_is_json = true;
+    m.headers = {{"traceparent", "00-abc-def-01"}, {"x-empty", ""}};
+    m.created_at_ms = 1700000000000 + id;
+    m.expires_at_ms = id % 2 ? 0 : 1800000000000;
+    m.attempts = int(id % 7);
+    return m;
+}
+
+void ExpectSameMessage(const Message &a, const Message &b) {
+    EXPECT_EQ(a.id, b.id);
+    EXPECT_EQ(a.lease_token, b.lease_token);
+    EXPECT_EQ(a.event_id, b.event_id);
+    EXPECT_EQ(a.topic, b.topic);
+    EXPECT_EQ(a.key, b.key);
+    EXPECT_EQ(a.payload, b.payload);
+    EXPECT_EQ(a.payload_is_json, b.payload_is_json);
+    EXPECT_EQ(a.tombstone, b.tombstone);
+    EXPECT_EQ(a.headers, b.headers);
+    EXPECT_EQ(a.created_at_ms, b.created_at_ms);
+    EXPECT_EQ(a.expires_at_ms, b.expires_at_ms);
+    EXPECT_EQ(a.attempts, b.attempts);
+}
+
+// Every frame in `bytes`, which must decode completely and without error.
+std::vector<Frame> DecodeAll(const std::string &bytes, size_t max_frame = kMaxToHelperFrame) {
+    FrameReader reader(max_frame);
+    reader.Append(bytes);
+    std::vector<Frame> frames;
+    Frame f;
+    std::string error;
+    for (;;) {
+        FrameReader::Result r = reader.Next(&f, &error);
+        if (r == FrameReader::Result::NeedMore)
+            break;
+        EXPECT_EQ(r, FrameReader::Result::Frame) << error;
+        if (r != FrameReader::Result::Frame)
+            break;
+        frames.push_back(f);
+    }
+    EXPECT_EQ(reader.Buffered(), 0u);
+    return frames;
+}
+
+// The result of feeding exactly `bytes` to a fresh reader, and the error text.
+FrameReader::Result FeedOnce(const std::string &bytes, std::string *error,
+                             size_t max_frame = kMaxToWorkerFrame) {
+    FrameReader reader(max_frame);
+    reader.Append(bytes);
+    Frame f;
+    FrameReader::Result r;
+    do {
+        r = reader.Next(&f, error);
+    } while (r == FrameReader::Result::Frame);
+    return r;
+}
+
+// A frame of `type` with `body`, length header computed.
+std::string RawFrame(uint8_t type, const std::string &body) {
+    std::string out;
+    uint32_t len = uint32_t(body.size() + 1);
+    for (int i = 0; i < 4; i++)
+        out.push_back(char(len >> (8 * i)));
+    out.push_back(char(type));
+    out += body;
+    return out;
+}
+
+std::string U32(uint32_t v) {
+    std::string s;
+    for (int i = 0; i < 4; i++)
+        s.push_back(char(v >> (8 * i)));
+    return s;
+}
+std::string U64(uint64_t v) {
+    std::string s;
+    for (int i = 0; i < 8; i++)
+        s.push_back(char(v >> (8 * i)));
+    return s;
+}
+
+TEST(DriverProtocolTest, SubmitRoundTripKeepsEveryField) {
+    std::vector<Message> batch;
+    for (int64_t id = 1; id <= 50; id++)
+        batch.push_back(SampleMessage(id));
+    batch[3].key.reset();  // no key is not the same as an empty key
+    batch[4].key = "";
+    batch[5].payload = std::string("\0\x01\xff binary", 10);
+    batch[5].payload_is_json = false;
+    batch[6].headers.clear();
+    batch[7].topic.clear();
+    batch[8].payload.clear();  // a Kafka tombstone: neither payload column, a null value
+    batch[8].payload_is_json = false;
+    batch[8].tombstone = true;
+    std::string bytes;
+    EncodeSubmit(42, batch, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes);
+    ASSERT_EQ(frames.size(), 1u);
+    const auto *f = std::get_if<SubmitFrame>(&frames[0]);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->handle, 42u);
+    ASSERT_EQ(f->messages.size(), batch.size());
+    for (size_t i = 0; i < batch.size(); i++)
+        ExpectSameMessage(f->messages[i], batch[i]);
+    EXPECT_FALSE(f->messages[3].key.has_value());
+    ASSERT_TRUE(f->messages[4].key.has_value());
+    EXPECT_EQ(*f->messages[4].key, "");
+    EXPECT_TRUE(f->messages[8].tombstone);
+    EXPECT_FALSE(f->messages[9].tombstone);
+}
+
+TEST(DriverProtocolTest, LargeBatchesAreSplitAndReassembledInOrder) {
+    std::vector<Message> batch;
+    for (int64_t id = 1; id <= 40; id++) {
+        Message m = SampleMessage(id);
+        m.payload.assign(300 * 1024, char('a' + id % 26));  // 12 MB in all
+        batch.push_back(m);
+    }
+    Message huge = SampleMessage(99);
+    huge.payload.assign(kSplitBytes + 1000, 'h');  // larger than a split: a frame of its own
+    batch.insert(batch.begin() + 10, huge);
+    std::string bytes;
+    EncodeSubmit(7, batch, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes);
+    EXPECT_GE(frames.size(), 4u);
+    std::vector<Message> got;
+    for (Frame &frame : frames) {
+        auto *f = std::get_if<SubmitFrame>(&frame);
+        ASSERT_NE(f, nullptr);
+        EXPECT_EQ(f->handle, 7u);
+        EXPECT_FALSE(f->messages.empty());
+        for (Message &m : f->messages)
+            got.push_back(std::move(m));
+    }
+    ASSERT_EQ(got.size(), batch.size());
+    for (size_t i = 0; i < got.size(); i++)
+        ExpectSameMessage(got[i], batch[i]);
+}
+
+TEST(DriverProtocolTest, OutcomesRoundTripWithStateAndCutErrors) {
+    std::vector<Outcome> outcomes;
+    for (int64_t id = 1; id <= 20; id++) {
+        Outcome o;
+        o.id = id;
+        o.lease_token = -id;
+        o.kind = static_cast<OutcomeKind>(id % 4);
+        o.error = id == 5 ? std::string(10000, 'e') : "error " + std::to_string(id);
+        o.retry_after_ms = id == 3 ? 1500 : -1;
+        o.partition = id % 4 == 0 ? -1 : int32_t(id % 4);
+        o.offset = id * 100;
+        o.http_status = id == 7 ? 503 : 0;
+        outcomes.push_back(o);
+    }
+    std::string bytes;
+    EncodeOutcomes(9, outcomes, DriverState{17, 983, true}, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes, kMaxToWorkerFrame);
+    ASSERT_EQ(frames.size(), 1u);
+    const auto *f = std::get_if<OutcomesFrame>(&frames[0]);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->handle, 9u);
+    EXPECT_EQ(f->state.in_flight, 17u);
+    EXPECT_EQ(f->state.capacity, 983u);
+    EXPECT_TRUE(f->state.broken);
+    ASSERT_EQ(f->outcomes.size(), outcomes.size());
+    for (size_t i = 0; i < outcomes.size(); i++) {
+        const Outcome &a = outcomes[i], &b = f->outcomes[i];
+        EXPECT_EQ(a.id, b.id);
+        EXPECT_EQ(a.lease_token, b.lease_token);
+        EXPECT_EQ(a.kind, b.kind);
+        EXPECT_EQ(a.retry_after_ms, b.retry_after_ms);
+        EXPECT_EQ(a.partition, b.partition);
+        EXPECT_EQ(a.offset, b.offset);
+        EXPECT_EQ(a.http_status, b.http_status);
+        if (i == 4)
+            EXPECT_EQ(b.error, std::string(kMaxTextBytes, 'e'));
+        else
+            EXPECT_EQ(a.error, b.error);
+    }
+}
+
+TEST(DriverProtocolTest, EmptyOutcomesStillCarryTheState) {
+    std::string bytes;
+    EncodeOutcomes(3, {}, DriverState{0, 1000, false}, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes, kMaxToWorkerFrame);
+    ASSERT_EQ(frames.size(), 1u);
+    const auto *f = std::get_if<OutcomesFrame>(&frames[0]);
+    ASSERT_NE(f, nullptr);
+    EXPECT_TRUE(f->outcomes.empty());
+    EXPECT_EQ(f->state.capacity, 1000u);
+}
+
+TEST(DriverProtocolTest, SmallFramesRoundTrip) {
+    std::string bytes;
+    Encode(ConfigureFrame{{{"fault", "segv:k1"}, {"other", ""}}}, &bytes);
+    Encode(OpenFrame{5, "kafka", "orders", std::string("opt\0ions", 8)}, &bytes);
+    Encode(CloseFrame{5}, &bytes);
+    Encode(AbandonFrame{6}, &bytes);
+    Encode(SetProbingFrame{7, true}, &bytes);
+    Encode(PingFrame{0xFFFFFFFFFFFFFFFFull}, &bytes);
+    Encode(HelloFrame{kVersion, 4242}, &bytes);
+    Encode(OpenedFrame{8, false, "librdkafka refused \"bogus\""}, &bytes);
+    Encode(LogFrame{0, {"one", "", "three"}}, &bytes);
+    Encode(PongFrame{11}, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes);
+    ASSERT_EQ(frames.size(), 10u);
+    auto &configure = std::get<ConfigureFrame>(frames[0]);
+    EXPECT_EQ(configure.settings, (Settings{{"fault", "segv:k1"}, {"other", ""}}));
+    auto &open = std::get<OpenFrame>(frames[1]);
+    EXPECT_EQ(open.handle, 5u);
+    EXPECT_EQ(open.kind, "kafka");
+    EXPECT_EQ(open.name, "orders");
+    EXPECT_EQ(open.options, std::string("opt\0ions", 8));
+    EXPECT_EQ(std::get<CloseFrame>(frames[2]).handle, 5u);
+    EXPECT_EQ(std::get<AbandonFrame>(frames[3]).handle, 6u);
+    EXPECT_TRUE(std::get<SetProbingFrame>(frames[4]).probing);
+    EXPECT_EQ(std::get<PingFrame>(frames[5]).seq, 0xFFFFFFFFFFFFFFFFull);
+    EXPECT_EQ(std::get<HelloFrame>(frames[6]).version, kVersion);
+    EXPECT_EQ(std::get<HelloFrame>(frames[6]).pid, 4242u);
+    EXPECT_FALSE(std::get<OpenedFrame>(frames[7]).ok);
+    EXPECT_EQ(std::get<OpenedFrame>(frames[7]).error, "librdkafka refused \"bogus\"");
+    EXPECT_EQ(std::get<LogFrame>(frames[8]).lines, (std::vector<std::string>{"one", "", "three"}));
+    EXPECT_EQ(std::get<PongFrame>(frames[9]).seq, 11u);
+}
+
+TEST(DriverProtocolTest, BytesArrivingOneAtATimeGiveTheSameFrames) {
+    std::string bytes;
+    std::vector<Message> batch = {SampleMessage(1), SampleMessage(2)};
+    EncodeSubmit(1, batch, &bytes);
+    Encode(PingFrame{3}, &bytes);
+    FrameReader reader(kMaxToHelperFrame);
+    std::vector<Frame> frames;
+    Frame f;
+    std::string error;
+    for (char c : bytes) {
+        reader.Append(std::string_view(&c, 1));
+        FrameReader::Result r;
+        while ((r = reader.Next(&f, &error)) == FrameReader::Result::Frame)
+            frames.push_back(f);
+        ASSERT_EQ(r, FrameReader::Result::NeedMore) << error;
+    }
+    ASSERT_EQ(frames.size(), 2u);
+    EXPECT_EQ(std::get<SubmitFrame>(frames[0]).messages.size(), 2u);
+    EXPECT_EQ(std::get<PingFrame>(frames[1]).seq, 3u);
+}
+
+TEST(DriverProtocolTest, EveryPrefixOfAFrameIsIncompleteNotAnError) {
+    std::string bytes;
+    EncodeOutcomes(2, {Outcome{1, 2, OutcomeKind::Retry, "HTTP 503", 1000}},
+                   DriverState{1, 2, false}, &bytes);
+    for (size_t n = 0; n < bytes.size(); n++) {
+        std::string error;
+        EXPECT_EQ(FeedOnce(bytes.substr(0, n), &error), FrameReader::Result::NeedMore) << n;
+    }
+}
+
+TEST(DriverProtocolTest, ABodyCutShortUnderItsOwnLengthIsAnError) {
+    // The header says the frame ends early: the fields do not fit in it.
+    std::string bytes;
+    Encode(OpenFrame{5, "kafka", "orders", "options"}, &bytes);
+    for (size_t cut = 1; cut < bytes.size() - kHeaderBytes; cut++) {
+        std::string body = bytes.substr(kHeaderBytes, bytes.size() - kHeaderBytes - cut);
+        std::string error;
+        EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Open), body), &error),
+                  FrameReader::Result::Error)
+            << cut;
+        EXPECT_NE(error.find("ends in the middle"), std::string::npos) << error;
+    }
+}
+
+TEST(DriverProtocolTest, OversizedAndEmptyFramesAreRefusedBeforeAnythingIsRead) {
+    std::string error;
+    // Declares 4 GB - 1: refused from the header alone, nothing is buffered or allocated.
+    EXPECT_EQ(FeedOnce(U32(0xFFFFFFFFu) + "x", &error), FrameReader::Result::Error);
+    EXPECT_NE(error.find("at most"), std::string::npos) << error;
+    EXPECT_EQ(FeedOnce(U32(uint32_t(kMaxToWorkerFrame) + 1), &error), FrameReader::Result::Error);
+    EXPECT_EQ(FeedOnce(U32(0), &error), FrameReader::Result::Error);
+    EXPECT_NE(error.find("without a type"), std::string::npos) << error;
+    // The worker's limit is far below the helper's: a Submit-sized frame from a helper is bad.
+    std::string big;
+    Message m = SampleMessage(1);
+    m.payload.assign(kMaxToWorkerFrame, 'x');
+    EncodeSubmit(1, {m}, &big);
+    EXPECT_EQ(FeedOnce(big.substr(0, 4), &error, kMaxToWorkerFrame), FrameReader::Result::Error);
+    EXPECT_EQ(FeedOnce(big, &error, kMaxToHelperFrame), FrameReader::Result::NeedMore);
+}
+
+TEST(DriverProtocolTest, UnknownTypesTrailingBytesAndBadValuesAreErrors) {
+    std::string error;
+    EXPECT_EQ(FeedOnce(RawFrame(0, ""), &error), FrameReader::Result::Error);
+    EXPECT_NE(error.find("unknown frame type 0"), std::string::npos) << error;
+    EXPECT_EQ(FeedOnce(RawFrame(200, U64(1)), &error), FrameReader::Result::Error);
+    // A Ping with a byte after its field.
+    EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Ping), U64(1) + "!"), &error),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("after its last field"), std::string::npos) << error;
+    // A boolean that is 2.
+    EXPECT_EQ(
+        FeedOnce(RawFrame(uint8_t(FrameType::SetProbing), U64(1) + std::string(1, '\2')), &error),
+        FrameReader::Result::Error);
+    // An outcome kind only the supervisor may produce (Unacknowledged), and one past the end.
+    for (uint8_t kind :
+         {uint8_t(OutcomeKind::Unacknowledged), uint8_t(OutcomeKind::Poison), uint8_t(77)}) {
+        std::string good;
+        EncodeOutcomes(1, {Outcome{1, 2, OutcomeKind::Delivered, "", -1}}, DriverState{}, &good);
+        std::string bad = good;
+        bad[kHeaderBytes + 8 + 4 + 8 + 8] = char(kind);  // handle, count, id, token, kind
+        EXPECT_EQ(FeedOnce(bad, &error), FrameReader::Result::Error) << int(kind);
+        EXPECT_NE(error.find("unknown kind"), std::string::npos) << error;
+    }
+    // An HTTP status that no server sends.
+    std::vector<Outcome> outcomes(1);
+    outcomes[0].http_status = 1000;
+    std::string bad_status;
+    EncodeOutcomes(1, outcomes, DriverState{}, &bad_status);
+    EXPECT_EQ(FeedOnce(bad_status, &error), FrameReader::Result::Error);
+    // A message (handle, count, id, token, event_id, topic, has_key, key, payload,
+    // payload_is_json, tombstone, headers, created_at, expires_at, attempts) as bytes.
+    auto submit = [](char has_key, const std::string &key, const std::string &payload,
+                     char tombstone) {
+        return RawFrame(uint8_t(FrameType::Submit),
+                        U64(1) + U32(1) + U64(1) + U64(2) + U32(0) + U32(0) +
+                            std::string(1, has_key) + U32(uint32_t(key.size())) + key +
+                            U32(uint32_t(payload.size())) + payload + std::string(1, '\0') +
+                            std::string(1, tombstone) + U32(0) + U64(0) + U64(0) + U64(1));
+    };
+    // The well-formed tombstone the cases below break: read whole, then nothing more.
+    EXPECT_EQ(FeedOnce(submit('\1', "k", "", '\1'), &error, kMaxToHelperFrame),
+              FrameReader::Result::NeedMore);
+    // A message without a key that carries key bytes.
+    EXPECT_EQ(FeedOnce(submit('\0', "k", "", '\0'), &error, kMaxToHelperFrame),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("without a key"), std::string::npos) << error;
+    // A tombstone that carries payload bytes, and a tombstone flag that is 2.
+    EXPECT_EQ(FeedOnce(submit('\1', "k", "{}", '\1'), &error, kMaxToHelperFrame),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("a tombstone carries payload bytes"), std::string::npos) << error;
+    EXPECT_EQ(FeedOnce(submit('\1', "k", "", '\2'), &error, kMaxToHelperFrame),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("neither 0 nor 1"), std::string::npos) << error;
+}
+
+TEST(DriverProtocolTest, AHostileCountCannotMakeTheDecoderAllocate) {
+    // 4 billion messages claimed in a 12-byte body: refused from the count alone.
+    std::string error;
+    EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Submit), U64(1) + U32(0xFFFFFFFFu)), &error,
+                       kMaxToHelperFrame),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
+    EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Log), U64(0) + U32(0x7FFFFFFFu)), &error),
+              FrameReader::Result::Error);
+    // A string claiming 4 GB.
+    EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Opened),
+                                U64(1) + std::string(1, '\0') + U32(0xFFFFFFF0u)),
+                       &error),
+              FrameReader::Result::Error);
+    // A log line longer than a helper may send.
+    EXPECT_EQ(FeedOnce(RawFrame(uint8_t(FrameType::Log), U64(0) + U32(1) + U32(kMaxTextBytes + 1) +
+                                                             std::string(kMaxTextBytes + 1, 'x')),
+                       &error),
+              FrameReader::Result::Error);
+}
+
+TEST(DriverProtocolTest, AfterAnErrorTheReaderStaysInError) {
+    FrameReader reader(kMaxToWorkerFrame);
+    reader.Append(RawFrame(0, ""));
+    std::string good;
+    Encode(PongFrame{1}, &good);
+    reader.Append(good);
+    Frame f;
+    std::string error;
+    EXPECT_EQ(reader.Next(&f, &error), FrameReader::Result::Error);
+    EXPECT_EQ(reader.Next(&f, &error), FrameReader::Result::Error);
+}
+
+TEST(DriverProtocolTest, RandomBytesAndBitFlipsNeverCrashTheDecoder) {
+    std::mt19937_64 rng(20261201);
+    std::string valid;
+    std::vector<Message> batch = {SampleMessage(1), SampleMessage(2), SampleMessage(3)};
+    EncodeSubmit(1, batch, &valid);
+    EncodeOutcomes(1, {Outcome{1, 2, OutcomeKind::Retry, "x", 5}}, DriverState{1, 2, false},
+                   &valid);
+    Encode(LogFrame{1, {"a", "b"}}, &valid);
+    Encode(OpenFrame{1, "webhook", "w", "o"}, &valid);
+    int errors = 0, frames = 0;
+    for (int round = 0; round < 20000; round++) {
+        std::string bytes;
+        if (round % 2 == 0) {
+            bytes = valid;
+            int flips = 1 + int(rng() % 4);
+            for (int i = 0; i < flips; i++)
+                bytes[rng() % bytes.size()] ^= char(1 << (rng() % 8));
+        } else {
+            bytes.resize(rng() % 64);
+            for (char &c : bytes)
+                c = char(rng());
+            if (bytes.size() >= 5 && rng() % 2) {  // a plausible header more often than not
+                uint32_t len = uint32_t(bytes.size() - 4);
+                for (int i = 0; i < 4; i++)
+                    bytes[i] = char(len >> (8 * i));
+                bytes[4] = char(1 + rng() % 7 + (rng() % 2 ? 63 : 0));
+            }
+        }
+        FrameReader reader(kMaxToWorkerFrame);
+        reader.Append(bytes);
+        Frame f;
+        std::string error;
+        FrameReader::Result r;
+        while ((r = reader.Next(&f, &error)) == FrameReader::Result::Frame)
+            frames++;
+        if (r == FrameReader::Result::Error)
+            errors++;
+    }
+    // Both outcomes happen (the test exercises the decoder, it does not only skip it).
+    EXPECT_GT(errors, 1000);
+    EXPECT_GT(frames, 1000);
+}
+
+TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
+    KafkaDriverOptions o;
+    o.config.default_topic = "orders";
+    o.config.cloudevents = CloudEventsMode::Structured;
+    o.config.properties = {{"bootstrap.servers", "127.0.0.1:9092"}, {"linger.ms", "2"}};
+    o.client_id = "outbox-app-orders";
+    o.source = "/outbox/app";
+    o.lease_timeout_ms = 30000;
+    o.max_in_flight = 1000;
+    KafkaDriverOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.config.default_topic, o.config.default_topic);
+    EXPECT_EQ(back.config.cloudevents, CloudEventsMode::Structured);
+    EXPECT_EQ(back.config.properties, o.config.properties);
+    EXPECT_EQ(back.client_id, o.client_id);
+    EXPECT_EQ(back.source, o.source);
+    EXPECT_EQ(back.lease_timeout_ms, o.lease_timeout_ms);
+    EXPECT_EQ(back.max_in_flight, o.max_in_flight);
+}
+
+TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
+    WebhookDriverOptions o;
+    o.config.url = "https://example.com/hook?token=abc";
+    o.config.secret_keys = {std::string("\0key\xff", 5), "second"};
+    o.config.headers = {{"x-team", "billing"}};
+    o.config.timeout_ms = 5000;
+    o.config.timeout_set = true;
+    o.config.max_in_flight = 64;
+    o.config.ca_file = "/etc/ssl/ca.pem";
+    o.config.tls_verify = false;
+    o.config.default_topic = "type";
+    o.config.cloudevents = CloudEventsMode::Structured;
+    o.destination = "billing-hook";
+    o.source = "/outbox/app";
+    o.lease_timeout_ms = 12345;
+    o.allowed_networks = "10.0.0.0/8, fd00::/8";
+    o.show_response_body = true;
+    WebhookDriverOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.config.url, o.config.url);
+    EXPECT_EQ(back.config.secret_keys, o.config.secret_keys);
+    EXPECT_EQ(back.config.headers, o.config.headers);
+    EXPECT_EQ(back.config.timeout_ms, 5000);
+    EXPECT_TRUE(back.config.timeout_set);
+    EXPECT_EQ(back.config.max_in_flight, 64);
+    EXPECT_EQ(back.config.ca_file, o.config.ca_file);
+    EXPECT_FALSE(back.config.tls_verify);
+    EXPECT_EQ(back.config.default_topic, "type");
+    EXPECT_EQ(back.config.cloudevents, CloudEventsMode::Structured);
+    EXPECT_EQ(back.destination, "billing-hook");
+    EXPECT_EQ(back.source, "/outbox/app");
+    EXPECT_EQ(back.lease_timeout_ms, 12345);
+    EXPECT_EQ(back.allowed_networks, "10.0.0.0/8, fd00::/8");
+    EXPECT_TRUE(back.show_response_body);
+    // The defaults cross as well, over a struct that held other values.
+    WebhookDriverOptions plain = back;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(WebhookDriverOptions{}), &plain, &error)) << error;
+    EXPECT_FALSE(plain.config.timeout_set);
+    EXPECT_EQ(plain.config.cloudevents, CloudEventsMode::Binary);
+    EXPECT_EQ(plain.lease_timeout_ms, 30000);
+    EXPECT_FALSE(plain.show_response_body);
+}
+
+TEST(DriverProtocolTest, ACloudEventsModeOtherThanBinaryOrStructuredIsRefused) {
+    KafkaDriverOptions o;
+    o.config.cloudevents = CloudEventsMode::Structured;
+    std::string bytes = EncodeOptions(o);
+    const std::string name = "config.cloudevents";
+    size_t at = bytes.find(name);
+    ASSERT_NE(at, std::string::npos);
+    at += name.size() + 1;  // the name, then its type tag, then the mode
+    ASSERT_EQ(bytes[at], '\1');
+    bytes[at] = '\2';
+    KafkaDriverOptions back;
+    std::string error;
+    EXPECT_FALSE(DecodeOptions(bytes, &back, &error));
+    EXPECT_NE(error.find("neither binary nor structured"), std::string::npos) << error;
+}
+
+TEST(DriverProtocolTest, AmqpOptionsRoundTripFieldByField) {
+    AmqpDriverOptions o;
+    o.config.url = "amqps://user:secret@127.0.0.1:5671/vhost";
+    o.config.exchange = "events";
+    o.config.routing_key = "orders.created";
+    o.config.max_in_flight = 250;
+    o.config.heartbeat_s = 0;
+    o.config.connect_timeout_ms = 1234;
+    o.config.ca_file = "/etc/ssl/ca.pem";
+    o.config.cert_file = "/etc/ssl/client.pem";
+    o.config.key_file = "/etc/ssl/client.key";
+    o.config.tls_verify = false;
+    o.destination = "orders-amqp";
+    o.source = "/outbox/app";
+    o.client_name = "outbox-app-orders-amqp";
+    o.confirm_timeout_ms = 15000;
+    o.max_in_flight = 777;
+    AmqpDriverOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.config.url, o.config.url);
+    EXPECT_EQ(back.config.exchange, "events");
+    EXPECT_EQ(back.config.routing_key, "orders.created");
+    EXPECT_EQ(back.config.max_in_flight, 250);
+    EXPECT_EQ(back.config.heartbeat_s, 0);
+    EXPECT_EQ(back.config.connect_timeout_ms, 1234);
+    EXPECT_EQ(back.config.ca_file, o.config.ca_file);
+    EXPECT_EQ(back.config.cert_file, o.config.cert_file);
+    EXPECT_EQ(back.config.key_file, o.config.key_file);
+    EXPECT_FALSE(back.config.tls_verify);
+    EXPECT_EQ(back.destination, "orders-amqp");
+    EXPECT_EQ(back.source, "/outbox/app");
+    EXPECT_EQ(back.client_name, o.client_name);
+    EXPECT_EQ(back.confirm_timeout_ms, 15000);
+    EXPECT_EQ(back.max_in_flight, 777u);
+}
+
+TEST(DriverProtocolTest, NatsOptionsRoundTripFieldByField) {
+    NatsDriverOptions o;
+    o.config.servers = {"nats://127.0.0.1:4222", "tls://a:b@127.0.0.1:4223"};
+    o.config.subject = "orders.created";
+    o.config.user = "u";
+    o.config.password = "p";
+    o.config.token = "t";
+    o.config.creds_file = "/etc/nats/user.creds";
+    o.config.nkey = "UABC";
+    o.config.nkey_seed_file = "/etc/nats/seed";
+    o.config.ca_file = "/etc/ssl/ca.pem";
+    o.config.cert_file = "/etc/ssl/client.pem";
+    o.config.key_file = "/etc/ssl/client.key";
+    o.config.tls = true;
+    o.config.tls_verify = false;
+    o.config.max_in_flight = 300;
+    o.config.ack_timeout_ms = 2500;
+    o.config.connect_timeout_ms = 4321;
+    o.destination = "orders-nats";
+    o.source = "/outbox/app";
+    o.client_name = "outbox-app-orders-nats";
+    o.ack_timeout_ms = 2000;
+    o.max_in_flight = 888;
+    NatsDriverOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.config.servers, o.config.servers);
+    EXPECT_EQ(back.config.subject, "orders.created");
+    EXPECT_EQ(back.config.user, "u");
+    EXPECT_EQ(back.config.password, "p");
+    EXPECT_EQ(back.config.token, "t");
+    EXPECT_EQ(back.config.creds_file, o.config.creds_file);
+    EXPECT_EQ(back.config.nkey, "UABC");
+    EXPECT_EQ(back.config.nkey_seed_file, o.config.nkey_seed_file);
+    EXPECT_EQ(back.config.ca_file, o.config.ca_file);
+    EXPECT_EQ(back.config.cert_file, o.config.cert_file);
+    EXPECT_EQ(back.config.key_file, o.config.key_file);
+    EXPECT_TRUE(back.config.tls);
+    EXPECT_FALSE(back.config.tls_verify);
+    EXPECT_EQ(back.config.max_in_flight, 300);
+    EXPECT_EQ(back.config.ack_timeout_ms, 2500);
+    EXPECT_EQ(back.config.connect_timeout_ms, 4321);
+    EXPECT_EQ(back.destination, "orders-nats");
+    EXPECT_EQ(back.source, "/outbox/app");
+    EXPECT_EQ(back.client_name, o.client_name);
+    EXPECT_EQ(back.ack_timeout_ms, 2000);
+    EXPECT_EQ(back.max_in_flight, 888u);
+    // An amqp helper's options are not a nats driver's.
+    EXPECT_FALSE(DecodeOptions(EncodeOptions(AmqpDriverOptions{}), &back, &error));
+    EXPECT_NE(error.find("do not match this build"), std::string::npos) << error;
+}
+
+TEST(DriverProtocolTest, OptionsOfAnotherKindOrBuildAreRefused) {
+    std::string error;
+    WebhookDriverOptions w;
+    w.config.url = "http://127.0.0.1/";
+    KafkaDriverOptions k;
+    EXPECT_FALSE(DecodeOptions(EncodeOptions(w), &k, &error));
+    EXPECT_NE(error.find("do not match this build"), std::string::npos) << error;
+    EXPECT_NE(error.find("config.default_topic"), std::string::npos) << error;
+    std::string bytes = EncodeOptions(k);
+    for (size_t n = 0; n < bytes.size(); n++) {
+        KafkaDriverOptions out;
+        EXPECT_FALSE(DecodeOptions(bytes.substr(0, n), &out, &error)) << n;
+    }
+    KafkaDriverOptions out;
+    EXPECT_FALSE(DecodeOptions(bytes + "x", &out, &error));
+    EXPECT_NE(error.find("after their last field"), std::string::npos) << error;
+}
+
+TEST(DriverProtocolTest, CutTextNeverSplitsACharacter) {
+    EXPECT_EQ(CutText("short", 10), "short");
+    EXPECT_EQ(CutText("abcdef", 3), "abc");
+    // "é" is two bytes: a cut after its first byte drops it whole.
+    EXPECT_EQ(CutText("ab\xc3\xa9z", 3), "ab");
+    EXPECT_EQ(CutText("ab\xc3\xa9z", 4), "ab\xc3\xa9");
+    EXPECT_EQ(CutText("\xe2\x82\xac\xe2\x82\xac", 5), "\xe2\x82\xac");
+}
+
+}  // namespace
+}  // namespace outbox::protocol
