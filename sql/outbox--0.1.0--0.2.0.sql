@@ -460,3 +460,239 @@ BEGIN
     END IF;
 END
 $$;
+
+--------------------------------------------------------------------------------------------------
+-- The inbox (consuming side, issue 23): each event applied once. (This block is the inbox's
+-- alone; sql/outbox--0.2.0.sql and sql/outbox--0.1.0--0.2.0.sql carry the same text.)
+--------------------------------------------------------------------------------------------------
+-- Dedup rows: one per event a subscription applied, or a caller of outbox.inbox_accept()
+-- accepted (subscription is then the caller's source name). topic, partition and offset say
+-- where the worker read the event (NULL for inbox_accept). Rows older than
+-- outbox.inbox_retention are swept by the workers in bounded batches.
+CREATE TABLE outbox.inbox (
+    subscription text NOT NULL,
+    event_id     uuid NOT NULL,
+    topic        text,
+    "partition"  integer,
+    "offset"     bigint,
+    received_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT inbox_pkey PRIMARY KEY (subscription, event_id)
+);
+COMMENT ON TABLE outbox.inbox IS
+    'inbox dedup rows: the events each subscription (or inbox_accept source) has applied, swept after outbox.inbox_retention';
+CREATE INDEX inbox_received_at ON outbox.inbox (received_at);
+SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
+
+-- For consumers other than the worker: in the caller's transaction, true the first time an
+-- event id is accepted for a source, false after (the dedup row commits or rolls back with the
+-- caller's effects). A concurrent caller with the same id waits for the first to finish.
+CREATE FUNCTION outbox.inbox_accept(source text, event_id uuid)
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF source IS NULL OR source !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid inbox source %', coalesce(quote_literal(left(source, 64)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A source name is 1 to 63 characters of letters, digits, ''_'', ''.'' and ''-'', starting with a letter or digit.',
+                  HINT = 'Name the consumer whose events these are, for example ''billing''.';
+    END IF;
+    IF event_id IS NULL THEN
+        RAISE EXCEPTION 'outbox.inbox_accept needs an event id'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass the event''s stable id: the ce_id header or webhook-id of an outbox message is its event_id.';
+    END IF;
+    -- A subscription's dedup rows are its worker's: a row added here would make it skip an event.
+    PERFORM FROM outbox.inbox_subscriptions AS s WHERE s.name = inbox_accept.source;
+    IF FOUND THEN
+        RAISE EXCEPTION 'inbox source "%" is a subscription', source
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The workers record the events a subscription applies; an event accepted here would be skipped by it.',
+                  HINT = 'Name the source after your consumer, not after a subscription.';
+    END IF;
+    INSERT INTO outbox.inbox AS i (subscription, event_id)
+    VALUES (inbox_accept.source, inbox_accept.event_id)
+    ON CONFLICT ON CONSTRAINT inbox_pkey DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION outbox.inbox_accept(text, uuid) IS
+    'true the first time an event id is accepted for a source, in the caller''s transaction; false for a duplicate';
+REVOKE ALL ON FUNCTION outbox.inbox_accept(text, uuid) FROM PUBLIC;
+
+-- What a subscription's handler is called with, once per record: handler(m outbox.inbox_message)
+-- RETURNS void.
+CREATE TYPE outbox.inbox_message AS (
+    subscription  text,
+    topic         text,
+    "partition"   integer,
+    "offset"      bigint,
+    key           text,
+    headers       jsonb,
+    payload       jsonb,
+    payload_bytes bytea,
+    event_id      uuid,
+    "timestamp"   timestamptz
+);
+COMMENT ON TYPE outbox.inbox_message IS
+    'one consumed record, as a subscription''s handler receives it';
+
+-- Subscriptions: where the workers consume from, and the handler each record goes to. Configs
+-- may hold secrets: readable only by the table's owner; operators use outbox.subscriptions().
+-- handler is kept as its signature text (schema-qualified), looked up when the workers load
+-- the subscription: a regprocedure column would stop pg_upgrade. The handler runs as owner.
+CREATE TABLE outbox.inbox_subscriptions (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL,
+    config      jsonb NOT NULL,
+    handler     text NOT NULL,
+    owner       regrole,
+    paused      boolean NOT NULL DEFAULT false,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.inbox_subscriptions IS
+    'Kafka topics the workers consume into PostgreSQL through a handler; change with outbox.create_subscription/alter_subscription/drop_subscription';
+-- Every row is validated on its way in (name, kind, config with librdkafka itself, the
+-- handler's signature and the owner's right to run it), and only the owner (or a superuser)
+-- may change or drop it; see src/pg/subscriptions.cpp.
+CREATE FUNCTION outbox._subscriptions_check() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'outbox_subscriptions_check' LANGUAGE C;
+CREATE TRIGGER subscriptions_check BEFORE INSERT OR UPDATE OF name, kind, config, handler, owner OR DELETE
+    ON outbox.inbox_subscriptions FOR EACH ROW EXECUTE FUNCTION outbox._subscriptions_check();
+ALTER TABLE outbox.inbox_subscriptions ENABLE ALWAYS TRIGGER subscriptions_check;
+
+-- Where each subscription stands in each partition, committed in the same transaction as the
+-- dedup rows and the handlers' effects (Kafka's group offsets are not used): "offset" is the
+-- next record to apply. The counters are kept with it, so they are exact across crashes.
+CREATE TABLE outbox.inbox_offsets (
+    subscription   text NOT NULL REFERENCES outbox.inbox_subscriptions (name) ON DELETE CASCADE,
+    topic          text NOT NULL,
+    "partition"    integer NOT NULL,
+    "offset"       bigint NOT NULL,
+    high_watermark bigint,
+    consumed       bigint NOT NULL DEFAULT 0,
+    duplicates     bigint NOT NULL DEFAULT 0,
+    dead_lettered  bigint NOT NULL DEFAULT 0,
+    last_error     text,
+    last_record_at timestamptz,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT inbox_offsets_pkey PRIMARY KEY (subscription, topic, "partition")
+);
+COMMENT ON TABLE outbox.inbox_offsets IS
+    'per subscription and partition: the next offset to apply and the counts, committed with the handlers'' effects';
+SELECT pg_catalog.pg_extension_config_dump('outbox.inbox_subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.inbox_offsets', '');
+
+CREATE FUNCTION outbox.create_subscription(name text, kind text, config jsonb, handler regprocedure)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- The calling statement carries the config and its secrets: an error raised in here must not
+-- log it (log_min_error_statement is back to its setting when the transaction aborts).
+SET log_min_error_statement = panic AS $$
+BEGIN
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'subscription "%" needs a handler', create_subscription.name
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass a function f(m outbox.inbox_message) RETURNS void, for example ''myschema.apply_order(outbox.inbox_message)''::regprocedure.';
+    END IF;
+    -- The owner is the calling role, set by the check trigger.
+    INSERT INTO outbox.inbox_subscriptions (name, kind, config, handler)
+    VALUES (create_subscription.name, create_subscription.kind, create_subscription.config,
+            create_subscription.handler::oid::regprocedure::text)
+    ON CONFLICT ON CONSTRAINT inbox_subscriptions_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'subscription "%" already exists', create_subscription.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with outbox.alter_subscription(), or drop it first.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.create_subscription(text, text, jsonb, regprocedure) IS
+    'consume Kafka topics into PostgreSQL: each record applied once through the handler, run as the calling role';
+
+CREATE FUNCTION outbox.alter_subscription(name text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET log_min_error_statement = panic AS $$
+BEGIN
+    IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
+        RAISE EXCEPTION 'outbox.alter_subscription needs a JSON object of settings to change'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Settings given are replaced, settings given as null are removed, others are kept.';
+    END IF;
+    UPDATE outbox.inbox_subscriptions AS s
+       SET config = jsonb_strip_nulls(s.config || alter_subscription.config), updated_at = now()
+     WHERE s.name = alter_subscription.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'subscription "%" does not exist', alter_subscription.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.alter_subscription(text, jsonb) IS
+    'change settings of a subscription: given keys replace, null removes, the rest is kept';
+
+-- Its offsets go with it; its dedup rows stay (until outbox.inbox_retention), so a subscription
+-- created again under the same name applies none of the events already applied.
+CREATE FUNCTION outbox.drop_subscription(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM outbox.inbox_subscriptions AS s WHERE s.name = drop_subscription.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'subscription "%" does not exist', drop_subscription.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.drop_subscription(text) IS
+    'remove a subscription and its offsets; its dedup rows stay until outbox.inbox_retention';
+
+-- Per subscription and partition (one row with no partition before the workers first read
+-- it): where it stands, how far behind, and what happened.
+CREATE FUNCTION outbox.subscriptions(
+    OUT subscription text, OUT kind text, OUT paused boolean, OUT topic text,
+    OUT "partition" integer, OUT stored_offset bigint, OUT high_watermark bigint, OUT lag bigint,
+    OUT consumed bigint, OUT duplicates bigint, OUT dead_lettered bigint, OUT last_error text,
+    OUT last_record_at timestamptz)
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT s.name, s.kind, s.paused, o.topic, o."partition", o."offset", o.high_watermark,
+           greatest(o.high_watermark - o."offset", 0), coalesce(o.consumed, 0),
+           coalesce(o.duplicates, 0), coalesce(o.dead_lettered, 0), o.last_error, o.last_record_at
+      FROM outbox.inbox_subscriptions AS s
+      LEFT JOIN outbox.inbox_offsets AS o ON o.subscription = s.name
+     ORDER BY s.name, o.topic, o."partition"
+$$;
+COMMENT ON FUNCTION outbox.subscriptions() IS
+    'per subscription and partition: stored offset, high watermark, lag, consumed, duplicates skipped, dead-lettered, last error, last record time';
+REVOKE ALL ON FUNCTION outbox._subscriptions_check(), outbox.create_subscription(text, text, jsonb, regprocedure),
+    outbox.alter_subscription(text, jsonb), outbox.drop_subscription(text), outbox.subscriptions()
+    FROM PUBLIC;
+-- pause and resume apply to subscriptions too.
+CREATE OR REPLACE FUNCTION outbox.pause(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found_any boolean;
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = true, updated_at = now() WHERE d.name = pause.name;
+    found_any := FOUND;
+    -- A subscription of that name too (the inbox): its partitions stop being consumed.
+    UPDATE outbox.inbox_subscriptions AS s SET paused = true, updated_at = now() WHERE s.name = pause.name;
+    IF NOT (found_any OR FOUND) THEN
+        RAISE EXCEPTION 'destination or subscription "%" does not exist', pause.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.pause(text) IS 'stop delivering to a destination (messages keep queueing), or consuming for a subscription';
+
+CREATE OR REPLACE FUNCTION outbox.resume(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found_any boolean;
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = false, updated_at = now() WHERE d.name = resume.name;
+    found_any := FOUND;
+    UPDATE outbox.inbox_subscriptions AS s SET paused = false, updated_at = now() WHERE s.name = resume.name;
+    IF NOT (found_any OR FOUND) THEN
+        RAISE EXCEPTION 'destination or subscription "%" does not exist', resume.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.resume(text) IS 'resume delivery to a paused destination, or consumption for a paused subscription';
+-- (end of the inbox block)

@@ -26,6 +26,7 @@ int setting_retry_base_ms = 1000;
 int setting_retry_max_ms = 300000;
 int setting_max_payload_bytes = 1024 * 1024;
 int setting_retention_s = 0;
+int setting_inbox_retention_s = 7 * 24 * 3600;  // the inbox (issue 23)
 int setting_poison_after = 3;
 int setting_driver_memory_limit_mb = 1024;
 char *setting_debug_driver_fault = nullptr;
@@ -143,6 +144,14 @@ void DefineSettings() {
         "0 deletes them when delivered. Older archived rows are swept by the workers in "
         "bounded batches; dead letters are never swept.",
         &setting_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    // The inbox (issue 23).
+    DefineCustomIntVariable(
+        "outbox.inbox_retention", "How long inbox dedup rows (outbox.inbox) are kept.",
+        "An event redelivered after its row was swept is applied again: keep it longer than "
+        "any redelivery can come late. 0 keeps them for ever. Older rows are swept by the "
+        "workers in bounded batches.",
+        &setting_inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.poison_after",
         "Driver process crashes a message may be in flight for before it is dead-lettered.",

@@ -39,6 +39,7 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include "outbox/pg/inbox.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/settings.hpp"
@@ -242,8 +243,10 @@ void CheckNothingQueued() {
 void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tree,
                  ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *query_env,
                  DestReceiver *dest, QueryCompletion *qc) {
-    if (!setting_drop_nonempty && DropsExtension(pstmt->utilityStmt))
+    if (!setting_drop_nonempty && DropsExtension(pstmt->utilityStmt)) {
         CheckNothingQueued();
+        CheckInboxEmpty();  // the inbox (issue 23): src/pg/inbox.cpp
+    }
     Oid database = DatabaseNeededAlone(pstmt->utilityStmt, context);
     if (OidIsValid(database))
         HoldDatabase(database, kWaitForWorkersMs);

@@ -45,6 +45,7 @@ extern "C" {
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/driver_process.hpp"
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/inbox.hpp"
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
@@ -142,6 +143,7 @@ class Worker {
                            std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
                            std::vector<ClaimRequest> *fast, bool sweep = false);
     void SweepArchiveOnce();
+    void SweepInboxOnce();
     bool WriteBackOne(const std::string &destination, const std::vector<Resolution> &resolutions,
                       WriteBackCounts *written);
     template <typename F>
@@ -278,6 +280,7 @@ void Worker::WriteBackAndClaim(bool claim,
         if (sweep) {
             SweepArchiveOnce();
             SweepIdleKeys(kIdleKeySeconds, 1000);
+            SweepInboxOnce();
         }
         if (!claim)
             return;
@@ -436,6 +439,13 @@ void Worker::SweepArchiveOnce() {
     archive_empty_ = setting_retention_s == 0 && swept < kSweepBatch;
 }
 
+// The inbox: one bounded batch of dedup rows past outbox.inbox_retention per poll.
+void Worker::SweepInboxOnce() {
+    constexpr int kInboxSweepBatch = 5000;
+    if (setting_inbox_retention_s > 0)
+        SweepInbox(setting_inbox_retention_s, kInboxSweepBatch);
+}
+
 bool Worker::Turn(bool woken, bool poll_due) {
     int64 now = NowMs();
     dispatcher_->Poll(now, pending_);
@@ -451,7 +461,8 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (reload)
         destinations_loaded_ = false;
     bool claim = reload || poll_due || !dispatcher_->PlanClaims(now).empty();
-    bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
+    bool sweep = poll_due &&
+                 (!(setting_retention_s == 0 && archive_empty_) || setting_inbox_retention_s > 0);
     if (pending_.empty() && !claim && !sweep)
         return false;
 

@@ -14,6 +14,7 @@ extern int setting_retry_max_ms;       // outbox.retry_max (sighup)
 extern int setting_max_payload_bytes;  // outbox.max_payload_bytes (superuser)
 extern int setting_max_pending;        // outbox.max_pending (superuser): database queue cap
 extern int setting_retention_s;        // outbox.retention (sighup): keep delivered rows
+extern int setting_inbox_retention_s;  // outbox.inbox_retention (sighup): keep dedup rows; 0: ever
 extern bool
     setting_drop_nonempty;        // outbox.drop_nonempty (user): DROP EXTENSION may lose the queue
 extern int setting_poison_after;  // outbox.poison_after (sighup): driver crashes -> poison

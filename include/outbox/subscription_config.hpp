@@ -1,0 +1,74 @@
+// Subscription configs (the `config jsonb` of outbox.create_subscription, issue 23): one parser
+// for the definition-time check and for the worker, as for destinations (config.hpp). Every
+// problem is collected; secrets are never quoted.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "outbox/config.hpp"
+
+namespace outbox {
+
+enum class SubscriptionKind { Kafka };
+
+// "kafka"
+std::optional<SubscriptionKind> ParseSubscriptionKind(std::string_view text);
+
+// What a handler that raises does to its partition.
+enum class OnError {
+    Skip,   // the record goes to outbox.inbox_dead_letters; consumption goes on (the default)
+    Block,  // the partition stops at the record until an operator acts
+};
+
+// Records per consume transaction: the default and the largest "batch_size".
+constexpr int kDefaultInboxBatch = 500;
+constexpr int kMaxInboxBatch = 10000;
+
+struct SubscriptionConfig {
+    SubscriptionKind kind = SubscriptionKind::Kafka;
+    std::vector<std::string> topics;  // "topics": at least one, no repeats
+    OnError on_error = OnError::Skip;
+    std::string event_id_header;  // "event_id_header": read when a record has no ce_id; "" none
+    int batch_size = kDefaultInboxBatch;
+    // "start": where a partition with no stored offset begins ("earliest", the default, or
+    // "latest").
+    bool start_at_latest = false;
+    // Every other key: a librdkafka consumer property, as text, in the order of the object
+    // ("bootstrap.servers" among them).
+    std::vector<std::pair<std::string, std::string>> properties;
+};
+
+struct SubscriptionCheck {
+    SubscriptionConfig config;
+    std::vector<std::string> problems;  // empty when the config is valid
+    std::vector<std::string> hints;
+    // Settings that need privileges (the same rules as destinations: config.hpp ServerAccess).
+    std::vector<PrivilegedSetting> privileged;
+    bool ok() const { return problems.empty(); }
+};
+
+// Parses and validates `json_text` (a JSON object) for a subscription of `kind`.
+//
+// kafka: "bootstrap.servers" (required, a string), "topics" (required: a non-empty array of
+// Kafka topic names, no repeats), "on_error" ("skip" or "block"), "event_id_header" (a header
+// name, 1..255 bytes), "batch_size" (1..kMaxInboxBatch), "start" ("earliest" or "latest").
+// Every other key is a librdkafka property, checked with librdkafka itself and by the rules of
+// destination properties (CheckDestinationConfig: values strings, numbers or booleans; the
+// callbacks outbox owns, "plugin.library.paths" and "internal.termination.signal" refused;
+// Kerberos and file settings reported in `privileged`). Refused because offsets are the
+// extension's, committed with the handlers' effects: "enable.auto.commit",
+// "enable.auto.offset.store", "auto.commit.interval.ms", "group.instance.id",
+// "auto.offset.reset" (use "start"); and the destination settings that mean nothing here
+// ("topic", "ordering", "max_attempts"...).
+SubscriptionCheck CheckSubscriptionConfig(SubscriptionKind kind, std::string_view json_text,
+                                          const CheckOptions &options = {});
+
+// A subscription name: the rule of destination names (IsValidDestinationName).
+bool IsValidSubscriptionName(std::string_view name);
+
+}  // namespace outbox

@@ -1,0 +1,122 @@
+// Subscription configs (the inbox): what create_subscription accepts and what the worker runs
+// with.
+#include "outbox/subscription_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbox {
+namespace {
+
+bool HasProblem(const SubscriptionCheck &check, const std::string &problem) {
+    for (const std::string &p : check.problems) {
+        if (p == problem) {
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string All(const SubscriptionCheck &check) {
+    std::string all;
+    for (const std::string &p : check.problems) {
+        all += p + "\n";
+    }
+    return all;
+}
+
+TEST(SubscriptionConfig, ParsesEverySetting) {
+    SubscriptionCheck check = CheckSubscriptionConfig(
+        SubscriptionKind::Kafka,
+        R"({"bootstrap.servers": "127.0.0.1:9092", "topics": ["a", "b.c"], "on_error": "block",
+            "event_id_header": "x-id", "batch_size": 42, "start": "latest",
+            "fetch.wait.max.ms": 10, "group.id": "g"})");
+    ASSERT_TRUE(check.ok()) << All(check);
+    EXPECT_EQ(check.config.topics, (std::vector<std::string>{"a", "b.c"}));
+    EXPECT_EQ(check.config.on_error, OnError::Block);
+    EXPECT_EQ(check.config.event_id_header, "x-id");
+    EXPECT_EQ(check.config.batch_size, 42);
+    EXPECT_TRUE(check.config.start_at_latest);
+    using Properties = std::vector<std::pair<std::string, std::string>>;
+    EXPECT_EQ(check.config.properties, (Properties{{"bootstrap.servers", "127.0.0.1:9092"},
+                                                   {"fetch.wait.max.ms", "10"},
+                                                   {"group.id", "g"}}));
+}
+
+TEST(SubscriptionConfig, Defaults) {
+    SubscriptionCheck check = CheckSubscriptionConfig(
+        SubscriptionKind::Kafka, R"({"bootstrap.servers": "b:9092", "topics": ["t"]})");
+    ASSERT_TRUE(check.ok()) << All(check);
+    EXPECT_EQ(check.config.on_error, OnError::Skip);
+    EXPECT_EQ(check.config.batch_size, kDefaultInboxBatch);
+    EXPECT_FALSE(check.config.start_at_latest);
+    EXPECT_TRUE(check.config.event_id_header.empty());
+}
+
+TEST(SubscriptionConfig, EveryProblemAtOnce) {
+    SubscriptionCheck check = CheckSubscriptionConfig(
+        SubscriptionKind::Kafka,
+        R"({"topics": ["ok", "no spaces", "ok"], "on_error": "retry", "batch_size": 10001,
+            "no.such.property": 1, "enable.auto.commit": false, "topic": "t", "ordering": "key"})");
+    EXPECT_TRUE(HasProblem(check, "\"bootstrap.servers\" is required for a kafka subscription"))
+        << All(check);
+    EXPECT_TRUE(HasProblem(check,
+                           "\"topics\" holds \"no spaces\", which is not a Kafka topic "
+                           "name (1 to 249 of A-Z a-z 0-9 . _ -)"))
+        << All(check);
+    EXPECT_TRUE(HasProblem(check, "\"topics\" names \"ok\" more than once")) << All(check);
+    EXPECT_TRUE(HasProblem(check, "\"on_error\" must be \"skip\" or \"block\"")) << All(check);
+    EXPECT_TRUE(HasProblem(check, "\"batch_size\" must be an integer from 1 to 10000"))
+        << All(check);
+    EXPECT_TRUE(HasProblem(check, "unknown librdkafka property \"no.such.property\""))
+        << All(check);
+    EXPECT_TRUE(HasProblem(check,
+                           "\"enable.auto.commit\" cannot be configured for a subscription "
+                           "(offsets are kept by outbox, committed with the handlers' effects)"))
+        << All(check);
+    EXPECT_TRUE(HasProblem(
+        check, "\"topic\" is a destination setting, not a subscription's (use \"topics\": [...])"))
+        << All(check);
+    EXPECT_TRUE(HasProblem(check, "\"ordering\" is a destination setting, not a subscription's"))
+        << All(check);
+    EXPECT_EQ(check.problems.size(), 9u) << All(check);
+}
+
+TEST(SubscriptionConfig, NeverQuotesASecret) {
+    SubscriptionCheck check = CheckSubscriptionConfig(
+        SubscriptionKind::Kafka,
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "sasl.password": {"v": "hunter2"},
+            "ssl.key.password": "hunter3", "sasl.mechanisms": "hunter4"})");
+    EXPECT_FALSE(check.ok());
+    EXPECT_EQ(All(check).find("hunter2"), std::string::npos) << All(check);
+    EXPECT_EQ(All(check).find("hunter3"), std::string::npos) << All(check);
+}
+
+TEST(SubscriptionConfig, ReportsPrivilegedSettings) {
+    SubscriptionCheck check = CheckSubscriptionConfig(
+        SubscriptionKind::Kafka,
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "ssl.ca.location": "/x/ca.pem",
+            "sasl.kerberos.kinit.cmd": "kinit"})");
+    ASSERT_EQ(check.privileged.size(), 2u) << All(check);
+    EXPECT_EQ(check.privileged[0].access, ServerAccess::ReadsFiles);
+    EXPECT_EQ(check.privileged[1].access, ServerAccess::RunsCode);
+}
+
+TEST(SubscriptionConfig, NotAnObject) {
+    for (const char *text : {"[1]", "\"x\"", "{", ""}) {
+        SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, text);
+        EXPECT_TRUE(HasProblem(check, "the config must be a JSON object")) << text;
+    }
+}
+
+TEST(SubscriptionConfig, Kinds) {
+    EXPECT_EQ(ParseSubscriptionKind("kafka"), SubscriptionKind::Kafka);
+    EXPECT_FALSE(ParseSubscriptionKind("webhook"));
+    EXPECT_FALSE(ParseSubscriptionKind("Kafka"));
+}
+
+}  // namespace
+}  // namespace outbox
