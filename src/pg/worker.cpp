@@ -175,6 +175,7 @@ class Worker {
     bool woken_ = false;          // the latch was set while the fast path waited
     bool full_scan_ = false;      // this turn is a poll: claims start at the beginning
     bool archive_empty_ = false;  // nothing left to sweep while retention is 0
+    bool sweep_inbox_ = false;    // this turn sweeps outbox.inbox (a poll, inbox_retention > 0)
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
@@ -280,8 +281,9 @@ void Worker::WriteBackAndClaim(bool claim,
         if (sweep) {
             SweepArchiveOnce();
             SweepIdleKeys(kIdleKeySeconds, 1000);
-            SweepInboxOnce();
         }
+        if (sweep_inbox_)
+            SweepInboxOnce();
         if (!claim)
             return;
         DebugPause("before-claim");
@@ -461,9 +463,10 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (reload)
         destinations_loaded_ = false;
     bool claim = reload || poll_due || !dispatcher_->PlanClaims(now).empty();
-    bool sweep = poll_due &&
-                 (!(setting_retention_s == 0 && archive_empty_) || setting_inbox_retention_s > 0);
-    if (pending_.empty() && !claim && !sweep)
+    bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
+    // The inbox's dedup rows are swept on polls too (WriteBackAndClaim).
+    sweep_inbox_ = poll_due && setting_inbox_retention_s > 0;
+    if (pending_.empty() && !claim && !sweep && !sweep_inbox_)
         return false;
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
@@ -479,7 +482,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // The crash tests pause in the phases of the leased path, which they need deterministic.
     bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
-        !debug_pause && !sweep && pending_.empty() && destinations_loaded_ &&
+        !debug_pause && !sweep && !sweep_inbox_ && pending_.empty() && destinations_loaded_ &&
         seen_generation_ == destinations_generation && !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
     if (fast_only)
