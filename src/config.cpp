@@ -799,6 +799,18 @@ bool ReportOutOfRange(const OutOfRange &out_of_range, const std::string &key,
     return found;
 }
 
+// "max_in_flight" of the kafka, amqp and nats kinds.
+void CheckMaxInFlight(const Json &value, int *target, std::vector<std::string> *problems,
+                      int64_t max = 10000) {
+    std::optional<int64_t> n = AsInteger(value);
+    if (!n || *n < 1 || *n > max) {
+        problems->push_back("\"max_in_flight\" must be an integer between 1 and " +
+                            std::to_string(max));
+    } else {
+        *target = static_cast<int>(*n);
+    }
+}
+
 // The kafka-specific part of CheckDestinationConfig.
 void CheckKafkaConfig(const Json &object, const OutOfRange &out_of_range, ConfigCheck *check) {
     DestinationConfig *config = &check->config;
@@ -819,6 +831,11 @@ void CheckKafkaConfig(const Json &object, const OutOfRange &out_of_range, Config
             continue;
         }
         if (CheckCommonKey(DestinationKind::Kafka, key, item.value(), config, problems)) {
+            continue;
+        }
+        if (key == "max_in_flight") {  // ours, not librdkafka's "max.in.flight"
+            CheckMaxInFlight(item.value(), &config->kafka.max_in_flight, problems,
+                             kMaxKafkaInFlight);
             continue;
         }
         CheckKafkaProperty(conf.get(), key, item.value(), &has_bootstrap, check);
@@ -946,16 +963,6 @@ void CheckFileSetting(const std::string &key, const Json &value, const CheckOpti
         check->problems.push_back(std::move(*problem));
     } else {
         *target = value.get<std::string>();
-    }
-}
-
-// "max_in_flight" of the amqp and nats kinds.
-void CheckMaxInFlight(const Json &value, int *target, std::vector<std::string> *problems) {
-    std::optional<int64_t> n = AsInteger(value);
-    if (!n || *n < 1 || *n > 10000) {
-        problems->push_back("\"max_in_flight\" must be an integer between 1 and 10000");
-    } else {
-        *target = static_cast<int>(*n);
     }
 }
 

@@ -19,6 +19,13 @@ enum class DestinationKind { Kafka, Webhook, Amqp, Nats };
 // The largest "max_pending" a destination may set.
 constexpr int64_t kMaxPendingLimit = 1000000000;
 
+// Kafka "max_in_flight": messages handed to librdkafka and awaiting their delivery report. The
+// drain runs at most this window per acknowledgement round trip (about 150 ms for acks=all on a
+// loaded three-broker cluster), so the default is large; the ceiling is librdkafka's own queue
+// ("queue.buffering.max.messages", 100,000 by default).
+constexpr int64_t kDefaultKafkaInFlight = 10000;
+constexpr int64_t kMaxKafkaInFlight = 100000;
+
 // "kafka", "webhook", "amqp", "nats"
 std::optional<DestinationKind> ParseDestinationKind(std::string_view text);
 const char *DestinationKindName(DestinationKind kind);
@@ -38,6 +45,7 @@ enum class CloudEventsMode {
 
 struct KafkaConfig {
     std::string default_topic;  // "topic"; empty when not set
+    int max_in_flight = 0;      // messages awaiting their delivery report; 0: the worker's default
     CloudEventsMode cloudevents = CloudEventsMode::Binary;
     // Every other key: a librdkafka property, its JSON string/number/boolean value as text,
     // in the order of the JSON object.
@@ -163,17 +171,18 @@ struct ConfigCheck {
 // kafka and webhook: "cloudevents" ("binary", the default, or "structured"; see
 // drivers/cloudevents.hpp).
 //
-// kafka: every other key is a librdkafka property, checked with librdkafka itself
-// (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings, numbers or
-// booleans. "bootstrap.servers" is required. Refused because they would break the guarantees or
-// the host process: "enable.idempotence" other than true, "acks"/"request.required.acks" other
-// than "all"/"-1", "transactional.id", "internal.termination.signal", and any property whose
-// value librdkafka treats as a callback or pointer; "queuing.strategy" other than "fifo"
-// (the idempotent producer cannot start otherwise); "enable.sasl.oauthbearer.unsecure.jwt"
-// true (development only: librdkafka 2.0.2 crashes the host process when it cannot parse
-// "sasl.oauthbearer.config"). Topic-level properties are checked in every spelling librdkafka
-// accepts ("acks", "topic.acks", "topic.request.required.acks"...). "bootstrap.servers"
-// (and "metadata.broker.list") must be a string.
+// kafka: "max_in_flight" (integer 1..kMaxKafkaInFlight; default kDefaultKafkaInFlight, or twice
+// outbox.batch_size when that is larger). Every other key is a librdkafka property, checked with
+// librdkafka itself (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings,
+// numbers or booleans. "bootstrap.servers" is required. Refused because they would break the
+// guarantees or the host process: "enable.idempotence" other than true,
+// "acks"/"request.required.acks" other than "all"/"-1", "transactional.id",
+// "internal.termination.signal", and any property whose value librdkafka treats as a callback or
+// pointer; "queuing.strategy" other than "fifo" (the idempotent producer cannot start otherwise);
+// "enable.sasl.oauthbearer.unsecure.jwt" true (development only: librdkafka 2.0.2 crashes the host
+// process when it cannot parse "sasl.oauthbearer.config"). Topic-level properties are checked in
+// every spelling librdkafka accepts ("acks", "topic.acks", "topic.request.required.acks"...).
+// "bootstrap.servers" (and "metadata.broker.list") must be a string.
 //
 // Reported in `privileged` (see ServerAccess), not as problems: RunsCode for any
 // "sasl.kerberos.*" property, "sasl.mechanism(s)": "GSSAPI" (its kinit command is a shell

@@ -187,6 +187,7 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
 template <typename Options, typename V>
 void VisitKafkaOptions(Options &o, V &&v) {
     v("config.default_topic", o.config.default_topic);
+    v("config.max_in_flight", o.config.max_in_flight);
     v("config.cloudevents", o.config.cloudevents);
     v("config.properties", o.config.properties);
     v("client_id", o.client_id);

@@ -55,7 +55,7 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
             return MakeWebhookDriver(options, error);
         return process->Open("webhook", spec.name, protocol::EncodeOptions(options), error);
     }
-    // amqp, nats: in flight as for Kafka, and an answer due well within the lease.
+    // Twice a batch in flight (Kafka: more, below), and an answer due well within the lease.
     size_t in_flight = size_t(settings.batch_size) * 2;
     int64_t answer_ms = std::max<int64_t>(1000, settings.lease_timeout_ms / 2);
     if (spec.config.kind == DestinationKind::Amqp) {
@@ -91,7 +91,11 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
     options.client_id = "outbox-" + database + "-" + spec.name;
     options.source = "/outbox/" + database;
     options.lease_timeout_ms = settings.lease_timeout_ms;
-    options.max_in_flight = in_flight;
+    // Kafka's window is wider: an acks=all round trip on a real cluster takes far longer than a
+    // batch takes to claim, and the drain runs at most one window per round trip.
+    options.max_in_flight = options.config.max_in_flight > 0
+                                ? size_t(options.config.max_in_flight)
+                                : std::max(in_flight, size_t(kDefaultKafkaInFlight));
     if (in_process)
         return MakeKafkaDriver(options, error);
     return process->Open("kafka", spec.name, protocol::EncodeOptions(options), error);

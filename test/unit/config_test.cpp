@@ -595,6 +595,31 @@ TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     EXPECT_TRUE(fine.ok()) << JoinProblems(fine);
 }
 
+// "max_in_flight" is the relay's window (not librdkafka's "max.in.flight", above): 1..100000.
+TEST(ConfigTest, KafkaMaxInFlightIsTheRelaysWindow) {
+    ConfigCheck given = CheckDestinationConfig(
+        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max_in_flight": 50000})");
+    ASSERT_TRUE(given.ok()) << JoinProblems(given);
+    EXPECT_EQ(given.config.kafka.max_in_flight, 50000);
+    // Not handed to librdkafka as a property.
+    for (const auto &[key, value] : given.config.kafka.properties)
+        EXPECT_NE(key, "max_in_flight");
+    ConfigCheck absent =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    EXPECT_EQ(absent.config.kafka.max_in_flight, 0);  // the worker's default
+    EXPECT_TRUE(
+        CheckDestinationConfig(DestinationKind::Kafka,
+                               R"({"bootstrap.servers": "b:9092", "max_in_flight": 100000})")
+            .ok());
+    for (const char *bad : {"0", "100001", "1.5", "\"8\"", "-1", "true"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Kafka,
+            std::string(R"({"bootstrap.servers": "b:9092", "max_in_flight": )") + bad + "}");
+        EXPECT_TRUE(HasProblem(check, "\"max_in_flight\" must be an integer between 1 and 100000"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
 TEST(ConfigTest, IsSecretSetting) {
     for (const char *key : {"secret", "sasl.password", "SASL.PASSWORD", "ssl.key.password",
                             "ssl.key.pem", "ssl.key.location", "ssl.keystore.password",

@@ -443,6 +443,7 @@ TEST(DriverProtocolTest, RandomBytesAndBitFlipsNeverCrashTheDecoder) {
 TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     KafkaDriverOptions o;
     o.config.default_topic = "orders";
+    o.config.max_in_flight = 20000;
     o.config.cloudevents = CloudEventsMode::Structured;
     o.config.properties = {{"bootstrap.servers", "127.0.0.1:9092"}, {"linger.ms", "2"}};
     o.client_id = "outbox-app-orders";
@@ -453,6 +454,7 @@ TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
     EXPECT_EQ(back.config.default_topic, o.config.default_topic);
+    EXPECT_EQ(back.config.max_in_flight, 20000);
     EXPECT_EQ(back.config.cloudevents, CloudEventsMode::Structured);
     EXPECT_EQ(back.config.properties, o.config.properties);
     EXPECT_EQ(back.client_id, o.client_id);
