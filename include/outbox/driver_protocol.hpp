@@ -35,6 +35,13 @@ namespace outbox::protocol {
 // that finds another one does not use it (the module and the helper are installed together).
 constexpr uint32_t kVersion = 2;
 
+// How outbox-driver exits other than 0 (its worker's end closed) or by a signal; the supervisor
+// names the cause in its log line.
+constexpr int kExitProtocol = 2;     // a malformed frame from the worker
+constexpr int kExitOutOfMemory = 3;  // an allocation failed (outbox.driver_memory_limit)
+constexpr int kExitStartup = 4;      // it could not set itself up
+constexpr int kExitError = 5;        // any other error
+
 constexpr size_t kHeaderBytes = 5;
 // The largest frame the helper accepts: a claim of one message of outbox.max_payload_bytes's
 // maximum (1 GB) plus its other columns. Submit batches are split far below this.
