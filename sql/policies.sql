@@ -1,6 +1,7 @@
 -- Destination policies of issue 26 beyond max_pending (back_pressure.sql): "ttl" (a default
--- expires_at). Each setting is validated at definition time with SQLSTATE 22023, and a refused
--- definition changes nothing.
+-- expires_at), "retry_budget" (a wall-clock limit on retrying; its effect is test/t/068).
+-- Each setting is validated at definition time with SQLSTATE 22023, and a refused definition
+-- changes nothing.
 CREATE EXTENSION outbox;
 \set SHOW_CONTEXT never
 
@@ -49,6 +50,19 @@ INSERT INTO outbox.messages (destination, payload) VALUES ('short', '{"n": 9}');
 SELECT payload, expires_at - available_at AS lifetime FROM outbox.messages
  WHERE payload->>'n' IN ('7', '8', '9') ORDER BY id;
 DELETE FROM outbox.messages;
+
+-- "retry_budget": a duration from 1s to 366d; several problems are reported together.
+SELECT outbox.create_destination('budget', 'webhook', '{"url": "http://127.0.0.1:1/", "retry_budget": "500ms"}');
+\echo :SQLSTATE
+SELECT outbox.create_destination('budget', 'kafka', '{"bootstrap.servers": "127.0.0.1:9092", "retry_budget": "forever", "ttl": 0}');
+\echo :SQLSTATE
+SELECT outbox.create_destination('budget', 'webhook', '{"url": "http://127.0.0.1:1/", "retry_budget": "24h", "max_attempts": 50}');
+SELECT outbox.alter_destination('budget', '{"retry_budget": "367d"}');
+\echo :SQLSTATE
+SELECT config->>'retry_budget' AS retry_budget FROM outbox.destinations WHERE name = 'budget';
+SELECT outbox.alter_destination('budget', '{"retry_budget": 2000}');
+SELECT config->'retry_budget' AS retry_budget FROM outbox.destinations WHERE name = 'budget';
+SELECT outbox.drop_destination('budget');
 SELECT outbox.drop_destination('short');
 SELECT outbox.drop_destination('plain');
 SELECT outbox.drop_destination('millis');

@@ -28,6 +28,10 @@ struct RetryPolicy {
     int max_attempts = -1;
     int64_t retry_base_ms = -1;
     int64_t retry_max_ms = -1;
+    // "retry_budget" (issue 26): a message still failing this long after its first failed
+    // attempt (time the destination was unreachable not counted) is dead-lettered as
+    // max_attempts; 0 = none.
+    int64_t retry_budget_ms = 0;
 };
 
 // CloudEvents content mode of a destination ("cloudevents"; kafka and webhook).
@@ -158,8 +162,8 @@ struct ConfigCheck {
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
 // Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
-// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "ttl" (duration 1s..366d),
-// "max_attempts"
+// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "ttl" and "retry_budget"
+// (durations 1s..366d), "max_attempts"
 // (integer 1..1000), "retry_base" and "retry_max" (duration: number of ms or string such as
 // "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
 // 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or

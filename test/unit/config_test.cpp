@@ -610,6 +610,29 @@ TEST(ConfigTest, Ttl) {
     }
 }
 
+TEST(ConfigTest, RetryBudget) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.retry.retry_budget_ms, 0);
+    ConfigCheck day =
+        CheckDestinationConfig(DestinationKind::Webhook,
+                               R"({"url": "http://h/", "retry_budget": "24h", "max_attempts": 5})");
+    ASSERT_TRUE(day.ok()) << JoinProblems(day);
+    EXPECT_EQ(day.config.retry.retry_budget_ms, 86400000);
+    EXPECT_EQ(day.config.retry.max_attempts, 5);
+    for (const char *bad : {"\"0s\"", "999", "\"367d\"", "\"a day\"", "false"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Webhook,
+            std::string(R"({"url": "http://h/", "retry_budget": )") + bad + "}");
+        EXPECT_TRUE(
+            HasProblem(check,
+                       "\"retry_budget\" must be a duration between 1s and 366d (a number "
+                       "of milliseconds or a string such as \"30s\", \"15min\" or \"24h\")"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
 TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     ConfigCheck retries = CheckDestinationConfig(
         DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");
