@@ -654,6 +654,29 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
         }
         return true;
     }
+    // Policies (issue 26).
+    if (key == "ttl") {
+        std::optional<int64_t> ms = AsDurationMs(value);
+        if (!ms || *ms < kMsPerSecond || *ms > 366 * kMsPerDay) {
+            problems->push_back(
+                "\"ttl\" must be a duration between 1s and 366d (a number of milliseconds or a "
+                "string such as \"30s\", \"15min\" or \"2h\")");
+        } else {
+            config->ttl_ms = *ms;
+        }
+        return true;
+    }
+    if (key == "retry_budget") {
+        std::optional<int64_t> ms = AsDurationMs(value);
+        if (!ms || *ms < kMsPerSecond || *ms > 366 * kMsPerDay) {
+            problems->push_back(
+                "\"retry_budget\" must be a duration between 1s and 366d (a number of "
+                "milliseconds or a string such as \"30s\", \"15min\" or \"24h\")");
+        } else {
+            config->retry.retry_budget_ms = *ms;
+        }
+        return true;
+    }
     if (key == "ordering") {
         if (value == "none") {
             config->ordering = Ordering::None;

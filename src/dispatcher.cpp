@@ -2,6 +2,8 @@
 #include "outbox/dispatcher.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <string>
 #include <utility>
 
 #include "outbox/backoff.hpp"
@@ -17,6 +19,19 @@ constexpr int64_t kProbeMaxMs = 30000;
 constexpr double kFastPathMaxAckMs = 50;
 // A destination whose driver could not be built is retried this often.
 constexpr int64_t kRebuildIntervalMs = 5000;
+// Ended outages a destination remembers for "retry_budget" (older ones count as spent budget).
+constexpr size_t kOutagesKept = 256;
+
+// "2s", "15min", "24h" for a retry budget in an error text.
+std::string DurationText(int64_t ms) {
+    if (ms % (3600 * 1000) == 0)
+        return std::to_string(ms / (3600 * 1000)) + "h";
+    if (ms % (60 * 1000) == 0)
+        return std::to_string(ms / (60 * 1000)) + "min";
+    if (ms % 1000 == 0)
+        return std::to_string(ms / 1000) + "s";
+    return std::to_string(ms) + "ms";
+}
 
 }  // namespace
 
@@ -43,6 +58,7 @@ struct Dispatcher::Destination {
         int64_t lease_token;  // 0: locked by the worker's open transaction (fast path)
         int attempts;
         int64_t submitted_ms;
+        int64_t first_failed_ms;  // the row's first_failed_at (0: none)
     };
     std::unordered_map<int64_t, InFlight> in_flight;  // by id
     bool want_more = true;    // the last claim was full, or we were woken since
@@ -52,6 +68,35 @@ struct Dispatcher::Destination {
     int64_t next_probe_ms = 0;
     int64_t probe_id = 0;  // the probe in flight (0: none)
     int64_t probe_sent_ms = 0;
+    // "retry_budget": when the current outage began (valid while outage_failures > 0), and the
+    // outages that ended since the worker started, oldest first, as [start, end) in ms.
+    int64_t outage_started_ms = 0;
+    std::deque<std::pair<int64_t, int64_t>> outages;
+
+    // The destination answered again: the outage (if any) ends now.
+    void EndOutage(int64_t now_ms) {
+        if (outage_failures == 0)
+            return;
+        outages.emplace_back(outage_started_ms, now_ms);
+        if (outages.size() > kOutagesKept)
+            outages.pop_front();
+        outage_failures = 0;
+    }
+    // Milliseconds of [from_ms, now_ms) the destination was unreachable.
+    int64_t UnreachableMs(int64_t from_ms, int64_t now_ms) const {
+        int64_t total = 0;
+        auto add = [&](int64_t start, int64_t end) {
+            start = std::max(start, from_ms);
+            end = std::min(end, now_ms);
+            if (end > start)
+                total += end - start;
+        };
+        for (const auto &[start, end] : outages)
+            add(start, end);
+        if (outage_failures > 0)
+            add(outage_started_ms, now_ms);
+        return total;
+    }
 };
 
 Dispatcher::Dispatcher(DriverFactory factory, uint64_t seed)
@@ -82,6 +127,10 @@ void Dispatcher::SetDestinations(std::vector<DestinationSpec> specs) {
         }
         auto d = std::make_unique<Destination>();
         d->spec = std::move(spec);
+        // A new config is a new start of the outage state, but the outages that ended still
+        // spent no retry budget.
+        if (it != destinations_.end())
+            d->outages = it->second->outages;
         next.emplace(d->spec.name, std::move(d));
     }
     // Dropped or reconfigured: finish what is in flight on the old driver, then let it go.
@@ -222,6 +271,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
             // that request presents the new lease (the old one no longer matches the row).
             earlier->lease_token = m.lease_token;
             earlier->attempts = m.attempts;
+            earlier->first_failed_ms = m.first_failed_at_ms;
             continue;
         }
         Resolution r;
@@ -240,7 +290,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
                       " times without an outcome (the worker stopped or crashed each time)";
             resolved.push_back(std::move(r));
         } else {
-            d.in_flight[m.id] = {m.lease_token, m.attempts, now_ms};
+            d.in_flight[m.id] = {m.lease_token, m.attempts, now_ms, m.first_failed_at_ms};
             send.push_back(std::move(m));
         }
     }
@@ -266,7 +316,8 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
     d.driver->Submit(std::move(send));
 }
 
-Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, int64_t now_ms) {
+Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
+                               int64_t first_failed_ms, int64_t now_ms) {
     Resolution r;
     r.id = o.id;
     r.lease_token = o.lease_token;
@@ -287,7 +338,7 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
         case OutcomeKind::Delivered:
             r.action = Resolution::Action::Delete;
             if (d.outage_failures > 0) {
-                d.outage_failures = 0;
+                d.EndOutage(now_ms);
                 d.want_more = true;
             }
             break;
@@ -297,12 +348,22 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             break;
         case OutcomeKind::Retry:
             // The destination answered, so it is reachable.
-            d.outage_failures = 0;
+            d.EndOutage(now_ms);
             if (attempts >= MaxAttempts(d)) {
                 r.action = Resolution::Action::Bury;
                 r.dead_reason = DeadReason::MaxAttempts;
                 r.error += " (attempt " + std::to_string(attempts) + " of " +
                            std::to_string(MaxAttempts(d)) + ")";
+            } else if (p.retry_budget_ms > 0 && first_failed_ms > 0 &&
+                       now_ms - first_failed_ms - d.UnreachableMs(first_failed_ms, now_ms) >=
+                           p.retry_budget_ms) {
+                // "retry_budget": failing for longer than it since the first failed attempt,
+                // not counting the time the destination was unreachable. Dead-lettered as
+                // max_attempts would (the same reason: the retry limits are spent).
+                r.action = Resolution::Action::Bury;
+                r.dead_reason = DeadReason::MaxAttempts;
+                r.error += " (attempt " + std::to_string(attempts) + ", retry_budget of " +
+                           DurationText(p.retry_budget_ms) + " spent)";
             } else {
                 r.action = Resolution::Action::Reschedule;
                 r.delay_ms = RetryDelayMs(attempts, base, max, o.retry_after_ms, NextRandom());
@@ -314,6 +375,8 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             // of the batch that was in flight when it began count for nothing. The interval
             // counts from the probe's start: a driver may have held the probe.
             if (d.outage_failures == 0 || (d.probe_id != 0 && o.id == d.probe_id)) {
+                if (d.outage_failures == 0)
+                    d.outage_started_ms = now_ms;
                 int64_t from = d.outage_failures > 0 ? d.probe_sent_ms : now_ms;
                 d.outage_failures++;
                 d.probe_id = 0;
@@ -366,7 +429,7 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
             if (a == d.in_flight.end())
                 continue;  // already handed back
             int attempts = a->second.attempts;
-            Resolution r = Resolve(d, o, attempts, now_ms);
+            Resolution r = Resolve(d, o, attempts, a->second.first_failed_ms, now_ms);
             // The claim's token as recorded here: the driver's copy may predate a re-lease.
             r.lease_token = a->second.lease_token;
             if (r.lease_token != 0)

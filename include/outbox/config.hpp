@@ -35,6 +35,10 @@ struct RetryPolicy {
     int max_attempts = -1;
     int64_t retry_base_ms = -1;
     int64_t retry_max_ms = -1;
+    // "retry_budget" (issue 26): a message still failing this long after its first failed
+    // attempt (time the destination was unreachable not counted) is dead-lettered as
+    // max_attempts; 0 = none.
+    int64_t retry_budget_ms = 0;
 };
 
 // CloudEvents content mode of a destination ("cloudevents"; kafka and webhook).
@@ -117,6 +121,9 @@ struct DestinationConfig {
     Ordering ordering = Ordering::None;
     OnDead on_dead = OnDead::Block;
     int64_t max_pending = 0;  // "max_pending": the queue's cap; 0 = none
+    // Policies (issue 26): "ttl", the default lifetime of a message from its available_at
+    // (producer.cpp sets expires_at when the producer gave none); 0 = none.
+    int64_t ttl_ms = 0;
     KafkaConfig kafka;
     WebhookConfig webhook;
     AmqpConfig amqp;
@@ -163,7 +170,8 @@ struct ConfigCheck {
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
 // Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
-// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "max_attempts"
+// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "ttl" and "retry_budget"
+// (durations 1s..366d), "max_attempts"
 // (integer 1..1000), "retry_base" and "retry_max" (duration: number of ms or string such as
 // "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
 // 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or

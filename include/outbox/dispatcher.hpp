@@ -168,7 +168,8 @@ class Dispatcher {
   private:
     struct Destination;
 
-    Resolution Resolve(Destination &d, const Outcome &outcome, int attempts, int64_t now_ms);
+    Resolution Resolve(Destination &d, const Outcome &outcome, int attempts,
+                       int64_t first_failed_ms, int64_t now_ms);
     void EnsureDriver(Destination &d, int64_t now_ms);
     void Retire(std::unique_ptr<Destination> &d);
     int MaxAttempts(const Destination &d) const;

@@ -28,6 +28,9 @@ struct Message {
     int64_t created_at_ms = 0;  // unix epoch milliseconds
     int64_t expires_at_ms = 0;  // unix epoch milliseconds; 0 = never expires
     int attempts = 0;           // attempts including this one
+    // When its first attempt failed (unix epoch milliseconds; 0 = none failed yet): the worker
+    // measures "retry_budget" from it. Not sent to the driver process.
+    int64_t first_failed_at_ms = 0;
 };
 
 // What happened to one message.

@@ -629,9 +629,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
     // created_at, and the order key of an ordered message.
-    int replace_cols[6];
-    Datum replace_values[6];
-    bool replace_nulls[6] = {};
+    int replace_cols[7];
+    Datum replace_values[7];
+    bool replace_nulls[7] = {};
     int nreplace = 0;
     if (traced_headers != Datum(0)) {
         replace_cols[nreplace] = c.headers;
@@ -706,7 +706,14 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("outbox message expires_at is not after available_at"),
                         errdetail("The message would expire before it could be delivered."),
-                        errhint("Leave expires_at NULL for messages that never expire.")));
+                        errhint("Leave expires_at NULL for messages that never expire (or take the "
+                                "destination's \"ttl\").")));
+    // "ttl": the destination's default lifetime, counted from when the message is due (a
+    // scheduled message gets the whole of it). The producer's own expires_at wins.
+    if (isnull && dest.ttl_ms > 0) {
+        replace_cols[nreplace] = c.expires_at;
+        replace_values[nreplace++] = TimestampTzGetDatum(available_at + dest.ttl_ms * 1000);
+    }
 
     // Back-pressure, after the checks of the row itself: a refused row takes no lock and no
     // number, and a row refused for another reason reserves no room.

@@ -580,6 +580,59 @@ TEST(ConfigTest, MaxPending) {
     }
 }
 
+// Policies of issue 26: "ttl".
+TEST(ConfigTest, Ttl) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.ttl_ms, 0);
+
+    const std::pair<const char *, int64_t> good[] = {{"\"15min\"", 900000},
+                                                     {"\"1s\"", 1000},
+                                                     {"1000", 1000},
+                                                     {"\"366d\"", 31622400000},
+                                                     {"1500.7", 1500}};
+    for (const auto &[ttl, ms] : good) {
+        ConfigCheck ok = CheckDestinationConfig(
+            DestinationKind::Webhook, std::string(R"({"url": "http://h/", "ttl": )") + ttl + "}");
+        ASSERT_TRUE(ok.ok()) << ttl << ": " << JoinProblems(ok);
+        EXPECT_EQ(ok.config.ttl_ms, ms) << ttl;
+    }
+    for (const char *bad :
+         {"\"999ms\"", "999", "\"367d\"", "-1000", "\"soon\"", "true", "null", "[1]", "\"\""}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Nats,
+            std::string(R"({"servers": "nats://h:4222", "subject": "s", "ttl": )") + bad + "}");
+        EXPECT_TRUE(HasProblem(check,
+                               "\"ttl\" must be a duration between 1s and 366d (a number of "
+                               "milliseconds or a string such as \"30s\", \"15min\" or \"2h\")"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
+TEST(ConfigTest, RetryBudget) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.retry.retry_budget_ms, 0);
+    ConfigCheck day =
+        CheckDestinationConfig(DestinationKind::Webhook,
+                               R"({"url": "http://h/", "retry_budget": "24h", "max_attempts": 5})");
+    ASSERT_TRUE(day.ok()) << JoinProblems(day);
+    EXPECT_EQ(day.config.retry.retry_budget_ms, 86400000);
+    EXPECT_EQ(day.config.retry.max_attempts, 5);
+    for (const char *bad : {"\"0s\"", "999", "\"367d\"", "\"a day\"", "false"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Webhook,
+            std::string(R"({"url": "http://h/", "retry_budget": )") + bad + "}");
+        EXPECT_TRUE(
+            HasProblem(check,
+                       "\"retry_budget\" must be a duration between 1s and 366d (a number "
+                       "of milliseconds or a string such as \"30s\", \"15min\" or \"24h\")"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
 TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     ConfigCheck retries = CheckDestinationConfig(
         DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");

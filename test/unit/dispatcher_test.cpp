@@ -333,6 +333,74 @@ TEST_F(DispatcherTest, RetryAtMaxAttemptsBuries) {
     EXPECT_NE(res.error.find("attempt 2 of 2"), std::string::npos) << res.error;
 }
 
+// 2d. "retry_budget": a message still failing that long after its first failed attempt goes to
+// the dead letters as max_attempts, not before; whichever of the two limits comes first.
+TEST_F(DispatcherTest, RetryPastTheRetryBudgetBuries) {
+    DestinationSpec spec = Spec("hooks");
+    spec.config.retry.retry_budget_ms = 2000;
+    spec.config.retry.max_attempts = 100;
+    dispatcher_.SetDestinations(Specs({spec}));
+
+    auto failed_at = [](int64_t id, int attempts, int64_t first_failed_ms) {
+        Message m = Row(id, 100 + id, attempts);
+        m.first_failed_at_ms = first_failed_ms;
+        return m;
+    };
+    // 1: never failed (its first failure starts the budget); 2: failed 1999 ms ago; 3: 2000 ms
+    // ago; 4: long ago but at its last attempt (max_attempts first).
+    ClaimAndSubmit("hooks",
+                   {failed_at(1, 1, 0), failed_at(2, 5, kT0 - 1999), failed_at(3, 5, kT0 - 2000),
+                    failed_at(4, 100, kT0 - 600000)},
+                   kT0);
+    for (int64_t id = 1; id <= 4; ++id)
+        DriverOf("hooks").Finish(id, OutcomeKind::Retry, "HTTP 500");
+    std::vector<Resolution> list = PollFor("hooks", kT0);
+    ASSERT_EQ(list.size(), 4u);
+    std::sort(list.begin(), list.end(),
+              [](const Resolution &a, const Resolution &b) { return a.id < b.id; });
+    EXPECT_EQ(list[0].action, Resolution::Action::Reschedule);
+    EXPECT_EQ(list[1].action, Resolution::Action::Reschedule);
+    EXPECT_EQ(list[2].action, Resolution::Action::Bury);
+    EXPECT_EQ(list[2].dead_reason, DeadReason::MaxAttempts);
+    EXPECT_EQ(list[2].error, "HTTP 500 (attempt 5, retry_budget of 2s spent)");
+    EXPECT_EQ(list[3].action, Resolution::Action::Bury);
+    EXPECT_EQ(list[3].error, "HTTP 500 (attempt 100 of 100)");
+}
+
+// 2e. Time the destination was unreachable spends no retry budget: a message that failed, then
+// waited out an outage longer than the budget, is retried when the destination answers again.
+TEST_F(DispatcherTest, AnOutageSpendsNoRetryBudget) {
+    DestinationSpec spec = Spec("hooks");
+    spec.config.retry.retry_budget_ms = 5000;
+    dispatcher_.SetDestinations(Specs({spec}));
+    ScriptedDriver *driver = nullptr;
+
+    // Failed first at kT0; at kT0 + 1000 the destination is unreachable, for 20 s.
+    Message m = Row(1, 11, 2);
+    m.first_failed_at_ms = kT0;
+    ClaimAndSubmit("hooks", {m}, kT0 + 1000);
+    driver = &DriverOf("hooks");
+    driver->Finish(1, OutcomeKind::Defer, "connection refused");
+    EXPECT_EQ(PollOne("hooks", kT0 + 1000).action, Resolution::Action::Reschedule);
+    // Probes until kT0 + 21000, when the destination answers with a 500 again: 21 s since the
+    // first failure, 20 s of it unreachable, so 1 s of the budget spent.
+    int64_t now = kT0 + 21000;
+    m.lease_token = 12;
+    ClaimAndSubmit("hooks", {m}, now);
+    driver->Finish(1, OutcomeKind::Retry, "HTTP 500");
+    Resolution res = PollOne("hooks", now);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule) << res.error;
+    // Still failing 4 s later (5 s of failing in all): the budget is spent.
+    m.lease_token = 13;
+    m.attempts = 3;
+    ClaimAndSubmit("hooks", {m}, now + 4000);
+    driver->Finish(1, OutcomeKind::Retry, "HTTP 500");
+    res = PollOne("hooks", now + 4000);
+    EXPECT_EQ(res.action, Resolution::Action::Bury);
+    EXPECT_EQ(res.dead_reason, DeadReason::MaxAttempts);
+    EXPECT_EQ(res.error, "HTTP 500 (attempt 3, retry_budget of 5s spent)");
+}
+
 // 3. Dead: to the dead letters at once as rejected, the driver's error kept.
 TEST_F(DispatcherTest, DeadBuriesAsRejected) {
     dispatcher_.SetDestinations(Specs({Spec("hooks")}));

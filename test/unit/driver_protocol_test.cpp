@@ -134,6 +134,21 @@ TEST(DriverProtocolTest, SubmitRoundTripKeepsEveryField) {
     EXPECT_FALSE(f->messages[9].tombstone);
 }
 
+// first_failed_at_ms is the worker's ("retry_budget"): the driver process never sees it.
+TEST(DriverProtocolTest, SubmitLeavesTheWorkersFirstFailedAtBehind) {
+    std::vector<Message> batch = {SampleMessage(1)};
+    batch[0].first_failed_at_ms = 1700000000000;
+    std::string bytes;
+    EncodeSubmit(7, batch, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes);
+    ASSERT_EQ(frames.size(), 1u);
+    const auto *f = std::get_if<SubmitFrame>(&frames[0]);
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->messages.size(), 1u);
+    ExpectSameMessage(f->messages[0], batch[0]);
+    EXPECT_EQ(f->messages[0].first_failed_at_ms, 0);
+}
+
 TEST(DriverProtocolTest, LargeBatchesAreSplitAndReassembledInOrder) {
     std::vector<Message> batch;
     for (int64_t id = 1; id <= 40; id++) {
