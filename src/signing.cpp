@@ -1,5 +1,7 @@
 // Standard Webhooks signing: HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX API is
-// deprecated), base64 by hand so that decoding can be strict.
+// deprecated), base64 encoding through OpenSSL. Decoding stays by hand: EVP_DecodeBlock skips
+// whitespace, does not report how much padding it read, and accepts non-zero bits under the
+// padding, and a secret must have one spelling only.
 #include "outbox/signing.hpp"
 
 #include <openssl/core_names.h>
@@ -17,8 +19,6 @@ namespace outbox {
 
 namespace {
 
-constexpr char kBase64Alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 constexpr std::string_view kSecretPrefix = "whsec_";
 constexpr size_t kSha256Bytes = 32;
 
@@ -97,31 +97,14 @@ bool HmacSha256(std::string_view key, const std::string_view *parts, size_t coun
 
 }  // namespace
 
-// Standard base64 with padding, as the Standard Webhooks signature and secret use.
+// Standard base64 with padding, as the Standard Webhooks signature and secret use: OpenSSL's
+// EVP_EncodeBlock (no line breaks, NUL-terminated).
 std::string Base64Encode(std::string_view bytes) {
-    std::string out;
-    out.reserve((bytes.size() + 2) / 3 * 4);
-    size_t i = 0;
-    for (; i + 3 <= bytes.size(); i += 3) {
-        uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
-                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
-                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
-        out.push_back(kBase64Alphabet[v >> 18 & 63]);
-        out.push_back(kBase64Alphabet[v >> 12 & 63]);
-        out.push_back(kBase64Alphabet[v >> 6 & 63]);
-        out.push_back(kBase64Alphabet[v & 63]);
-    }
-    size_t rest = bytes.size() - i;
-    if (rest > 0) {
-        uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-        if (rest == 2) {
-            v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-        }
-        out.push_back(kBase64Alphabet[v >> 18 & 63]);
-        out.push_back(kBase64Alphabet[v >> 12 & 63]);
-        out.push_back(rest == 2 ? kBase64Alphabet[v >> 6 & 63] : '=');
-        out.push_back('=');
-    }
+    std::string out((bytes.size() + 2) / 3 * 4 + 1, '\0');
+    int n = EVP_EncodeBlock(reinterpret_cast<unsigned char *>(out.data()),
+                            reinterpret_cast<const unsigned char *>(bytes.data()),
+                            static_cast<int>(bytes.size()));
+    out.resize(n < 0 ? 0 : static_cast<size_t>(n));
     return out;
 }
 
