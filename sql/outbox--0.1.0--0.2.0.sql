@@ -460,3 +460,27 @@ BEGIN
     END IF;
 END
 $$;
+
+--------------------------------------------------------------------------------------------------
+-- Standard Webhooks verification for applications that receive our webhooks (issue 23/25).
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox._verify_webhook(secrets text[], id text, "timestamp" text,
+                                       signature text, body bytea, tolerance_s float8)
+RETURNS boolean AS 'MODULE_PATHNAME', 'outbox_verify_webhook' LANGUAGE C STABLE PARALLEL SAFE;
+-- The three headers, found case-insensitively (HTTP header names are); a missing one: false.
+-- SECURITY DEFINER: it reads no table, and a receiving application needs EXECUTE on this
+-- function alone.
+CREATE FUNCTION outbox.verify_webhook(secrets text[], headers jsonb, body bytea,
+                                      tolerance interval DEFAULT '5 minutes')
+RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox._verify_webhook(secrets,
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-id' LIMIT 1),
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-timestamp' LIMIT 1),
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-signature' LIMIT 1),
+        body, extract(epoch FROM tolerance)::float8)
+$$;
+COMMENT ON FUNCTION outbox.verify_webhook(text[], jsonb, bytea, interval) IS
+    'Standard Webhooks verification: whsec_ secrets check v1, whpk_ public keys check v1a, any of several, within the tolerance';
+REVOKE ALL ON FUNCTION outbox._verify_webhook(text[], text, text, text, bytea, float8),
+    outbox.verify_webhook(text[], jsonb, bytea, interval) FROM PUBLIC;

@@ -530,42 +530,66 @@ bool IsValidWebhookUrl(const std::string &url) {
     return host && host.get()[0] != '\0';
 }
 
-// Parses "secret": one whsec_ string or an array of them. Never quotes what it was given.
+// One secret of "secret": a whsec_ HMAC secret (v1) or a whsk_ ed25519 private key (v1a),
+// decoded into `webhook`; otherwise the problem, naming it by `what`. Never quotes the value.
+std::optional<std::string> AddWebhookSecret(const Json &value, const std::string &what,
+                                            WebhookConfig *webhook) {
+    std::string_view text =
+        value.is_string() ? std::string_view(value.get_ref<const std::string &>()) : "";
+    if (text.substr(0, 5) == "whsk_") {
+        std::optional<std::string> seed = DecodeSigningKey(text);
+        if (!seed) {
+            return what +
+                   " must be \"whsk_\" followed by the base64 of a 32-byte ed25519 private key "
+                   "(or of libsodium's 64-byte secret key)";
+        }
+        webhook->signing_keys.push_back(std::move(*seed));
+        return std::nullopt;
+    }
+    if (text.substr(0, 5) == "whpk_") {
+        return what +
+               " is a public key (\"whpk_\"): sign with its private key (\"whsk_\"); the "
+               "public key is what receivers verify with";
+    }
+    std::optional<std::string> key;
+    if (value.is_string()) {
+        key = DecodeWebhookSecret(text);
+    }
+    if (!key) {
+        return what + " must be \"whsec_\" followed by base64";
+    }
+    webhook->secret_keys.push_back(std::move(*key));
+    return std::nullopt;
+}
+
+// Parses "secret": one whsec_/whsk_ string or an array of them. Never quotes what it was given.
 void CheckWebhookSecret(const Json &value, WebhookConfig *webhook,
                         std::vector<std::string> *problems) {
     const char *kShape = "\"secret\" must be a \"whsec_\" string or a non-empty array of them";
     if (value.is_string()) {
-        std::optional<std::string> key = DecodeWebhookSecret(value.get_ref<const std::string &>());
-        if (!key) {
-            problems->push_back("\"secret\" must be \"whsec_\" followed by base64");
-            return;
+        if (auto problem = AddWebhookSecret(value, "\"secret\"", webhook)) {
+            problems->push_back(std::move(*problem));
         }
-        webhook->secret_keys.push_back(std::move(*key));
         return;
     }
     if (!value.is_array() || value.empty()) {
         problems->push_back(kShape);
         return;
     }
-    std::vector<std::string> keys;
+    WebhookConfig keys;
     size_t index = 0;
     bool ok = true;
     for (const Json &element : value) {
         ++index;
-        std::optional<std::string> key;
-        if (element.is_string()) {
-            key = DecodeWebhookSecret(element.get_ref<const std::string &>());
-        }
-        if (!key) {
-            problems->push_back("element " + std::to_string(index) +
-                                " of \"secret\" must be \"whsec_\" followed by base64");
+        std::string what = "element " + std::to_string(index) + " of \"secret\"";
+        if (auto problem = AddWebhookSecret(element, what, &keys)) {
+            problems->push_back(std::move(*problem));
             ok = false;
-            continue;
         }
-        keys.push_back(std::move(*key));
     }
     if (ok) {
-        webhook->secret_keys = std::move(keys);
+        webhook->secret_keys = std::move(keys.secret_keys);
+        webhook->signing_keys = std::move(keys.signing_keys);
     }
 }
 

@@ -396,6 +396,21 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
             r.refund_attempt = true;
             d.want_more = true;
             break;
+        case OutcomeKind::Gone:
+            // The endpoint wants nothing more (Standard Webhooks: disable it). Instead of
+            // dead-lettering message after message, the destination is paused (the write-back
+            // sets outbox.destinations.paused, as outbox.pause does) and this message stays
+            // queued with its attempt refunded; outbox.resume delivers it. Nothing more is
+            // claimed meanwhile: the pause holds here until the destinations are read again.
+            d.spec.paused = true;
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            r.pause_destination = true;
+            r.error +=
+                "; destination paused (the endpoint asked to receive no more webhooks): "
+                "outbox.resume('" +
+                d.spec.name + "') delivers the queued messages";
+            break;
         case OutcomeKind::Poison:
             // In flight during outbox.poison_after driver process crashes.
             r.action = Resolution::Action::Bury;

@@ -12,7 +12,7 @@ namespace outbox::protocol {
 static_assert(sizeof(KafkaDriverOptions) == 144,
               "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
-static_assert(sizeof(WebhookDriverOptions) == 288,
+static_assert(sizeof(WebhookDriverOptions) == 312,
               "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
 // A bool may land in padding without changing a size (Message.tombstone did): the round-trip
@@ -242,7 +242,8 @@ Outcome GetOutcome(Reader &r) {
     o.lease_token = r.I64();
     uint8_t kind = r.U8();
     // Only what a driver can report: the supervisor's own kinds never come from the helper.
-    if (kind > static_cast<uint8_t>(OutcomeKind::Defer))
+    if (kind > static_cast<uint8_t>(OutcomeKind::Defer) &&
+        kind != static_cast<uint8_t>(OutcomeKind::Gone))
         r.Fail("an outcome has an unknown kind");
     o.kind = static_cast<OutcomeKind>(kind);
     o.error = r.String();

@@ -58,8 +58,9 @@ struct KafkaConfig {
 
 struct WebhookConfig {
     std::string url;
-    std::vector<std::string> secret_keys;  // decoded key bytes, one per whsec_ secret
-    Headers headers;                       // static headers sent on every request
+    std::vector<std::string> secret_keys;   // decoded key bytes, one per whsec_ secret
+    std::vector<std::string> signing_keys;  // ed25519 seeds (32 bytes), one per whsk_ secret
+    Headers headers;                        // static headers sent on every request
     int64_t timeout_ms = 10000;
     bool timeout_set = false;  // "timeout_ms" given (else the default, lowered to fit the lease)
     int max_in_flight = 32;
@@ -204,7 +205,8 @@ struct ConfigCheck {
 // range where it is; the rest of the config is still checked.
 //
 // webhook: "url" (required; http or https with a host, checked with libcurl's URL parser),
-// "secret" (a "whsec_" + base64 string, or a non-empty array of them for rotation),
+// "secret" (a "whsec_" + base64 HMAC secret or a "whsk_" + base64 ed25519 private key, or a
+// non-empty array of them for rotation; signing.hpp has the key formats),
 // "headers" (object of strings; valid names and values per headers.hpp, not reserved),
 // "timeout_ms" (duration, 1ms..10min), "max_in_flight" (integer 1..1024), "ca_file" (string;
 // must name a readable file when options.check_files), "tls_verify" (boolean). Unknown keys

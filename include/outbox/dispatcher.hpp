@@ -64,6 +64,8 @@ struct Resolution {
     bool refund_attempt = false;
     DeadReason dead_reason = DeadReason::Rejected;
     std::string error;
+    // The endpoint answered 410 Gone: the write-back pauses the destination (outbox.pause).
+    bool pause_destination = false;
 };
 
 // Resolutions grouped by destination (the write-back runs one statement per destination and

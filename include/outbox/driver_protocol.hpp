@@ -207,6 +207,7 @@ template <typename Options, typename V>
 void VisitWebhookOptions(Options &o, V &&v) {
     v("config.url", o.config.url);
     v("config.secret_keys", o.config.secret_keys);
+    v("config.signing_keys", o.config.signing_keys);
     v("config.headers", o.config.headers);
     v("config.timeout_ms", o.config.timeout_ms);
     v("config.timeout_set", o.config.timeout_set);

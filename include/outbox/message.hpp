@@ -42,6 +42,9 @@ enum class OutcomeKind {
     // Only from the driver process's supervisor (driver_supervisor.hpp), never from a driver:
     Unacknowledged,  // the driver process died before it answered: due again, attempt refunded
     Poison,          // in flight during outbox.poison_after driver process crashes: dead letters
+    // From a driver again: the endpoint said it wants nothing more (HTTP 410 Gone). The
+    // destination is paused and the message stays queued, no attempt spent.
+    Gone,
 };
 
 struct Outcome {

@@ -244,6 +244,11 @@ const char *const kRescheduleSql =
     " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)"
     " RETURNING r.kind";
 
+// A destination whose endpoint answered 410 Gone (Resolution::pause_destination).
+const char *const kPauseGoneSql =
+    "UPDATE outbox.destinations SET paused = true, updated_at = now()"
+    " WHERE name = $1 AND NOT paused";
+
 const char *const kBurySql =
     "WITH moved AS ("
     "  DELETE FROM outbox.messages AS m"
@@ -1072,6 +1077,8 @@ WriteBackCounts WriteBack(const std::string &destination,
                 break;
         }
     }
+    bool pause = std::any_of(resolutions.begin(), resolutions.end(),
+                             [](const Resolution &r) { return r.pause_destination; });
     WriteBackCounts counts;
     // The rows the statements below removed (with RETURNING id), for ordered heads.
     size_t max_removed = del_ids.size() + dead_ids.size();
@@ -1137,6 +1144,16 @@ WriteBackCounts WriteBack(const std::string &destination,
                 (expired ? counts.expired : counts.dead)++;
             }
             collect(2);
+        }
+        if (pause) {
+            // 410 Gone: paused as outbox.pause would, in this write-back's transaction (its
+            // trigger wakes the workers at commit; outbox.resume undoes it).
+            Oid types[1] = {TEXTOID};
+            Datum args[1] = {CStringGetTextDatum(destination.c_str())};
+            int rc = SPI_execute_with_args(kPauseGoneSql, 1, types, args, nullptr, false, 0);
+            if (rc != SPI_OK_UPDATE)
+                elog(ERROR, "outbox: pausing the destination failed: %s",
+                     SPI_result_code_string(rc));
         }
     });
     // ordering = key: removed heads let their keys' next messages go.

@@ -60,27 +60,30 @@ is(scalar(@bad_hdr), 0, 'webhook-id equals ce-id, stable across attempts, with t
   or diag(join("\n", @bad_hdr[0 .. 9]));
 is(stats_row($node, 'flaky')->{failed_total}, 2000, 'stats() counts the 2,000 failed attempts');
 
-# 2. Permanent failures: 410 and 400 are dead-lettered with the status; after alter_destination
-# to a good URL, requeue delivers them.
+# 2. Permanent failures: 400 is dead-lettered with the status; a 410 Gone pauses its destination
+# instead (test/t/096 has the details); after alter_destination to a good URL, resume and requeue
+# deliver them.
 hook('gone', '/gone;status=410;body=gone%20for%20good');
 hook('badreq', '/badreq;status=400');
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, payload) SELECT 'gone', jsonb_build_object('n', g) FROM generate_series(1, 5) g;
     INSERT INTO outbox.messages (destination, payload) SELECT 'badreq', jsonb_build_object('n', g) FROM generate_series(1, 5) g});
-ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') eq '10' }, 30),
-    '10 messages dead-lettered');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'gone' AND reason = 'rejected' AND attempts = 1 AND last_error LIKE 'HTTP 410%'}),
-    '5', 'the 410s at once, with the status in last_error');
-like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.dead_letters WHERE destination = 'gone' LIMIT 1}),
-    qr/gone for good/, 'and the first bytes of the response body');
+ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') eq '5' }, 30),
+    '5 messages dead-lettered');
+ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT paused FROM outbox.destinations WHERE name = 'gone'}) eq 't' }, 30),
+    'the 410s pause their destination');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'gone' AND attempts = 0}),
+    '5', 'and stay queued, no attempt spent');
+like(stats_row($node, 'gone')->{last_error}, qr/^HTTP 410: gone for good; destination paused/,
+    'last_error has the status and the first bytes of the response body');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq' AND last_error LIKE 'HTTP 400%'}),
     '5', 'the 400s likewise');
 my $good = $sink->url('/good');
 $node->safe_psql('postgres', qq{
     SELECT outbox.alter_destination('gone', '{"url": "$good"}');
-    SELECT outbox.requeue('gone');
+    SELECT outbox.resume('gone');
     SELECT outbox.requeue('badreq')});
-ok(wait_until(sub { scalar(@{ requests_for('/good') }) == 5 }, 30), 'after alter_destination, the requeued 410s are delivered');
+ok(wait_until(sub { scalar(@{ requests_for('/good') }) == 5 }, 30), 'after alter_destination, resume delivers the 410s');
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq'}) eq '5' }, 30),
     'the requeued 400s fail again, back in the dead letters');
 
@@ -89,7 +92,7 @@ ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.d
 # (the test-only outbox.debug_pause), with the old config loaded. Its claim sees the requeued
 # message as due, so it must take nothing under the old config: the message goes to the new
 # URL, once.
-hook('swap', '/swap_old;status=410');
+hook('swap', '/swap_old;status=400');
 hook('pacer', '/pacer');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) VALUES ('swap', '{"n": 1}')});
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}) eq '1' }, 30),
@@ -109,7 +112,7 @@ $change->query_safe('COMMIT');
 $change->quit;
 ok(wait_until(sub { scalar(@{ requests_for('/swap_new') }) == 1 }, 30),
     'the message requeued during that claim transaction went to the new URL');
-is(scalar(@{ requests_for('/swap_old;status=410') }), 1, 'and never again to the old one');
+is(scalar(@{ requests_for('/swap_old;status=400') }), 1, 'and never again to the old one');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}), '0',
     'nothing of it left in the dead letters');
 $node->append_conf('postgresql.conf', "outbox.debug_pause = ''\noutbox.poll_interval = '1s'\n");
@@ -168,7 +171,7 @@ $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('fan_kafka', 'kafka', '{"bootstrap.servers": "$bootstrap", "topic": "fan"}');
     SELECT outbox.pause('fan_kafka')});
 hook('fan_hook', '/fan_hook');
-hook('fan_bad', '/fan_bad;status=410');
+hook('fan_bad', '/fan_bad;status=400');
 $node->safe_psql('postgres', q{SELECT outbox.pause('fan_hook'); SELECT outbox.pause('fan_bad')});
 my @events = split /\n/, $node->safe_psql('postgres', q{
     SELECT outbox.publish(ARRAY['fan_kafka', 'fan_hook', 'fan_bad'], 'fan.out', jsonb_build_object('n', g))

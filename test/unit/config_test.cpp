@@ -445,6 +445,39 @@ TEST(ConfigTest, WebhookSecrets) {
     EXPECT_TRUE(check.config.webhook.secret_keys.empty());
 }
 
+// v1a: whsk_ private keys sign beside whsec_ secrets; a public key given by mistake is named.
+TEST(ConfigTest, WebhookSigningKeys) {
+    const std::string seed = "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=";
+    const std::string pub = "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
+    ConfigCheck check = Webhook(R"({"url": "http://h/", "secret": ")" + seed + "\"}");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    ASSERT_EQ(check.config.webhook.signing_keys.size(), 1u);
+    EXPECT_EQ(check.config.webhook.signing_keys[0].size(), 32u);
+    EXPECT_TRUE(check.config.webhook.secret_keys.empty());
+
+    check = Webhook(R"({"url": "http://h/", "secret": [")" + std::string(kSecret) + R"(", ")" +
+                    seed + R"("]})");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(check.config.webhook.secret_keys.size(), 1u);
+    EXPECT_EQ(check.config.webhook.signing_keys.size(), 1u);
+
+    check = Webhook(R"({"url": "http://h/", "secret": ")" + pub + "\"}");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "\"secret\" is a public key (\"whpk_\"): sign with its private key (\"whsk_\"); "
+              "the public key is what receivers verify with");
+    check = Webhook(R"({"url": "http://h/", "secret": [")" + seed + R"(", "whsk_Zm9vYmFy"]})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "element 2 of \"secret\" must be \"whsk_\" followed by the base64 of a 32-byte "
+              "ed25519 private key (or of libsodium's 64-byte secret key)");
+    EXPECT_TRUE(check.config.webhook.signing_keys.empty());
+    // Neither problem quotes the key.
+    check = Webhook(R"({"url": "http://h/", "secret": ")" + seed.substr(0, 20) + "\"}");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0].find(seed.substr(5, 10)), std::string::npos);
+}
+
 TEST(ConfigTest, WebhookHeaders) {
     ConfigCheck check = Webhook(R"({"url": "http://h/", "headers": {
         "bad name": "v",

@@ -487,6 +487,33 @@ TEST_F(DispatcherTest, DeferStartsAnOutageProbedWithOneRowAtATime) {
     EXPECT_EQ(std::count(driver.probing_calls.begin(), driver.probing_calls.end(), false), 1);
 }
 
+// 410 Gone: the message stays queued (attempt refunded), the write-back pauses the destination,
+// nothing more is claimed until a resume is loaded; the messages in flight come back the same.
+TEST_F(DispatcherTest, GonePausesTheDestinationAndKeepsTheMessages) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(1, 101), Row(2, 102)}, kT0);
+    ScriptedDriver &driver = DriverOf("hooks");
+    driver.Finish(1, OutcomeKind::Gone, "HTTP 410");
+    Resolution res = PollOne("hooks", kT0 + 10);
+    EXPECT_EQ(res.id, 1);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+    EXPECT_TRUE(res.refund_attempt);
+    EXPECT_EQ(res.delay_ms, 0);
+    EXPECT_TRUE(res.pause_destination);
+    EXPECT_EQ(res.error,
+              "HTTP 410; destination paused (the endpoint asked to receive no more webhooks): "
+              "outbox.resume('hooks') delivers the queued messages");
+    EXPECT_EQ(Planned(dispatcher_.PlanClaims(kT0 + 100000), "hooks"), nullptr);
+    driver.Finish(2, OutcomeKind::Gone, "HTTP 410");
+    res = PollOne("hooks", kT0 + 20);
+    EXPECT_EQ(res.id, 2);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+    EXPECT_TRUE(res.pause_destination);
+    // outbox.resume: the destinations are loaded again, not paused; claims go on.
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    EXPECT_NE(Planned(dispatcher_.PlanClaims(kT0 + 30), "hooks"), nullptr);
+}
+
 // 4b. Several messages of one batch deferred together count as one failure.
 TEST_F(DispatcherTest, DefersOfOneBatchCountOnce) {
     dispatcher_.SetDestinations(Specs({Spec("hooks")}));

@@ -482,6 +482,7 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     WebhookDriverOptions o;
     o.config.url = "https://example.com/hook?token=abc";
     o.config.secret_keys = {std::string("\0key\xff", 5), "second"};
+    o.config.signing_keys = {std::string(32, '\x01'), std::string("\0seed", 5)};
     o.config.headers = {{"x-team", "billing"}};
     o.config.timeout_ms = 5000;
     o.config.timeout_set = true;
@@ -500,6 +501,7 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
     EXPECT_EQ(back.config.url, o.config.url);
     EXPECT_EQ(back.config.secret_keys, o.config.secret_keys);
+    EXPECT_EQ(back.config.signing_keys, o.config.signing_keys);
     EXPECT_EQ(back.config.headers, o.config.headers);
     EXPECT_EQ(back.config.timeout_ms, 5000);
     EXPECT_TRUE(back.config.timeout_set);
