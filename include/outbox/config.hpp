@@ -19,11 +19,10 @@ enum class DestinationKind { Kafka, Webhook, Amqp, Nats };
 // The largest "max_pending" a destination may set.
 constexpr int64_t kMaxPendingLimit = 1000000000;
 
-// Kafka "max_in_flight": messages handed to librdkafka and awaiting their delivery report. The
-// drain runs at most this window per acknowledgement round trip (about 150 ms for acks=all on a
-// loaded three-broker cluster), so the default is large; the ceiling is librdkafka's own queue
+// Kafka "max_in_flight": messages handed to librdkafka and awaiting their delivery report (the
+// default is the worker's, twice outbox.batch_size). The drain runs at most this window per
+// acknowledgement round trip; the ceiling is librdkafka's own queue
 // ("queue.buffering.max.messages", 100,000 by default).
-constexpr int64_t kDefaultKafkaInFlight = 10000;
 constexpr int64_t kMaxKafkaInFlight = 100000;
 
 // "kafka", "webhook", "amqp", "nats"
@@ -180,8 +179,8 @@ struct ConfigCheck {
 // kafka and webhook: "cloudevents" ("binary", the default, or "structured"; see
 // drivers/cloudevents.hpp).
 //
-// kafka: "max_in_flight" (integer 1..kMaxKafkaInFlight; default kDefaultKafkaInFlight, or twice
-// outbox.batch_size when that is larger). Every other key is a librdkafka property, checked with
+// kafka: "max_in_flight" (integer 1..kMaxKafkaInFlight; default twice outbox.batch_size). Every
+// other key is a librdkafka property, checked with
 // librdkafka itself (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings,
 // numbers or booleans. "bootstrap.servers" is required. Refused because they would break the
 // guarantees or the host process: "enable.idempotence" other than true,
