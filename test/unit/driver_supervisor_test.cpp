@@ -558,7 +558,11 @@ TEST_F(DriverSupervisorTest, ABusyWorkerDoesNotTakeASlowBrokerForAHungHelper) {
     rd_kafka_mock_broker_set_rtt(mock_, 1, 2500);  // the helper has nothing to say for 2.5 s
     d->Submit(Batch(1, 5));
     usleep(1500 * 1000);  // and the worker does not listen for three answer timeouts
-    ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 5; })) << log_;
+    // Each of the producer's round trips takes the 2.5 s: 19's librdkafka (Debian experimental)
+    // needed 12.7 s for the five, against the default 15 s of Pump.
+    ASSERT_TRUE(Pump(
+        p, d.get(), [&] { return got_.size() == 5; }, 40000))
+        << log_;
     rd_kafka_mock_broker_set_rtt(mock_, 1, 0);
     EXPECT_EQ(Resolved(OutcomeKind::Delivered), 5u);
     EXPECT_EQ(p.pid(), pid);
