@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "outbox/backoff.hpp"
+#include "outbox/duration.hpp"
 
 namespace outbox {
 
@@ -21,17 +22,6 @@ constexpr double kFastPathMaxAckMs = 50;
 constexpr int64_t kRebuildIntervalMs = 5000;
 // Ended outages a destination remembers for "retry_budget" (older ones count as spent budget).
 constexpr size_t kOutagesKept = 256;
-
-// "2s", "15min", "24h" for a retry budget in an error text.
-std::string DurationText(int64_t ms) {
-    if (ms % (3600 * 1000) == 0)
-        return std::to_string(ms / (3600 * 1000)) + "h";
-    if (ms % (60 * 1000) == 0)
-        return std::to_string(ms / (60 * 1000)) + "min";
-    if (ms % 1000 == 0)
-        return std::to_string(ms / 1000) + "s";
-    return std::to_string(ms) + "ms";
-}
 
 }  // namespace
 
@@ -363,7 +353,7 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
                 r.action = Resolution::Action::Bury;
                 r.dead_reason = DeadReason::MaxAttempts;
                 r.error += " (attempt " + std::to_string(attempts) + ", retry_budget of " +
-                           DurationText(p.retry_budget_ms) + " spent)";
+                           FormatDurationMs(p.retry_budget_ms) + " spent)";
             } else {
                 r.action = Resolution::Action::Reschedule;
                 r.delay_ms = RetryDelayMs(attempts, base, max, o.retry_after_ms, NextRandom());
