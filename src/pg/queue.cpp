@@ -258,14 +258,18 @@ const char *const kBurySql =
     "  RETURNING m.*, r.token, r.reason, r.err)"
     " INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,"
     "       payload_bytes, headers, expires_at, created_at, attempts, reason, last_error,"
-    "       first_failed_at)"
+    "       first_failed_at, failed_at)"
     " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,"
     "        created_at,"
     "        attempts + CASE WHEN token = 0 THEN 1 ELSE 0 END"
     "                 - CASE WHEN reason IN ('expired', 'poison') THEN 1 ELSE 0 END,"
     "        reason, err,"
     "        CASE WHEN reason = 'expired' THEN first_failed_at"
-    "             ELSE coalesce(first_failed_at, now()) END"
+    "             ELSE coalesce(first_failed_at, now()) END,"
+    // The moment of the burial, not the transaction's start: a fast batch's transaction is
+    // older than the outcomes it writes back, and failed_at - first_failed_at would fall short
+    // of the retry budget that was spent.
+    "        clock_timestamp()"
     "   FROM moved"
     " RETURNING reason = 'expired', id";
 
@@ -598,7 +602,8 @@ void ReadRow(HeapTuple tuple, TupleDesc desc, int first_failed_col, RawRow *row)
         row->expires_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d));
         row->attempts = DatumGetInt32(heap_getattr(tuple, 10, desc, &isnull));
         d = heap_getattr(tuple, first_failed_col, desc, &isnull);
-        row->first_failed_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d));
+        // Rounded up: the retry budget is never found spent a fraction of a millisecond early.
+        row->first_failed_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d) + 999);
         if (desc->natts >= 13)
             row->tid = *reinterpret_cast<ItemPointer>(
                 DatumGetPointer(heap_getattr(tuple, 12, desc, &isnull)));
