@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "outbox/clock.hpp"
+#include "outbox/pipe_io.hpp"
 
 extern char **environ;
 
@@ -605,18 +606,13 @@ void DriverProcess::Send(std::string bytes) {
 bool DriverProcess::Flush(std::string *why) {
     size_t done = 0;
     int64_t deadline = 0;
-    while (done < out_.size()) {
-        ssize_t n = send(sock_, out_.data() + done, out_.size() - done, MSG_NOSIGNAL);
-        if (n > 0) {
-            done += size_t(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    for (;;) {
+        if (!SendAvailable(sock_, out_, &done)) {
             *why = std::string("the socket failed: ") + strerror(errno);
             return false;
         }
+        if (done == out_.size())
+            break;
         int64_t now = MonotonicMs();
         if (deadline == 0)
             deadline = now + options_.answer_timeout_ms;

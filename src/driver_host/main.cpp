@@ -41,6 +41,7 @@
 #include "outbox/drivers/kafka.hpp"
 #include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
+#include "outbox/pipe_io.hpp"
 
 namespace outbox {
 namespace {
@@ -390,18 +391,8 @@ void Host::WatchOutput(bool on) {
 // Writes what it can without blocking (the worker reads whenever it waits to write, so the
 // rest goes out on a later turn); false when the worker's end is closed.
 bool Host::Flush() {
-    while (out_done_ < out_.size()) {
-        ssize_t n = send(kSocketFd, out_.data() + out_done_, out_.size() - out_done_, MSG_NOSIGNAL);
-        if (n > 0) {
-            out_done_ += size_t(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
+    if (!SendAvailable(kSocketFd, out_, &out_done_))
         return false;
-    }
     if (out_done_ == out_.size()) {
         out_.clear();
         out_done_ = 0;
