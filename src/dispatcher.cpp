@@ -52,6 +52,7 @@ struct Dispatcher::Destination {
     };
     std::unordered_map<int64_t, InFlight> in_flight;  // by id
     bool want_more = true;    // the last claim was full, or we were woken since
+    bool backlog = false;     // the last claim came back full (Room: the window is wide)
     bool lease_seen = false;  // an outcome of a leased claim was recorded since start
     double ack_ms = 0;        // moving average of submit-to-outcome time
     int outage_failures = 0;  // consecutive probes that found the destination unreachable
@@ -218,7 +219,7 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         }
         if (!d->want_more)
             continue;
-        size_t capacity = d->driver->Capacity();
+        size_t capacity = Room(*d);
         size_t batch = static_cast<size_t>(std::max(1, settings_.batch_size));
         // Claim when idle, or when a whole batch fits: no trickle of tiny claims while busy.
         if (capacity == 0 || (in_flight > 0 && capacity < batch))
@@ -235,6 +236,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         return;  // dropped meanwhile: the leases lapse
     Destination &d = *it->second;
     d.want_more = static_cast<int>(rows.size()) >= asked;
+    d.backlog = d.want_more;
 
     std::vector<Resolution> &resolved = resolved_[destination];
     std::vector<Message> send;
@@ -544,7 +546,23 @@ size_t Dispatcher::Capacity(const std::string &destination) const {
     auto it = destinations_.find(destination);
     if (it == destinations_.end() || !it->second->driver)
         return 0;
-    return it->second->driver->Capacity();
+    return Room(*it->second);
+}
+
+// The claim window. While claims come back full (a backlog), a destination may fill its
+// driver's whole room ("max_in_flight"): on a cluster whose acks=all round trip is long the
+// drain runs one window per round trip. Once a claim comes back short (caught up), at most two
+// batches stay in flight, so a claim waits until a whole batch fits and claims stay large while
+// producers commit a row at a time: a wide window then had the worker claim a row or two per
+// commit and fall behind 1,000 msg/s on real Kafka. Two batches is also the drivers' default
+// "max_in_flight", where the two coincide.
+size_t Dispatcher::Room(const Destination &d) const {
+    size_t room = d.driver->Capacity();
+    if (d.backlog)
+        return room;
+    size_t narrow = 2 * static_cast<size_t>(std::max(1, settings_.batch_size));
+    size_t in_flight = d.driver->InFlight();
+    return std::min(room, in_flight >= narrow ? 0 : narrow - in_flight);
 }
 
 void Dispatcher::Relet(const std::string &destination, const std::vector<int64_t> &ids,

@@ -146,7 +146,8 @@ class Dispatcher {
     // whose outcome is not known yet; and, when they must outlive the transaction, the lease
     // they now hold instead.
     std::vector<int64_t> LockedInFlight(const std::string &destination) const;
-    // How many more messages the destination's driver takes now.
+    // How many more messages the destination takes now: its driver's room, within the claim
+    // window (Room in dispatcher.cpp).
     size_t Capacity(const std::string &destination) const;
     void Relet(const std::string &destination, const std::vector<int64_t> &ids, int64_t token);
     // The transaction holding the fast path's locks aborted: outcomes of those rows match
@@ -175,6 +176,7 @@ class Dispatcher {
     void EnsureDriver(Destination &d, int64_t now_ms);
     void Retire(std::unique_ptr<Destination> &d);
     int MaxAttempts(const Destination &d) const;
+    size_t Room(const Destination &d) const;
 
     DriverFactory factory_;
     std::function<void()> poll_hook_;

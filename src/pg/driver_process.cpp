@@ -92,9 +92,9 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
     options.source = "/outbox/" + database;
     options.lease_timeout_ms = settings.lease_timeout_ms;
     // "max_in_flight" widens it for a cluster whose acks=all round trip is long: the drain runs
-    // at most one window per round trip. Not by default: a claim waits until a whole batch
-    // fits, which keeps claims large when the producers commit a row at a time (a window of
-    // 10,000 let the worker claim a row or two per commit and fall behind 1,000 msg/s).
+    // at most one window per round trip. The dispatcher uses the width only while claims come
+    // back full (Dispatcher::Room): caught up, two batches stay in flight, so claims stay large
+    // when the producers commit a row at a time.
     options.max_in_flight =
         options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
     if (in_process)

@@ -956,5 +956,60 @@ TEST_F(DispatcherTest, AllowedNetworksRebuildWebhookDriversOnly) {
     EXPECT_EQ(builds_["stream"], 1);
 }
 
+// The claim window: while claims come back full (a backlog) a destination fills its driver's
+// room; once one comes back short (caught up) at most two batches stay in flight, and a claim
+// waits until a whole batch fits; a full claim widens it again.
+TEST_F(DispatcherTest, TheClaimWindowIsWideOnlyWhileClaimsComeBackFull) {
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.batch_size = 4;  // two batches: 8; the driver takes 32
+    dispatcher_.SetSettings(settings);
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    int64_t next = 1;
+    auto rows = [&next](int n) {
+        std::vector<Message> v;
+        for (int i = 0; i < n; i++, next++)
+            v.push_back(Row(next, 1000 + next));
+        return v;
+    };
+    // Claimed and answered: `n` rows of a claim for `limit`.
+    auto claim = [&](int n, int64_t now) {
+        const ClaimRequest *r = Planned(dispatcher_.PlanClaims(now), "hooks");
+        if (r == nullptr)
+            return 0;
+        int limit = r->limit;
+        dispatcher_.Submit("hooks", limit, rows(n), now);
+        return limit;
+    };
+
+    // The first claim is narrow until it comes back full; full claims go on past two batches.
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(claim(4, kT0 + i), 4) << "claim " << i;
+    EXPECT_EQ(DriverOf("hooks").InFlight(), 32u);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 0u) << "the driver's room is the limit";
+    EXPECT_EQ(claim(4, kT0 + 9), 0);
+
+    for (int64_t id = 1; id < next; id++)
+        DriverOf("hooks").Finish(id, OutcomeKind::Delivered);
+    EXPECT_EQ(PollFor("hooks", kT0 + 10).size(), 32u);
+    // Caught up: a claim of 4 brings 3. Now two batches (8) bound what is in flight.
+    ASSERT_EQ(claim(3, kT0 + 11), 4);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 5u);
+    dispatcher_.WakeAll();  // a commit: 5 fit, a whole batch
+    ASSERT_EQ(claim(2, kT0 + 12), 4);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 3u);
+    dispatcher_.WakeAll();  // 3 fit, less than a batch: the next claim waits
+    EXPECT_EQ(claim(4, kT0 + 13), 0);
+
+    // Two answered: a batch fits again, and that claim comes back full: the window is wide.
+    DriverOf("hooks").Finish(next - 1, OutcomeKind::Delivered);
+    DriverOf("hooks").Finish(next - 2, OutcomeKind::Delivered);
+    EXPECT_EQ(PollFor("hooks", kT0 + 14).size(), 2u);
+    dispatcher_.WakeAll();
+    ASSERT_EQ(claim(4, kT0 + 15), 4);
+    EXPECT_EQ(DriverOf("hooks").InFlight(), 7u);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 25u);
+    ASSERT_EQ(claim(4, kT0 + 16), 4) << "past two batches while claims come back full";
+}
+
 }  // namespace
 }  // namespace outbox
