@@ -85,9 +85,14 @@ ok(wait_until(sub {
                     FROM outbox.messages WHERE destination LIKE 'slow%'}) eq '2 0'
         }, 30, 'both version 1 messages in flight'),
     'version 1 of each destination is in flight');
-for my $v (2, 3) {
-    sql(qq{SELECT outbox.publish(ARRAY['slow', 'slow_ordered'], 'x', '{"k": "x", "v": $v}', 'x')});
-}
+# Versions 2 and 3 in one transaction (else, without ordering, a worker could claim 2 before 3
+# is queued: 2 would then be in flight too): 3 supersedes 2, and neither touches 1.
+sql(q{BEGIN;
+      SELECT outbox.publish(ARRAY['slow', 'slow_ordered'], 'x', '{"k": "x", "v": 2}', 'x');
+      SELECT outbox.publish(ARRAY['slow', 'slow_ordered'], 'x', '{"k": "x", "v": 3}', 'x');
+      COMMIT});
+is(sql(q{SELECT count(*) FROM outbox.messages WHERE destination LIKE 'slow%' AND payload->>'v' = '1'}), '2',
+    'the messages in flight (1) are still there after the commit that queued 2 and 3');
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination LIKE 'slow%'}) eq '0' }, 60),
     'everything for the slow endpoint completes');
 for my $d ('slow', 'slow_ordered') {

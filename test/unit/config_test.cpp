@@ -1076,6 +1076,9 @@ TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
 }  // namespace
 }  // namespace outbox
 
+namespace outbox {
+namespace {
+
 // Policies of issue 26: "compaction".
 TEST(ConfigTest, Compaction) {
     ConfigCheck none =
@@ -1117,3 +1120,6 @@ TEST(ConfigTest, Compaction) {
     EXPECT_EQ(both.config.compaction, Compaction::Key);
     EXPECT_EQ(both.config.ordering, Ordering::Key);
 }
+
+}  // namespace
+}  // namespace outbox
