@@ -701,6 +701,19 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
         }
         return true;
     }
+    // Compaction by key (issue 26): "key" or "none" (the default).
+    if (key == "compaction") {
+        if (value == "none") {
+            config->compaction = Compaction::None;
+        } else if (value == "key") {
+            config->compaction = Compaction::Key;
+        } else {
+            problems->push_back(
+                "\"compaction\" must be \"key\" (a newer message of a key supersedes its older "
+                "undelivered one) or \"none\"");
+        }
+        return true;
+    }
     if (key == "ordering") {
         if (value == "none") {
             config->ordering = Ordering::None;

@@ -115,6 +115,12 @@ enum class OnDead {
     Skip,   // carry on with the key's next message
 };
 
+// Compaction by key (issue 26, README "Compaction by key").
+enum class Compaction {
+    None,  // every message is delivered
+    Key,   // a message queued for a key supersedes the key's older undelivered, not-in-flight one
+};
+
 struct DestinationConfig {
     DestinationKind kind = DestinationKind::Kafka;
     RetryPolicy retry;
@@ -124,6 +130,8 @@ struct DestinationConfig {
     // Policies (issue 26): "ttl", the default lifetime of a message from its available_at
     // (producer.cpp sets expires_at when the producer gave none); 0 = none.
     int64_t ttl_ms = 0;
+    // "compaction": "key" (producer.cpp supersedes the key's older queued message).
+    Compaction compaction = Compaction::None;
     KafkaConfig kafka;
     WebhookConfig webhook;
     AmqpConfig amqp;
@@ -170,11 +178,11 @@ struct ConfigCheck {
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
 // Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
-// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "ttl" and "retry_budget"
-// (durations 1s..366d), "max_attempts"
-// (integer 1..1000), "retry_base" and "retry_max" (duration: number of ms or string such as
-// "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
-// 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
+// "ordering": "key"), "compaction" ("key" or "none"), "max_pending" (integer 1..kMaxPendingLimit),
+// "ttl" and "retry_budget" (durations 1s..366d), "max_attempts" (integer 1..1000), "retry_base" and
+// "retry_max" (duration: number of ms or string such as "500ms", "2s", "5min"; retry_base 1ms..1d,
+// retry_max >= retry_base when both are given, at most 7d), "topic" (kafka: a valid Kafka topic
+// name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
 // ".."; webhook: any non-empty string up to 249).
 // kafka and webhook: "cloudevents" ("binary", the default, or "structured"; see
 // drivers/cloudevents.hpp).

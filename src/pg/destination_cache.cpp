@@ -131,6 +131,7 @@ static void LoadCache() {
         entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
         entry->max_pending = 0;
         entry->ttl_ms = 0;
+        entry->compacting = false;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -158,6 +159,11 @@ static void LoadCache() {
                 entry->max_pending = DatumGetInt64(
                     DirectFunctionCall1(numeric_int8, NumericGetDatum(cap->val.numeric)));
             entry->ttl_ms = DurationSettingMs(jb, "ttl");
+            JsonbValue *compaction =
+                getKeyJsonValueFromContainer(&jb->root, "compaction", 10, nullptr);
+            entry->compacting = compaction && compaction->type == jbvString &&
+                                compaction->val.string.len == 3 &&
+                                memcmp(compaction->val.string.val, "key", 3) == 0;
             JsonbValue *topic =
                 getKeyJsonValueFromContainer(&jb->root, topic_key, strlen(topic_key), nullptr);
             if (topic && topic->type == jbvString &&

@@ -1075,3 +1075,51 @@ TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
 
 }  // namespace
 }  // namespace outbox
+
+namespace outbox {
+namespace {
+
+// Policies of issue 26: "compaction".
+TEST(ConfigTest, Compaction) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.compaction, Compaction::None);
+
+    const std::pair<const char *, DestinationKind> kinds[] = {
+        {R"({"bootstrap.servers": "b:9092", "compaction": )", DestinationKind::Kafka},
+        {R"({"url": "http://h/", "compaction": )", DestinationKind::Webhook},
+        {R"({"url": "amqp://h/", "compaction": )", DestinationKind::Amqp},
+        {R"({"servers": "nats://h:4222", "subject": "s", "compaction": )", DestinationKind::Nats}};
+    for (const auto &[prefix, kind] : kinds) {
+        ConfigCheck key = CheckDestinationConfig(kind, std::string(prefix) + "\"key\"}");
+        ASSERT_TRUE(key.ok()) << prefix << ": " << JoinProblems(key);
+        EXPECT_EQ(key.config.compaction, Compaction::Key);
+        ConfigCheck off = CheckDestinationConfig(kind, std::string(prefix) + "\"none\"}");
+        ASSERT_TRUE(off.ok()) << prefix << ": " << JoinProblems(off);
+        EXPECT_EQ(off.config.compaction, Compaction::None);
+        // Not a librdkafka property for Kafka: it is never handed to librdkafka.
+        EXPECT_TRUE(key.config.kafka.properties.empty() ||
+                    key.config.kafka.properties.back().first != "compaction");
+    }
+    for (const char *bad : {"\"Key\"", "\"keys\"", "\"\"", "true", "1", "null", "[\"key\"]"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Webhook, std::string(R"({"url": "http://h/", "compaction": )") + bad +
+                                          ", \"ordering\": \"key\"}");
+        EXPECT_TRUE(HasProblem(check,
+                               "\"compaction\" must be \"key\" (a newer message of a key "
+                               "supersedes its older undelivered one) or \"none\""))
+            << bad << ": " << JoinProblems(check);
+        EXPECT_EQ(check.config.compaction, Compaction::None) << bad;
+    }
+    // With ordering by key too.
+    ConfigCheck both =
+        CheckDestinationConfig(DestinationKind::Webhook,
+                               R"({"url": "http://h/", "compaction": "key", "ordering": "key"})");
+    ASSERT_TRUE(both.ok()) << JoinProblems(both);
+    EXPECT_EQ(both.config.compaction, Compaction::Key);
+    EXPECT_EQ(both.config.ordering, Ordering::Key);
+}
+
+}  // namespace
+}  // namespace outbox
