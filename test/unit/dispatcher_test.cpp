@@ -973,7 +973,8 @@ TEST_F(DispatcherTest, TheClaimWindowIsWideOnlyWhileClaimsComeBackFull) {
     };
     // Claimed and answered: `n` rows of a claim for `limit`.
     auto claim = [&](int n, int64_t now) {
-        const ClaimRequest *r = Planned(dispatcher_.PlanClaims(now), "hooks");
+        std::vector<ClaimRequest> plan = dispatcher_.PlanClaims(now);
+        const ClaimRequest *r = Planned(plan, "hooks");
         if (r == nullptr)
             return 0;
         int limit = r->limit;
