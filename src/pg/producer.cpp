@@ -448,28 +448,24 @@ static int64 TakeTurnFor(std::string_view destination, HeapTuple tuple, TupleDes
 // Only compacting rows (compacts) are looked at, through their own small index. The operators
 // are named with their schema: this runs with the owner's rights and the producer's
 // search_path.
-static const char *const kSupersedeSql =
-    "DELETE FROM outbox.messages AS m"
-    " WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-    "   SELECT o.ctid FROM outbox.messages AS o"
-    "    WHERE o.destination OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2"
-    "      AND o.compacts AND o.lease_token IS NULL"
-    "      FOR UPDATE OF o SKIP LOCKED))";
-// outbox.retention > 0: into outbox.archive with reason 'superseded'.
+#define SUPERSEDE_DELETE                                                                    \
+    "DELETE FROM outbox.messages AS m"                                                      \
+    " WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("                                      \
+    "   SELECT o.ctid FROM outbox.messages AS o"                                            \
+    "    WHERE o.destination OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2" \
+    "      AND o.compacts AND o.lease_token IS NULL"                                        \
+    "      FOR UPDATE OF o SKIP LOCKED))"
+static const char *const kSupersedeSql = SUPERSEDE_DELETE;
+// outbox.retention > 0: the same, into outbox.archive with reason 'superseded'.
 static const char *const kSupersedeArchiveSql =
-    "WITH gone AS ("
-    "  DELETE FROM outbox.messages AS m"
-    "   WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-    "     SELECT o.ctid FROM outbox.messages AS o"
-    "      WHERE o.destination OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2"
-    "        AND o.compacts AND o.lease_token IS NULL"
-    "        FOR UPDATE OF o SKIP LOCKED))"
+    "WITH gone AS (" SUPERSEDE_DELETE
     "  RETURNING m.id, m.event_id, m.destination, m.topic, m.key, m.payload, m.payload_bytes,"
     "            m.headers, m.created_at, m.attempts)"
     " INSERT INTO outbox.archive (id, event_id, destination, topic, key, payload, payload_bytes,"
     "       headers, created_at, attempts, reason)"
     " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, created_at,"
     "        attempts, 'superseded' FROM gone";
+#undef SUPERSEDE_DELETE
 static SPIPlanPtr supersede_plan = nullptr, supersede_archive_plan = nullptr;
 
 // Removes the queued messages of (destination, key) that the row being inserted supersedes,
