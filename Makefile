@@ -14,9 +14,9 @@ MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
-            src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp \
+            src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp src/pipe_io.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
-            src/network_policy.cpp src/subscription_config.cpp src/inbox_event_id.cpp
+            src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
@@ -48,7 +48,7 @@ $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
 # with its own flags and objects (PGXS cannot build a MODULE_big and a PROGRAM from shared OBJS),
 # and installed next to the module, in $libdir, where the worker looks for it.
 DRIVER_HOST = outbox-driver
-DRIVER_HOST_SRCS = src/driver_host/main.cpp src/driver_protocol.cpp $(DRIVER_SRCS) \
+DRIVER_HOST_SRCS = src/driver_host/main.cpp src/driver_protocol.cpp src/pipe_io.cpp $(DRIVER_SRCS) \
                    src/message.cpp src/classify.cpp src/config.cpp src/duration.cpp \
                    src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp \
                    src/network_policy.cpp

@@ -310,7 +310,8 @@ DROP FUNCTION outbox._destination_counters();
 CREATE FUNCTION outbox._destination_counters(
     OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
     OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
-    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint)
+    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint,
+    OUT superseded bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
 CREATE FUNCTION outbox.stats()
 RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
@@ -319,7 +320,8 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
                waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
-               queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint)
+               queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint,
+               superseded_total bigint)
 -- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
 -- empty and would scan all of it; every part of this query has an index to use. jit off: the
 -- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
@@ -343,7 +345,8 @@ SET enable_seqscan = off SET jit = off AS $$
                 THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum,
-           (d.config->>'max_pending')::bigint, coalesce(c.refused, 0)
+           (d.config->>'max_pending')::bigint, coalesce(c.refused, 0),
+           coalesce(c.superseded, 0)
       FROM outbox.destinations AS d
       LEFT JOIN counts AS q ON q.destination = d.name
       CROSS JOIN LATERAL (
@@ -696,3 +699,94 @@ END
 $$;
 COMMENT ON FUNCTION outbox.resume(text) IS 'resume delivery to a paused destination, or consumption for a paused subscription';
 -- (end of the inbox block)
+
+--------------------------------------------------------------------------------------------------
+-- Standard Webhooks verification for applications that receive our webhooks (issue 23/25).
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox._verify_webhook(secrets text[], id text, "timestamp" text,
+                                       signature text, body bytea, tolerance_s float8)
+RETURNS boolean AS 'MODULE_PATHNAME', 'outbox_verify_webhook' LANGUAGE C STABLE PARALLEL SAFE;
+-- The three headers, found case-insensitively (HTTP header names are); a missing one: false.
+-- SECURITY DEFINER: it reads no table, and a receiving application needs EXECUTE on this
+-- function alone.
+CREATE FUNCTION outbox.verify_webhook(secrets text[], headers jsonb, body bytea,
+                                      tolerance interval DEFAULT '5 minutes')
+RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox._verify_webhook(secrets,
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-id' LIMIT 1),
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-timestamp' LIMIT 1),
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-signature' LIMIT 1),
+        body, extract(epoch FROM tolerance)::float8)
+$$;
+COMMENT ON FUNCTION outbox.verify_webhook(text[], jsonb, bytea, interval) IS
+    'Standard Webhooks verification: whsec_ secrets check v1, whpk_ public keys check v1a, any of several, within the tolerance';
+REVOKE ALL ON FUNCTION outbox._verify_webhook(text[], text, text, text, bytea, float8),
+    outbox.verify_webhook(text[], jsonb, bytea, interval) FROM PUBLIC;
+
+--------------------------------------------------------------------------------------------------
+-- Compaction by key (issue 26): "compaction": "key" makes a new message of a key supersede the
+-- key's older queued one. Rows of compacting destinations are marked (compacts) and indexed;
+-- superseded rows are counted (stats().superseded_total, outbox.conservation()) and archived
+-- with reason 'superseded' when outbox.retention is on. (stats() and _destination_counters()
+-- gain their superseded column where they are made again above.)
+--------------------------------------------------------------------------------------------------
+ALTER TABLE outbox.messages ADD COLUMN compacts boolean;
+CREATE INDEX messages_compaction ON outbox.messages (destination, key) WHERE compacts;
+ALTER TABLE outbox.archive ADD COLUMN reason text NOT NULL DEFAULT 'delivered'
+    CONSTRAINT archive_reason_check CHECK (reason IN ('delivered', 'superseded'));
+COMMENT ON TABLE outbox.archive IS
+    'delivered messages, kept for outbox.retention (0: not kept), and superseded ones (compaction = key)';
+-- _queue_counts() and conservation() gain a superseded column: dropped and made again, with the
+-- EXECUTE privileges roles held on conservation() granted back.
+DO $compaction$
+DECLARE
+    grants text[];
+    stmt text;
+BEGIN
+    SELECT coalesce(array_agg(format('GRANT EXECUTE ON FUNCTION outbox.conservation() TO %s%s',
+                                     CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                          ELSE quote_ident(r.rolname) END,
+                                     CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION'
+                                          ELSE '' END)), '{}')
+      INTO grants
+      FROM pg_catalog.pg_proc p
+     CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+     WHERE p.oid = 'outbox.conservation()'::pg_catalog.regprocedure
+       AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
+
+    DROP FUNCTION outbox.conservation();
+    DROP FUNCTION outbox._queue_counts();
+    -- Per destination: the queue size, the size the counts started from, and since then:
+    -- produced, removed (deleted by SQL), delivered, dead-lettered, expired, superseded.
+    CREATE FUNCTION outbox._queue_counts(
+        OUT destination text, OUT queued bigint, OUT initial bigint,
+        OUT produced bigint, OUT removed bigint, OUT delivered bigint, OUT dead_lettered bigint,
+        OUT expired bigint, OUT superseded bigint)
+    RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_queue_counts' LANGUAGE C;
+    -- Every message accounted for since the counts started (server start, or outbox.recount()):
+    -- initial + produced = delivered + dead_lettered + expired + removed + superseded + queued,
+    -- i.e. balance = 0.
+    CREATE FUNCTION outbox.conservation()
+    RETURNS TABLE (destination text, initial bigint, produced bigint, delivered bigint,
+                   dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint,
+                   superseded bigint)
+    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT q.destination, q.initial, q.produced, q.delivered, q.dead_lettered, q.expired,
+           q.removed, q.queued,
+           q.initial + q.produced - q.delivered - q.dead_lettered - q.expired - q.removed
+               - q.superseded - q.queued,
+           q.superseded
+      FROM outbox._queue_counts() AS q
+      JOIN outbox.destinations AS d ON d.name = q.destination
+     ORDER BY q.destination
+$$;
+    COMMENT ON FUNCTION outbox.conservation() IS
+        'initial + produced = delivered + dead_lettered + expired + removed + superseded + queued, per destination, since the counts started';
+    REVOKE ALL ON FUNCTION outbox.conservation(), outbox._queue_counts() FROM PUBLIC;
+    FOREACH stmt IN ARRAY grants LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$compaction$;

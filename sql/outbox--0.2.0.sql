@@ -68,7 +68,10 @@ CREATE TABLE outbox.messages (
     first_failed_at timestamptz,
     -- ordering = key: the message takes part in its key's order (it has a key, and its
     -- destination orders by key); see outbox._order_key
-    order_key       bigint
+    order_key       bigint,
+    -- compaction = key: the message supersedes, and is superseded by, the queued messages of its
+    -- key (it has a key, and its destination compacts by key); NULL otherwise
+    compacts        boolean
 );
 COMMENT ON TABLE outbox.messages IS
     'messages waiting for delivery; INSERT here (or call outbox.publish) in the transaction that makes the business change';
@@ -80,6 +83,9 @@ CREATE INDEX messages_due ON outbox.messages (destination, available_at, id) WHE
 -- the only one that may be claimed. A claim finds it with one descent from the key's floor
 -- (outbox.ordered_keys), never crossing the entries of the key's delivered messages.
 CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;
+-- Compaction by key: the queued messages of a key that a new one supersedes (only the rows of
+-- compacting destinations are in it).
+CREATE INDEX messages_compaction ON outbox.messages (destination, key) WHERE compacts;
 -- A queue: every row is deleted soon after it is inserted. Autovacuum comes for it after 10,000
 -- dead rows (not a fraction of the table), at full speed, so that the index entries of delivered
 -- messages do not pile up for long (claims start past them meanwhile: src/pg/queue.cpp).
@@ -173,10 +179,14 @@ CREATE TABLE outbox.archive (
     headers         jsonb,
     created_at      timestamptz NOT NULL,
     attempts        integer NOT NULL,
-    delivered_at    timestamptz NOT NULL DEFAULT now()
+    delivered_at    timestamptz NOT NULL DEFAULT now(),
+    -- why it left the queue: delivered, or superseded by a newer message of its key
+    -- (compaction = key; delivered_at is then when it was superseded)
+    reason          text NOT NULL DEFAULT 'delivered'
+        CONSTRAINT archive_reason_check CHECK (reason IN ('delivered', 'superseded'))
 );
 COMMENT ON TABLE outbox.archive IS
-    'delivered messages, kept for outbox.retention (0: not kept)';
+    'delivered messages, kept for outbox.retention (0: not kept), and superseded ones (compaction = key)';
 CREATE INDEX archive_delivered_at ON outbox.archive (delivered_at);
 
 -- pg_dump keeps the contents of extension tables only when told to.
@@ -560,7 +570,8 @@ COMMENT ON FUNCTION outbox.blocked_keys(text) IS
 CREATE FUNCTION outbox._destination_counters(
     OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
     OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
-    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint)
+    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint,
+    OUT superseded bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
 
 -- The size of each queue, kept exact at every commit (see src/pg/queue_counts.cpp): stats()
@@ -581,11 +592,11 @@ CREATE TRIGGER messages_inserted AFTER INSERT ON outbox.messages
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._messages_inserted();
 ALTER TABLE outbox.messages ENABLE ALWAYS TRIGGER messages_inserted;
 -- Per destination: the queue size, the size the counts started from, and since then:
--- produced, removed (deleted by SQL), delivered, dead-lettered, expired.
+-- produced, removed (deleted by SQL), delivered, dead-lettered, expired, superseded.
 CREATE FUNCTION outbox._queue_counts(
     OUT destination text, OUT queued bigint, OUT initial bigint,
     OUT produced bigint, OUT removed bigint, OUT delivered bigint, OUT dead_lettered bigint,
-    OUT expired bigint)
+    OUT expired bigint, OUT superseded bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_queue_counts' LANGUAGE C;
 CREATE FUNCTION outbox.recount() RETURNS void
     AS 'MODULE_PATHNAME', 'outbox_recount' LANGUAGE C;
@@ -607,7 +618,8 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                scheduled bigint, dead_lettered_total bigint, expired_total bigint,
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
                waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
-               queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint)
+               queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint,
+               superseded_total bigint)
 -- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
 -- empty and would scan all of it; every part of this query has an index to use. jit off: the
 -- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
@@ -631,7 +643,8 @@ SET enable_seqscan = off SET jit = off AS $$
                 THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum,
-           (d.config->>'max_pending')::bigint, coalesce(c.refused, 0)
+           (d.config->>'max_pending')::bigint, coalesce(c.refused, 0),
+           coalesce(c.superseded, 0)
       FROM outbox.destinations AS d
       LEFT JOIN counts AS q ON q.destination = d.name
       CROSS JOIN LATERAL (
@@ -679,20 +692,24 @@ COMMENT ON FUNCTION outbox.stats() IS
     'one row per destination: queue gauges kept exact at commit, counters since server start';
 
 -- Every message accounted for since the counts started (server start, or outbox.recount()):
--- initial + produced = delivered + dead_lettered + expired + removed + queued, i.e. balance = 0.
+-- initial + produced = delivered + dead_lettered + expired + removed + superseded + queued,
+-- i.e. balance = 0.
 CREATE FUNCTION outbox.conservation()
 RETURNS TABLE (destination text, initial bigint, produced bigint, delivered bigint,
-               dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint)
+               dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint,
+               superseded bigint)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT q.destination, q.initial, q.produced, q.delivered, q.dead_lettered, q.expired,
            q.removed, q.queued,
-           q.initial + q.produced - q.delivered - q.dead_lettered - q.expired - q.removed - q.queued
+           q.initial + q.produced - q.delivered - q.dead_lettered - q.expired - q.removed
+               - q.superseded - q.queued,
+           q.superseded
       FROM outbox._queue_counts() AS q
       JOIN outbox.destinations AS d ON d.name = q.destination
      ORDER BY q.destination
 $$;
 COMMENT ON FUNCTION outbox.conservation() IS
-    'initial + produced = delivered + dead_lettered + expired + removed + queued, per destination, since the counts started';
+    'initial + produced = delivered + dead_lettered + expired + removed + superseded + queued, per destination, since the counts started';
 
 CREATE FUNCTION outbox.workers(
     OUT pid integer, OUT database text, OUT worker integer, OUT state text,
@@ -912,6 +929,28 @@ REVOKE ALL ON FUNCTION outbox._subscriptions_check(), outbox.create_subscription
     outbox.alter_subscription(text, jsonb), outbox.drop_subscription(text), outbox.subscriptions()
     FROM PUBLIC;
 -- (end of the inbox block)
+
+--------------------------------------------------------------------------------------------------
+-- Standard Webhooks verification for applications that receive our webhooks (issue 23/25).
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox._verify_webhook(secrets text[], id text, "timestamp" text,
+                                       signature text, body bytea, tolerance_s float8)
+RETURNS boolean AS 'MODULE_PATHNAME', 'outbox_verify_webhook' LANGUAGE C STABLE PARALLEL SAFE;
+-- The three headers, found case-insensitively (HTTP header names are); a missing one: false.
+-- SECURITY DEFINER: it reads no table, and a receiving application needs EXECUTE on this
+-- function alone.
+CREATE FUNCTION outbox.verify_webhook(secrets text[], headers jsonb, body bytea,
+                                      tolerance interval DEFAULT '5 minutes')
+RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox._verify_webhook(secrets,
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-id' LIMIT 1),
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-timestamp' LIMIT 1),
+        (SELECT h.value FROM jsonb_each_text(headers) AS h WHERE lower(h.key) = 'webhook-signature' LIMIT 1),
+        body, extract(epoch FROM tolerance)::float8)
+$$;
+COMMENT ON FUNCTION outbox.verify_webhook(text[], jsonb, bytea, interval) IS
+    'Standard Webhooks verification: whsec_ secrets check v1, whpk_ public keys check v1a, any of several, within the tolerance';
 
 --------------------------------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC. README.md lists the GRANTs for producer and operator roles.

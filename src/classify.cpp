@@ -17,6 +17,9 @@ OutcomeKind ClassifyHttpStatus(long status) {
     if (status >= 200 && status <= 299) {
         return OutcomeKind::Delivered;
     }
+    if (status == 410) {
+        return OutcomeKind::Gone;
+    }
     if (status == 408 || status == 425 || status == 429 || (status >= 500 && status <= 599)) {
         return OutcomeKind::Retry;
     }

@@ -530,42 +530,66 @@ bool IsValidWebhookUrl(const std::string &url) {
     return host && host.get()[0] != '\0';
 }
 
-// Parses "secret": one whsec_ string or an array of them. Never quotes what it was given.
+// One secret of "secret": a whsec_ HMAC secret (v1) or a whsk_ ed25519 private key (v1a),
+// decoded into `webhook`; otherwise the problem, naming it by `what`. Never quotes the value.
+std::optional<std::string> AddWebhookSecret(const Json &value, const std::string &what,
+                                            WebhookConfig *webhook) {
+    std::string_view text =
+        value.is_string() ? std::string_view(value.get_ref<const std::string &>()) : "";
+    if (text.substr(0, 5) == "whsk_") {
+        std::optional<std::string> seed = DecodeSigningKey(text);
+        if (!seed) {
+            return what +
+                   " must be \"whsk_\" followed by the base64 of a 32-byte ed25519 private key "
+                   "(or of libsodium's 64-byte secret key)";
+        }
+        webhook->signing_keys.push_back(std::move(*seed));
+        return std::nullopt;
+    }
+    if (text.substr(0, 5) == "whpk_") {
+        return what +
+               " is a public key (\"whpk_\"): sign with its private key (\"whsk_\"); the "
+               "public key is what receivers verify with";
+    }
+    std::optional<std::string> key;
+    if (value.is_string()) {
+        key = DecodeWebhookSecret(text);
+    }
+    if (!key) {
+        return what + " must be \"whsec_\" followed by base64";
+    }
+    webhook->secret_keys.push_back(std::move(*key));
+    return std::nullopt;
+}
+
+// Parses "secret": one whsec_/whsk_ string or an array of them. Never quotes what it was given.
 void CheckWebhookSecret(const Json &value, WebhookConfig *webhook,
                         std::vector<std::string> *problems) {
     const char *kShape = "\"secret\" must be a \"whsec_\" string or a non-empty array of them";
     if (value.is_string()) {
-        std::optional<std::string> key = DecodeWebhookSecret(value.get_ref<const std::string &>());
-        if (!key) {
-            problems->push_back("\"secret\" must be \"whsec_\" followed by base64");
-            return;
+        if (auto problem = AddWebhookSecret(value, "\"secret\"", webhook)) {
+            problems->push_back(std::move(*problem));
         }
-        webhook->secret_keys.push_back(std::move(*key));
         return;
     }
     if (!value.is_array() || value.empty()) {
         problems->push_back(kShape);
         return;
     }
-    std::vector<std::string> keys;
+    WebhookConfig keys;
     size_t index = 0;
     bool ok = true;
     for (const Json &element : value) {
         ++index;
-        std::optional<std::string> key;
-        if (element.is_string()) {
-            key = DecodeWebhookSecret(element.get_ref<const std::string &>());
-        }
-        if (!key) {
-            problems->push_back("element " + std::to_string(index) +
-                                " of \"secret\" must be \"whsec_\" followed by base64");
+        std::string what = "element " + std::to_string(index) + " of \"secret\"";
+        if (auto problem = AddWebhookSecret(element, what, &keys)) {
+            problems->push_back(std::move(*problem));
             ok = false;
-            continue;
         }
-        keys.push_back(std::move(*key));
     }
     if (ok) {
-        webhook->secret_keys = std::move(keys);
+        webhook->secret_keys = std::move(keys.secret_keys);
+        webhook->signing_keys = std::move(keys.signing_keys);
     }
 }
 
@@ -651,6 +675,42 @@ bool CheckCommonKey(DestinationKind kind, const std::string &key, const Json &va
                                 std::to_string(kMaxPendingLimit));
         } else {
             config->max_pending = *n;
+        }
+        return true;
+    }
+    // Policies (issue 26).
+    if (key == "ttl") {
+        std::optional<int64_t> ms = AsDurationMs(value);
+        if (!ms || *ms < kMsPerSecond || *ms > 366 * kMsPerDay) {
+            problems->push_back(
+                "\"ttl\" must be a duration between 1s and 366d (a number of milliseconds or a "
+                "string such as \"30s\", \"15min\" or \"2h\")");
+        } else {
+            config->ttl_ms = *ms;
+        }
+        return true;
+    }
+    if (key == "retry_budget") {
+        std::optional<int64_t> ms = AsDurationMs(value);
+        if (!ms || *ms < kMsPerSecond || *ms > 366 * kMsPerDay) {
+            problems->push_back(
+                "\"retry_budget\" must be a duration between 1s and 366d (a number of "
+                "milliseconds or a string such as \"30s\", \"15min\" or \"24h\")");
+        } else {
+            config->retry.retry_budget_ms = *ms;
+        }
+        return true;
+    }
+    // Compaction by key (issue 26): "key" or "none" (the default).
+    if (key == "compaction") {
+        if (value == "none") {
+            config->compaction = Compaction::None;
+        } else if (value == "key") {
+            config->compaction = Compaction::Key;
+        } else {
+            problems->push_back(
+                "\"compaction\" must be \"key\" (a newer message of a key supersedes its older "
+                "undelivered one) or \"none\"");
         }
         return true;
     }
@@ -799,6 +859,18 @@ bool ReportOutOfRange(const OutOfRange &out_of_range, const std::string &key,
     return found;
 }
 
+// "max_in_flight" of the kafka, amqp and nats kinds.
+void CheckMaxInFlight(const Json &value, int *target, std::vector<std::string> *problems,
+                      int64_t max = 10000) {
+    std::optional<int64_t> n = AsInteger(value);
+    if (!n || *n < 1 || *n > max) {
+        problems->push_back("\"max_in_flight\" must be an integer between 1 and " +
+                            std::to_string(max));
+    } else {
+        *target = static_cast<int>(*n);
+    }
+}
+
 // The kafka-specific part of CheckDestinationConfig.
 void CheckKafkaConfig(const Json &object, const OutOfRange &out_of_range, ConfigCheck *check) {
     DestinationConfig *config = &check->config;
@@ -819,6 +891,11 @@ void CheckKafkaConfig(const Json &object, const OutOfRange &out_of_range, Config
             continue;
         }
         if (CheckCommonKey(DestinationKind::Kafka, key, item.value(), config, problems)) {
+            continue;
+        }
+        if (key == "max_in_flight") {  // ours, not librdkafka's "max.in.flight"
+            CheckMaxInFlight(item.value(), &config->kafka.max_in_flight, problems,
+                             kMaxKafkaInFlight);
             continue;
         }
         CheckKafkaProperty(conf.get(), key, item.value(), &has_bootstrap, check);
@@ -946,16 +1023,6 @@ void CheckFileSetting(const std::string &key, const Json &value, const CheckOpti
         check->problems.push_back(std::move(*problem));
     } else {
         *target = value.get<std::string>();
-    }
-}
-
-// "max_in_flight" of the amqp and nats kinds.
-void CheckMaxInFlight(const Json &value, int *target, std::vector<std::string> *problems) {
-    std::optional<int64_t> n = AsInteger(value);
-    if (!n || *n < 1 || *n > 10000) {
-        problems->push_back("\"max_in_flight\" must be an integer between 1 and 10000");
-    } else {
-        *target = static_cast<int>(*n);
     }
 }
 

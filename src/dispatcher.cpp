@@ -2,9 +2,12 @@
 #include "outbox/dispatcher.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <string>
 #include <utility>
 
 #include "outbox/backoff.hpp"
+#include "outbox/duration.hpp"
 
 namespace outbox {
 
@@ -17,6 +20,8 @@ constexpr int64_t kProbeMaxMs = 30000;
 constexpr double kFastPathMaxAckMs = 50;
 // A destination whose driver could not be built is retried this often.
 constexpr int64_t kRebuildIntervalMs = 5000;
+// Ended outages a destination remembers for "retry_budget" (older ones count as spent budget).
+constexpr size_t kOutagesKept = 256;
 
 }  // namespace
 
@@ -43,15 +48,46 @@ struct Dispatcher::Destination {
         int64_t lease_token;  // 0: locked by the worker's open transaction (fast path)
         int attempts;
         int64_t submitted_ms;
+        int64_t first_failed_ms;  // the row's first_failed_at (0: none)
     };
     std::unordered_map<int64_t, InFlight> in_flight;  // by id
     bool want_more = true;    // the last claim was full, or we were woken since
+    bool backlog = false;     // the last claim came back full (Room: the window is wide)
     bool lease_seen = false;  // an outcome of a leased claim was recorded since start
     double ack_ms = 0;        // moving average of submit-to-outcome time
     int outage_failures = 0;  // consecutive probes that found the destination unreachable
     int64_t next_probe_ms = 0;
     int64_t probe_id = 0;  // the probe in flight (0: none)
     int64_t probe_sent_ms = 0;
+    // "retry_budget": when the current outage began (valid while outage_failures > 0), and the
+    // outages that ended since the worker started, oldest first, as [start, end) in ms.
+    int64_t outage_started_ms = 0;
+    std::deque<std::pair<int64_t, int64_t>> outages;
+
+    // The destination answered again: the outage (if any) ends now.
+    void EndOutage(int64_t now_ms) {
+        if (outage_failures == 0)
+            return;
+        outages.emplace_back(outage_started_ms, now_ms);
+        if (outages.size() > kOutagesKept)
+            outages.pop_front();
+        outage_failures = 0;
+    }
+    // Milliseconds of [from_ms, now_ms) the destination was unreachable.
+    int64_t UnreachableMs(int64_t from_ms, int64_t now_ms) const {
+        int64_t total = 0;
+        auto add = [&](int64_t start, int64_t end) {
+            start = std::max(start, from_ms);
+            end = std::min(end, now_ms);
+            if (end > start)
+                total += end - start;
+        };
+        for (const auto &[start, end] : outages)
+            add(start, end);
+        if (outage_failures > 0)
+            add(outage_started_ms, now_ms);
+        return total;
+    }
 };
 
 Dispatcher::Dispatcher(DriverFactory factory, uint64_t seed)
@@ -82,6 +118,10 @@ void Dispatcher::SetDestinations(std::vector<DestinationSpec> specs) {
         }
         auto d = std::make_unique<Destination>();
         d->spec = std::move(spec);
+        // A new config is a new start of the outage state, but the outages that ended still
+        // spent no retry budget.
+        if (it != destinations_.end())
+            d->outages = it->second->outages;
         next.emplace(d->spec.name, std::move(d));
     }
     // Dropped or reconfigured: finish what is in flight on the old driver, then let it go.
@@ -179,7 +219,7 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         }
         if (!d->want_more)
             continue;
-        size_t capacity = d->driver->Capacity();
+        size_t capacity = Room(*d);
         size_t batch = static_cast<size_t>(std::max(1, settings_.batch_size));
         // Claim when idle, or when a whole batch fits: no trickle of tiny claims while busy.
         if (capacity == 0 || (in_flight > 0 && capacity < batch))
@@ -196,6 +236,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
         return;  // dropped meanwhile: the leases lapse
     Destination &d = *it->second;
     d.want_more = static_cast<int>(rows.size()) >= asked;
+    d.backlog = d.want_more;
 
     std::vector<Resolution> &resolved = resolved_[destination];
     std::vector<Message> send;
@@ -222,6 +263,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
             // that request presents the new lease (the old one no longer matches the row).
             earlier->lease_token = m.lease_token;
             earlier->attempts = m.attempts;
+            earlier->first_failed_ms = m.first_failed_at_ms;
             continue;
         }
         Resolution r;
@@ -240,7 +282,7 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
                       " times without an outcome (the worker stopped or crashed each time)";
             resolved.push_back(std::move(r));
         } else {
-            d.in_flight[m.id] = {m.lease_token, m.attempts, now_ms};
+            d.in_flight[m.id] = {m.lease_token, m.attempts, now_ms, m.first_failed_at_ms};
             send.push_back(std::move(m));
         }
     }
@@ -266,7 +308,8 @@ void Dispatcher::Submit(const std::string &destination, int asked, std::vector<M
     d.driver->Submit(std::move(send));
 }
 
-Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, int64_t now_ms) {
+Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
+                               int64_t first_failed_ms, int64_t now_ms) {
     Resolution r;
     r.id = o.id;
     r.lease_token = o.lease_token;
@@ -287,7 +330,7 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
         case OutcomeKind::Delivered:
             r.action = Resolution::Action::Delete;
             if (d.outage_failures > 0) {
-                d.outage_failures = 0;
+                d.EndOutage(now_ms);
                 d.want_more = true;
             }
             break;
@@ -297,12 +340,22 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             break;
         case OutcomeKind::Retry:
             // The destination answered, so it is reachable.
-            d.outage_failures = 0;
+            d.EndOutage(now_ms);
             if (attempts >= MaxAttempts(d)) {
                 r.action = Resolution::Action::Bury;
                 r.dead_reason = DeadReason::MaxAttempts;
                 r.error += " (attempt " + std::to_string(attempts) + " of " +
                            std::to_string(MaxAttempts(d)) + ")";
+            } else if (p.retry_budget_ms > 0 && first_failed_ms > 0 &&
+                       now_ms - first_failed_ms - d.UnreachableMs(first_failed_ms, now_ms) >=
+                           p.retry_budget_ms) {
+                // "retry_budget": failing for longer than it since the first failed attempt,
+                // not counting the time the destination was unreachable. Dead-lettered as
+                // max_attempts would (the same reason: the retry limits are spent).
+                r.action = Resolution::Action::Bury;
+                r.dead_reason = DeadReason::MaxAttempts;
+                r.error += " (attempt " + std::to_string(attempts) + ", retry_budget of " +
+                           FormatDurationMs(p.retry_budget_ms) + " spent)";
             } else {
                 r.action = Resolution::Action::Reschedule;
                 r.delay_ms = RetryDelayMs(attempts, base, max, o.retry_after_ms, NextRandom());
@@ -314,6 +367,8 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             // of the batch that was in flight when it began count for nothing. The interval
             // counts from the probe's start: a driver may have held the probe.
             if (d.outage_failures == 0 || (d.probe_id != 0 && o.id == d.probe_id)) {
+                if (d.outage_failures == 0)
+                    d.outage_started_ms = now_ms;
                 int64_t from = d.outage_failures > 0 ? d.probe_sent_ms : now_ms;
                 d.outage_failures++;
                 d.probe_id = 0;
@@ -332,6 +387,21 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts, i
             r.action = Resolution::Action::Reschedule;
             r.refund_attempt = true;
             d.want_more = true;
+            break;
+        case OutcomeKind::Gone:
+            // The endpoint wants nothing more (Standard Webhooks: disable it). Instead of
+            // dead-lettering message after message, the destination is paused (the write-back
+            // sets outbox.destinations.paused, as outbox.pause does) and this message stays
+            // queued with its attempt refunded; outbox.resume delivers it. Nothing more is
+            // claimed meanwhile: the pause holds here until the destinations are read again.
+            d.spec.paused = true;
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            r.pause_destination = true;
+            r.error +=
+                "; destination paused (the endpoint asked to receive no more webhooks): "
+                "outbox.resume('" +
+                d.spec.name + "') delivers the queued messages";
             break;
         case OutcomeKind::Poison:
             // In flight during outbox.poison_after driver process crashes.
@@ -366,7 +436,7 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
             if (a == d.in_flight.end())
                 continue;  // already handed back
             int attempts = a->second.attempts;
-            Resolution r = Resolve(d, o, attempts, now_ms);
+            Resolution r = Resolve(d, o, attempts, a->second.first_failed_ms, now_ms);
             // The claim's token as recorded here: the driver's copy may predate a re-lease.
             r.lease_token = a->second.lease_token;
             if (r.lease_token != 0)
@@ -476,7 +546,23 @@ size_t Dispatcher::Capacity(const std::string &destination) const {
     auto it = destinations_.find(destination);
     if (it == destinations_.end() || !it->second->driver)
         return 0;
-    return it->second->driver->Capacity();
+    return Room(*it->second);
+}
+
+// The claim window. While claims come back full (a backlog), a destination may fill its
+// driver's whole room ("max_in_flight"): on a cluster whose acks=all round trip is long the
+// drain runs one window per round trip. Once a claim comes back short (caught up), at most two
+// batches stay in flight, so a claim waits until a whole batch fits and claims stay large while
+// producers commit a row at a time: a wide window then had the worker claim a row or two per
+// commit and fall behind 1,000 msg/s on real Kafka. Two batches is also the drivers' default
+// "max_in_flight", where the two coincide.
+size_t Dispatcher::Room(const Destination &d) const {
+    size_t room = d.driver->Capacity();
+    if (d.backlog)
+        return room;
+    size_t narrow = 2 * static_cast<size_t>(std::max(1, settings_.batch_size));
+    size_t in_flight = d.driver->InFlight();
+    return std::min(room, in_flight >= narrow ? 0 : narrow - in_flight);
 }
 
 void Dispatcher::Relet(const std::string &destination, const std::vector<int64_t> &ids,

@@ -12,12 +12,14 @@ namespace outbox::protocol {
 static_assert(sizeof(KafkaDriverOptions) == 144,
               "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
-static_assert(sizeof(WebhookDriverOptions) == 288,
+static_assert(sizeof(WebhookDriverOptions) == 312,
               "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
 // A bool may land in padding without changing a size (Message.tombstone did): the round-trip
 // tests in test/unit/driver_protocol_test.cpp set every field to a value other than its default.
-static_assert(sizeof(Message) == 208,
+// Message.first_failed_at_ms (208 -> 216) is the worker's own ("retry_budget") and deliberately
+// not sent: SubmitRoundTripKeepsEveryField checks that it arrives as 0.
+static_assert(sizeof(Message) == 216,
               "Message changed: add the new field to PutMessage and GetMessage, then update this "
               "size");
 static_assert(sizeof(AmqpDriverOptions) == 328,
@@ -240,7 +242,8 @@ Outcome GetOutcome(Reader &r) {
     o.lease_token = r.I64();
     uint8_t kind = r.U8();
     // Only what a driver can report: the supervisor's own kinds never come from the helper.
-    if (kind > static_cast<uint8_t>(OutcomeKind::Defer))
+    if (kind > static_cast<uint8_t>(OutcomeKind::Defer) &&
+        kind != static_cast<uint8_t>(OutcomeKind::Gone))
         r.Fail("an outcome has an unknown kind");
     o.kind = static_cast<OutcomeKind>(kind);
     o.error = r.String();

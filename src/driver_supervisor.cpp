@@ -23,6 +23,9 @@
 #include <ctime>
 #include <utility>
 
+#include "outbox/clock.hpp"
+#include "outbox/pipe_io.hpp"
+
 extern char **environ;
 
 namespace outbox {
@@ -34,17 +37,6 @@ constexpr size_t kReadChunk = 256 * 1024;
 constexpr size_t kMaxReadPerService = 64u << 20;
 // The socket buffers: a whole claim of small messages in one write.
 constexpr int kSocketBuffer = 1 << 20;
-// Exit codes of outbox-driver (src/driver_host/main.cpp).
-constexpr int kExitProtocol = 2;
-constexpr int kExitOutOfMemory = 3;
-constexpr int kExitStartup = 4;
-constexpr int kExitError = 5;
-
-int64_t MonotonicMs() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 std::string Seconds(int64_t ms) {
     char buf[32];
@@ -69,13 +61,13 @@ std::string DescribeStatus(int status) {
         switch (WEXITSTATUS(status)) {
             case 0:
                 return "exited";
-            case kExitProtocol:
+            case protocol::kExitProtocol:
                 return "exited after a protocol error";
-            case kExitOutOfMemory:
+            case protocol::kExitOutOfMemory:
                 return "ran out of memory (outbox.driver_memory_limit) and exited";
-            case kExitStartup:
+            case protocol::kExitStartup:
                 return "could not start (see the lines before this one)";
-            case kExitError:
+            case protocol::kExitError:
                 return "stopped on an unexpected error (see the lines before this one)";
             case 127:
                 return "exited with code 127 (it could not be run; see the lines before this one)";
@@ -92,7 +84,7 @@ std::string ShortStatus(int status) {
         const char *name = strsignal(WTERMSIG(status));
         return "signal " + std::to_string(WTERMSIG(status)) + ": " + (name ? name : "?");
     }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitOutOfMemory)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == protocol::kExitOutOfMemory)
         return "out of memory";
     if (WIFEXITED(status))
         return "exit code " + std::to_string(WEXITSTATUS(status));
@@ -614,18 +606,13 @@ void DriverProcess::Send(std::string bytes) {
 bool DriverProcess::Flush(std::string *why) {
     size_t done = 0;
     int64_t deadline = 0;
-    while (done < out_.size()) {
-        ssize_t n = send(sock_, out_.data() + done, out_.size() - done, MSG_NOSIGNAL);
-        if (n > 0) {
-            done += size_t(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    for (;;) {
+        if (!SendAvailable(sock_, out_, &done)) {
             *why = std::string("the socket failed: ") + strerror(errno);
             return false;
         }
+        if (done == out_.size())
+            break;
         int64_t now = MonotonicMs();
         if (deadline == 0)
             deadline = now + options_.answer_timeout_ms;

@@ -114,4 +114,14 @@ std::optional<int64_t> ParseDurationMs(std::string_view text) {
     return ms + static_cast<int64_t>(fraction_ms);
 }
 
+std::string FormatDurationMs(int64_t ms) {
+    if (ms % (3600 * 1000) == 0)
+        return std::to_string(ms / (3600 * 1000)) + "h";
+    if (ms % (60 * 1000) == 0)
+        return std::to_string(ms / (60 * 1000)) + "min";
+    if (ms % 1000 == 0)
+        return std::to_string(ms / 1000) + "s";
+    return std::to_string(ms) + "ms";
+}
+
 }  // namespace outbox

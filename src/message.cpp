@@ -16,6 +16,8 @@ const char *OutcomeKindName(OutcomeKind kind) {
             return "defer";
         case OutcomeKind::Unacknowledged:
             return "unacknowledged";
+        case OutcomeKind::Gone:
+            return "gone";
         case OutcomeKind::Poison:
             return "poison";
     }

@@ -1,24 +1,31 @@
-// Retry-After parsing (RFC 9110 §10.2.3, HTTP-date forms of §5.6.7). Written by hand: the C
-// library's strptime/timegm depend on the locale and the TZ of the database server.
+// Retry-After parsing (RFC 9110 §10.2.3, HTTP-date forms of §5.6.7). libcurl's curl_getdate()
+// turns the date into seconds (its own calendar arithmetic, independent of the locale and of the
+// server's TZ); it is lenient by design (any zone, missing fields, 31 Feb rolled into March), so
+// a date is accepted only when it reads back exactly: the value curl found, written again in
+// the form the header used, must equal the header apart from letter case and the weekday name.
 #include "outbox/retry_after.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include <curl/curl.h>
 
 namespace outbox {
 
 namespace {
 
 constexpr int64_t kMsPerSecond = 1000;
-constexpr int64_t kSecondsPerDay = 86400;
 
-constexpr std::string_view kDayNames[] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
-constexpr std::string_view kLongDayNames[] = {"Monday", "Tuesday",  "Wednesday", "Thursday",
-                                              "Friday", "Saturday", "Sunday"};
-constexpr std::string_view kMonthNames[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+constexpr std::string_view kDayNames[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+constexpr std::string_view kLongDayNames[] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
+                                              "Thursday", "Friday", "Saturday"};
+constexpr const char *kMonthNames[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 
 // Lower-cases ASCII only: HTTP dates are ASCII, and the locale must not matter.
 char AsciiLower(char c) {
@@ -48,196 +55,116 @@ bool IsOws(char c) {
     return c == ' ' || c == '\t';
 }
 
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-int64_t DaysFromCivil(int64_t y, int m, int d) {
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const int64_t yoe = y - era * 400;
-    const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-// The Gregorian year containing a day count since the epoch (inverse of DaysFromCivil).
-int64_t YearOfDays(int64_t z) {
-    z += 719468;
-    const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    const int64_t doe = z - era * 146097;
-    const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    const int64_t mp = (5 * doy + 2) / 153;
-    const int64_t m = mp < 10 ? mp + 3 : mp - 9;
-    return yoe + era * 400 + (m <= 2);
-}
-
-// Gregorian leap year, so that 29 Feb is accepted exactly when it exists.
-bool IsLeapYear(int64_t y) {
-    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-}
-
-// The last valid day of month m (1..12) of year y.
-int DaysInMonth(int64_t y, int m) {
-    static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return m == 2 && IsLeapYear(y) ? 29 : kDays[m - 1];
-}
-
-// A cursor over the header value; every Take* consumes only on success.
-class Cursor {
-  public:
-    explicit Cursor(std::string_view text) : text_(text) {}
-
-    bool AtEnd() const { return pos_ == text_.size(); }
-
-    bool TakeChar(char c) {
-        if (pos_ < text_.size() && text_[pos_] == c) {
-            ++pos_;
+template <size_t N>
+bool IsOneOf(std::string_view word, const std::string_view (&names)[N]) {
+    for (std::string_view name : names) {
+        if (EqualsIgnoreCase(word, name)) {
             return true;
         }
-        return false;
     }
-
-    // Exactly `count` digits.
-    bool TakeDigits(size_t count, int *value) {
-        if (text_.size() - pos_ < count) {
-            return false;
-        }
-        int v = 0;
-        for (size_t i = 0; i < count; ++i) {
-            char c = text_[pos_ + i];
-            if (!IsDigit(c)) {
-                return false;
-            }
-            v = v * 10 + (c - '0');
-        }
-        pos_ += count;
-        *value = v;
-        return true;
-    }
-
-    // One of `names`, case-insensitively; the index goes to *index.
-    template <size_t N>
-    bool TakeName(const std::string_view (&names)[N], int *index) {
-        for (size_t i = 0; i < N; ++i) {
-            std::string_view name = names[i];
-            if (text_.size() - pos_ >= name.size() &&
-                EqualsIgnoreCase(text_.substr(pos_, name.size()), name)) {
-                pos_ += name.size();
-                *index = static_cast<int>(i);
-                return true;
-            }
-        }
-        return false;
-    }
-
-    bool TakeWord(std::string_view word) {
-        if (text_.size() - pos_ >= word.size() &&
-            EqualsIgnoreCase(text_.substr(pos_, word.size()), word)) {
-            pos_ += word.size();
-            return true;
-        }
-        return false;
-    }
-
-  private:
-    std::string_view text_;
-    size_t pos_ = 0;
-};
-
-struct CivilTime {
-    int64_t year = 0;
-    int month = 0;  // 1..12
-    int day = 0;
-    int hour = 0;
-    int minute = 0;
-    int second = 0;
-};
-
-// "HH:MM:SS"
-bool TakeTimeOfDay(Cursor *c, CivilTime *t) {
-    return c->TakeDigits(2, &t->hour) && c->TakeChar(':') && c->TakeDigits(2, &t->minute) &&
-           c->TakeChar(':') && c->TakeDigits(2, &t->second);
+    return false;
 }
 
-// "Sun, 06 Nov 1994 08:49:37 GMT"
-bool ParseImfFixdate(std::string_view text, CivilTime *t) {
-    Cursor c(text);
-    int index = 0, year = 0;
-    if (!(c.TakeName(kDayNames, &index) && c.TakeChar(',') && c.TakeChar(' ') &&
-          c.TakeDigits(2, &t->day) && c.TakeChar(' ') && c.TakeName(kMonthNames, &index))) {
-        return false;
+// The three forms, each split into its weekday name and the rest (what curl_getdate reads and
+// what is compared after the round trip).
+enum class DateForm { ImfFixdate, Rfc850, Asctime };
+
+// "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"
+std::optional<DateForm> FormOf(std::string_view value, std::string_view *rest) {
+    size_t comma = value.find(',');
+    if (comma != std::string_view::npos) {
+        std::string_view day = value.substr(0, comma);
+        *rest = value.substr(comma + 1);
+        if (IsOneOf(day, kDayNames)) {
+            return DateForm::ImfFixdate;
+        }
+        if (IsOneOf(day, kLongDayNames)) {
+            return DateForm::Rfc850;
+        }
+        return std::nullopt;
     }
-    t->month = index + 1;
-    if (!(c.TakeChar(' ') && c.TakeDigits(4, &year) && c.TakeChar(' ') && TakeTimeOfDay(&c, t) &&
-          c.TakeChar(' ') && c.TakeWord("GMT") && c.AtEnd())) {
-        return false;
+    if (value.size() > 4 && value[3] == ' ' && IsOneOf(value.substr(0, 3), kDayNames)) {
+        *rest = value.substr(3);
+        return DateForm::Asctime;
     }
-    t->year = year;
-    return true;
+    return std::nullopt;
 }
 
-// "Sunday, 06-Nov-94 08:49:37 GMT"; the two-digit year is resolved against now_year.
-bool ParseRfc850Date(std::string_view text, int64_t now_year, CivilTime *t) {
-    Cursor c(text);
-    int index = 0, yy = 0;
-    if (!(c.TakeName(kLongDayNames, &index) && c.TakeChar(',') && c.TakeChar(' ') &&
-          c.TakeDigits(2, &t->day) && c.TakeChar('-') && c.TakeName(kMonthNames, &index))) {
-        return false;
+// `seconds` written as the part after the weekday of `form`.
+std::string Format(DateForm form, int64_t seconds) {
+    time_t t = static_cast<time_t>(seconds);
+    struct tm tm {};
+    if (gmtime_r(&t, &tm) == nullptr || tm.tm_mon < 0 || tm.tm_mon > 11) {
+        return std::string();
     }
-    t->month = index + 1;
-    if (!(c.TakeChar('-') && c.TakeDigits(2, &yy) && c.TakeChar(' ') && TakeTimeOfDay(&c, t) &&
-          c.TakeChar(' ') && c.TakeWord("GMT") && c.AtEnd())) {
-        return false;
+    char text[64];
+    long year = long(tm.tm_year) + 1900;
+    switch (form) {
+        case DateForm::ImfFixdate:
+            snprintf(text, sizeof text, " %02d %s %04ld %02d:%02d:%02d GMT", tm.tm_mday,
+                     kMonthNames[tm.tm_mon], year, tm.tm_hour, tm.tm_min, tm.tm_sec);
+            break;
+        case DateForm::Rfc850:
+            snprintf(text, sizeof text, " %02d-%s-%02ld %02d:%02d:%02d GMT", tm.tm_mday,
+                     kMonthNames[tm.tm_mon], year % 100, tm.tm_hour, tm.tm_min, tm.tm_sec);
+            break;
+        case DateForm::Asctime:
+            snprintf(text, sizeof text, " %s %2d %02d:%02d:%02d %04ld", kMonthNames[tm.tm_mon],
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, year);
+            break;
     }
-    // RFC 9110 §5.6.7: a year more than 50 years in the future is the most recent past year
-    // with the same last two digits.
-    int64_t year = now_year - now_year % 100 + yy;
+    return text;
+}
+
+// The Gregorian year of a Unix time, in UTC.
+int64_t YearOf(int64_t seconds) {
+    time_t t = static_cast<time_t>(seconds);
+    struct tm tm {};
+    return gmtime_r(&t, &tm) == nullptr ? 1970 : int64_t(tm.tm_year) + 1900;
+}
+
+// Unix seconds of an HTTP-date, or nullopt.
+std::optional<int64_t> ParseHttpDate(std::string_view value, int64_t now_s) {
+    std::string_view rest;
+    std::optional<DateForm> form = FormOf(value, &rest);
+    if (!form) {
+        return std::nullopt;
+    }
+    std::string text(rest);
+    time_t parsed = curl_getdate(text.c_str(), nullptr);
+    if (parsed == -1) {
+        return std::nullopt;
+    }
+    if (!EqualsIgnoreCase(Format(*form, parsed), rest)) {
+        return std::nullopt;
+    }
+    if (*form != DateForm::Rfc850) {
+        return parsed;
+    }
+    // RFC 9110 §5.6.7: a two-digit year more than 50 years in the future is the most recent
+    // past year with the same last two digits. curl picks the century its own way; the date is
+    // read again with the year written out in full when the two disagree.
+    int64_t now_year = YearOf(now_s);
+    int64_t curl_year = YearOf(parsed);
+    int64_t year = now_year - now_year % 100 + curl_year % 100;
     if (year > now_year + 50) {
         year -= 100;
     }
-    t->year = year;
-    return true;
-}
-
-// "Sun Nov  6 08:49:37 1994"
-bool ParseAsctimeDate(std::string_view text, CivilTime *t) {
-    Cursor c(text);
-    int index = 0, year = 0;
-    if (!(c.TakeName(kDayNames, &index) && c.TakeChar(' ') && c.TakeName(kMonthNames, &index) &&
-          c.TakeChar(' '))) {
-        return false;
+    if (year == curl_year) {
+        return parsed;
     }
-    t->month = index + 1;
-    if (c.TakeChar(' ')) {
-        if (!c.TakeDigits(1, &t->day)) {
-            return false;
-        }
-    } else if (!c.TakeDigits(2, &t->day)) {
-        return false;
-    }
-    if (!(c.TakeChar(' ') && TakeTimeOfDay(&c, t) && c.TakeChar(' ') && c.TakeDigits(4, &year) &&
-          c.AtEnd())) {
-        return false;
-    }
-    t->year = year;
-    return true;
-}
-
-// Unix milliseconds of a parsed date, or nullopt when a field is out of range (e.g. 31 Feb).
-std::optional<int64_t> ToUnixMs(const CivilTime &t) {
-    if (t.month < 1 || t.month > 12 || t.day < 1 || t.day > DaysInMonth(t.year, t.month) ||
-        t.hour > 23 || t.minute > 59 || t.second > 60) {
+    // " 06-Nov-94 08:49:37 GMT" -> "06 Nov <year> 08:49:37 GMT"
+    std::string full =
+        text.substr(1, 2) + " " + text.substr(4, 3) + " " + std::to_string(year) + text.substr(10);
+    parsed = curl_getdate(full.c_str(), nullptr);
+    if (parsed == -1) {
         return std::nullopt;
     }
-    int64_t days = DaysFromCivil(t.year, t.month, t.day);
-    int64_t seconds = days * kSecondsPerDay + t.hour * 3600 + t.minute * 60 + t.second;
-    return seconds * kMsPerSecond;
+    return parsed;
 }
 
 // delay-seconds = 1*DIGIT; absurdly large values saturate (the caller caps the delay anyway).
 std::optional<int64_t> ParseDelaySeconds(std::string_view text) {
-    if (text.empty()) {
-        return std::nullopt;
-    }
     constexpr int64_t kMaxSeconds = std::numeric_limits<int64_t>::max() / kMsPerSecond;
     int64_t seconds = 0;
     for (char c : text) {
@@ -270,22 +197,14 @@ std::optional<int64_t> ParseRetryAfterMs(std::string_view value, int64_t now_uni
     if (IsDigit(value.front())) {
         return ParseDelaySeconds(value);
     }
-
     // Floor division: the year of a (theoretical) negative clock must still be right.
-    int64_t now_days = now_unix_ms / (kSecondsPerDay * kMsPerSecond);
-    if (now_unix_ms % (kSecondsPerDay * kMsPerSecond) < 0) {
-        --now_days;
-    }
-    CivilTime t;
-    if (!ParseImfFixdate(value, &t) && !ParseRfc850Date(value, YearOfDays(now_days), &t) &&
-        !ParseAsctimeDate(value, &t)) {
+    int64_t now_s = now_unix_ms / kMsPerSecond - (now_unix_ms % kMsPerSecond < 0 ? 1 : 0);
+    std::optional<int64_t> date_s = ParseHttpDate(value, now_s);
+    if (!date_s || *date_s > std::numeric_limits<int64_t>::max() / kMsPerSecond) {
         return std::nullopt;
     }
-    std::optional<int64_t> date_ms = ToUnixMs(t);
-    if (!date_ms) {
-        return std::nullopt;
-    }
-    return *date_ms > now_unix_ms ? *date_ms - now_unix_ms : 0;
+    int64_t date_ms = *date_s * kMsPerSecond;
+    return date_ms > now_unix_ms ? date_ms - now_unix_ms : 0;
 }
 
 }  // namespace outbox

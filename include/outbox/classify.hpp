@@ -9,7 +9,8 @@
 
 namespace outbox {
 
-// HTTP status of a completed exchange: 2xx Delivered; 408, 425, 429, 5xx Retry; everything else
+// HTTP status of a completed exchange: 2xx Delivered; 408, 425, 429, 5xx Retry; 410 Gone (the
+// endpoint wants no more webhooks: the destination is paused); everything else
 // (1xx, 3xx, other 4xx, and nonsense such as 0 or 600+) Dead.
 OutcomeKind ClassifyHttpStatus(long status);
 

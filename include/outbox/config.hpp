@@ -19,6 +19,12 @@ enum class DestinationKind { Kafka, Webhook, Amqp, Nats };
 // The largest "max_pending" a destination may set.
 constexpr int64_t kMaxPendingLimit = 1000000000;
 
+// Kafka "max_in_flight": messages handed to librdkafka and awaiting their delivery report (the
+// default is the worker's, twice outbox.batch_size). The drain runs at most this window per
+// acknowledgement round trip; the ceiling is librdkafka's own queue
+// ("queue.buffering.max.messages", 100,000 by default).
+constexpr int64_t kMaxKafkaInFlight = 100000;
+
 // "kafka", "webhook", "amqp", "nats"
 std::optional<DestinationKind> ParseDestinationKind(std::string_view text);
 const char *DestinationKindName(DestinationKind kind);
@@ -28,6 +34,10 @@ struct RetryPolicy {
     int max_attempts = -1;
     int64_t retry_base_ms = -1;
     int64_t retry_max_ms = -1;
+    // "retry_budget" (issue 26): a message still failing this long after its first failed
+    // attempt (time the destination was unreachable not counted) is dead-lettered as
+    // max_attempts; 0 = none.
+    int64_t retry_budget_ms = 0;
 };
 
 // CloudEvents content mode of a destination ("cloudevents"; kafka and webhook).
@@ -38,6 +48,7 @@ enum class CloudEventsMode {
 
 struct KafkaConfig {
     std::string default_topic;  // "topic"; empty when not set
+    int max_in_flight = 0;      // messages awaiting their delivery report; 0: the worker's default
     CloudEventsMode cloudevents = CloudEventsMode::Binary;
     // Every other key: a librdkafka property, its JSON string/number/boolean value as text,
     // in the order of the JSON object.
@@ -46,8 +57,9 @@ struct KafkaConfig {
 
 struct WebhookConfig {
     std::string url;
-    std::vector<std::string> secret_keys;  // decoded key bytes, one per whsec_ secret
-    Headers headers;                       // static headers sent on every request
+    std::vector<std::string> secret_keys;   // decoded key bytes, one per whsec_ secret
+    std::vector<std::string> signing_keys;  // ed25519 seeds (32 bytes), one per whsk_ secret
+    Headers headers;                        // static headers sent on every request
     int64_t timeout_ms = 10000;
     bool timeout_set = false;  // "timeout_ms" given (else the default, lowered to fit the lease)
     int max_in_flight = 32;
@@ -103,12 +115,23 @@ enum class OnDead {
     Skip,   // carry on with the key's next message
 };
 
+// Compaction by key (issue 26, README "Compaction by key").
+enum class Compaction {
+    None,  // every message is delivered
+    Key,   // a message queued for a key supersedes the key's older undelivered, not-in-flight one
+};
+
 struct DestinationConfig {
     DestinationKind kind = DestinationKind::Kafka;
     RetryPolicy retry;
     Ordering ordering = Ordering::None;
     OnDead on_dead = OnDead::Block;
     int64_t max_pending = 0;  // "max_pending": the queue's cap; 0 = none
+    // Policies (issue 26): "ttl", the default lifetime of a message from its available_at
+    // (producer.cpp sets expires_at when the producer gave none); 0 = none.
+    int64_t ttl_ms = 0;
+    // "compaction": "key" (producer.cpp supersedes the key's older queued message).
+    Compaction compaction = Compaction::None;
     KafkaConfig kafka;
     WebhookConfig webhook;
     AmqpConfig amqp;
@@ -155,25 +178,27 @@ struct ConfigCheck {
 // Parses and validates `json_text` (a JSON object) for a destination of `kind`.
 //
 // Keys of every kind: "ordering" ("none" or "key"), "on_dead" ("block" or "skip"; only with
-// "ordering": "key"), "max_pending" (integer 1..kMaxPendingLimit), "max_attempts"
-// (integer 1..1000), "retry_base" and "retry_max" (duration: number of ms or string such as
-// "500ms", "2s", "5min"; retry_base 1ms..1d, retry_max >= retry_base when both are given, at most
-// 7d), "topic" (kafka: a valid Kafka topic name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
+// "ordering": "key"), "compaction" ("key" or "none"), "max_pending" (integer 1..kMaxPendingLimit),
+// "ttl" and "retry_budget" (durations 1s..366d), "max_attempts" (integer 1..1000), "retry_base" and
+// "retry_max" (duration: number of ms or string such as "500ms", "2s", "5min"; retry_base 1ms..1d,
+// retry_max >= retry_base when both are given, at most 7d), "topic" (kafka: a valid Kafka topic
+// name, i.e. 1..249 chars of [A-Za-z0-9._-], not "." or
 // ".."; webhook: any non-empty string up to 249).
 // kafka and webhook: "cloudevents" ("binary", the default, or "structured"; see
 // drivers/cloudevents.hpp).
 //
-// kafka: every other key is a librdkafka property, checked with librdkafka itself
-// (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings, numbers or
-// booleans. "bootstrap.servers" is required. Refused because they would break the guarantees or
-// the host process: "enable.idempotence" other than true, "acks"/"request.required.acks" other
-// than "all"/"-1", "transactional.id", "internal.termination.signal", and any property whose
-// value librdkafka treats as a callback or pointer; "queuing.strategy" other than "fifo"
-// (the idempotent producer cannot start otherwise); "enable.sasl.oauthbearer.unsecure.jwt"
-// true (development only: librdkafka 2.0.2 crashes the host process when it cannot parse
-// "sasl.oauthbearer.config"). Topic-level properties are checked in every spelling librdkafka
-// accepts ("acks", "topic.acks", "topic.request.required.acks"...). "bootstrap.servers"
-// (and "metadata.broker.list") must be a string.
+// kafka: "max_in_flight" (integer 1..kMaxKafkaInFlight; default twice outbox.batch_size). Every
+// other key is a librdkafka property, checked with
+// librdkafka itself (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings,
+// numbers or booleans. "bootstrap.servers" is required. Refused because they would break the
+// guarantees or the host process: "enable.idempotence" other than true,
+// "acks"/"request.required.acks" other than "all"/"-1", "transactional.id",
+// "internal.termination.signal", and any property whose value librdkafka treats as a callback or
+// pointer; "queuing.strategy" other than "fifo" (the idempotent producer cannot start otherwise);
+// "enable.sasl.oauthbearer.unsecure.jwt" true (development only: librdkafka 2.0.2 crashes the host
+// process when it cannot parse "sasl.oauthbearer.config"). Topic-level properties are checked in
+// every spelling librdkafka accepts ("acks", "topic.acks", "topic.request.required.acks"...).
+// "bootstrap.servers" (and "metadata.broker.list") must be a string.
 //
 // Reported in `privileged` (see ServerAccess), not as problems: RunsCode for any
 // "sasl.kerberos.*" property, "sasl.mechanism(s)": "GSSAPI" (its kinit command is a shell
@@ -187,7 +212,8 @@ struct ConfigCheck {
 // range where it is; the rest of the config is still checked.
 //
 // webhook: "url" (required; http or https with a host, checked with libcurl's URL parser),
-// "secret" (a "whsec_" + base64 string, or a non-empty array of them for rotation),
+// "secret" (a "whsec_" + base64 HMAC secret or a "whsk_" + base64 ed25519 private key, or a
+// non-empty array of them for rotation; signing.hpp has the key formats),
 // "headers" (object of strings; valid names and values per headers.hpp, not reserved),
 // "timeout_ms" (duration, 1ms..10min), "max_in_flight" (integer 1..1024), "ca_file" (string;
 // must name a readable file when options.check_files), "tls_verify" (boolean). Unknown keys

@@ -64,6 +64,8 @@ struct Resolution {
     bool refund_attempt = false;
     DeadReason dead_reason = DeadReason::Rejected;
     std::string error;
+    // The endpoint answered 410 Gone: the write-back pauses the destination (outbox.pause).
+    bool pause_destination = false;
 };
 
 // Resolutions grouped by destination (the write-back runs one statement per destination and
@@ -144,7 +146,8 @@ class Dispatcher {
     // whose outcome is not known yet; and, when they must outlive the transaction, the lease
     // they now hold instead.
     std::vector<int64_t> LockedInFlight(const std::string &destination) const;
-    // How many more messages the destination's driver takes now.
+    // How many more messages the destination takes now: its driver's room, within the claim
+    // window (Room in dispatcher.cpp).
     size_t Capacity(const std::string &destination) const;
     void Relet(const std::string &destination, const std::vector<int64_t> &ids, int64_t token);
     // The transaction holding the fast path's locks aborted: outcomes of those rows match
@@ -168,10 +171,12 @@ class Dispatcher {
   private:
     struct Destination;
 
-    Resolution Resolve(Destination &d, const Outcome &outcome, int attempts, int64_t now_ms);
+    Resolution Resolve(Destination &d, const Outcome &outcome, int attempts,
+                       int64_t first_failed_ms, int64_t now_ms);
     void EnsureDriver(Destination &d, int64_t now_ms);
     void Retire(std::unique_ptr<Destination> &d);
     int MaxAttempts(const Destination &d) const;
+    size_t Room(const Destination &d) const;
 
     DriverFactory factory_;
     std::function<void()> poll_hook_;

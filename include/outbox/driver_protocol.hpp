@@ -35,6 +35,13 @@ namespace outbox::protocol {
 // that finds another one does not use it (the module and the helper are installed together).
 constexpr uint32_t kVersion = 2;
 
+// How outbox-driver exits other than 0 (its worker's end closed) or by a signal; the supervisor
+// names the cause in its log line.
+constexpr int kExitProtocol = 2;     // a malformed frame from the worker
+constexpr int kExitOutOfMemory = 3;  // an allocation failed (outbox.driver_memory_limit)
+constexpr int kExitStartup = 4;      // it could not set itself up
+constexpr int kExitError = 5;        // any other error
+
 constexpr size_t kHeaderBytes = 5;
 // The largest frame the helper accepts: a claim of one message of outbox.max_payload_bytes's
 // maximum (1 GB) plus its other columns. Submit batches are split far below this.
@@ -187,6 +194,7 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
 template <typename Options, typename V>
 void VisitKafkaOptions(Options &o, V &&v) {
     v("config.default_topic", o.config.default_topic);
+    v("config.max_in_flight", o.config.max_in_flight);
     v("config.cloudevents", o.config.cloudevents);
     v("config.properties", o.config.properties);
     v("client_id", o.client_id);
@@ -199,6 +207,7 @@ template <typename Options, typename V>
 void VisitWebhookOptions(Options &o, V &&v) {
     v("config.url", o.config.url);
     v("config.secret_keys", o.config.secret_keys);
+    v("config.signing_keys", o.config.signing_keys);
     v("config.headers", o.config.headers);
     v("config.timeout_ms", o.config.timeout_ms);
     v("config.timeout_set", o.config.timeout_set);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace outbox {
@@ -11,5 +12,9 @@ namespace outbox {
 // allowed, space between number and unit allowed. Negative, empty, overflowing or unknown unit:
 // nullopt. Result is whole milliseconds (fractions rounded down).
 std::optional<int64_t> ParseDurationMs(std::string_view text);
+
+// The other way, in the largest unit that is exact: "24h", "15min", "2s", "250ms" (what
+// ParseDurationMs reads back), for a setting quoted in an error text.
+std::string FormatDurationMs(int64_t ms);
 
 }  // namespace outbox

@@ -28,6 +28,9 @@ struct Message {
     int64_t created_at_ms = 0;  // unix epoch milliseconds
     int64_t expires_at_ms = 0;  // unix epoch milliseconds; 0 = never expires
     int attempts = 0;           // attempts including this one
+    // When its first attempt failed (unix epoch milliseconds; 0 = none failed yet): the worker
+    // measures "retry_budget" from it. Not sent to the driver process.
+    int64_t first_failed_at_ms = 0;
 };
 
 // What happened to one message.
@@ -39,6 +42,9 @@ enum class OutcomeKind {
     // Only from the driver process's supervisor (driver_supervisor.hpp), never from a driver:
     Unacknowledged,  // the driver process died before it answered: due again, attempt refunded
     Poison,          // in flight during outbox.poison_after driver process crashes: dead letters
+    // From a driver again: the endpoint said it wants nothing more (HTTP 410 Gone). The
+    // destination is paused and the message stays queued, no attempt spent.
+    Gone,
 };
 
 struct Outcome {

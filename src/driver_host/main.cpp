@@ -41,15 +41,12 @@
 #include "outbox/drivers/kafka.hpp"
 #include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
+#include "outbox/pipe_io.hpp"
 
 namespace outbox {
 namespace {
 
 constexpr int kSocketFd = 3;
-constexpr int kExitProtocol = 2;
-constexpr int kExitOutOfMemory = 3;
-constexpr int kExitStartup = 4;
-constexpr int kExitError = 5;
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr size_t kMaxReadPerTurn = 64u << 20;
 constexpr int kMaxEvents = 64;
@@ -138,13 +135,13 @@ class Host {
 
 int Host::Run() {
     if (epoll_fd_ < 0)
-        return kExitStartup;
+        return protocol::kExitStartup;
     struct epoll_event ev;
     memset(&ev, 0, sizeof ev);
     ev.events = EPOLLIN;
     ev.data.fd = kSocketFd;
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, kSocketFd, &ev) != 0)
-        return kExitStartup;
+        return protocol::kExitStartup;
     protocol::Encode(protocol::HelloFrame{protocol::kVersion, uint32_t(getpid())}, &out_);
     Flush();
 
@@ -162,11 +159,11 @@ int Host::Run() {
             // threads still send. Only the socket is watched, for the end of the hold.
             struct pollfd p = {kSocketFd, POLLIN, 0};
             if (poll(&p, 1, -1) < 0 && errno != EINTR)
-                return kExitStartup;
+                return protocol::kExitStartup;
         } else {
             int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
             if (n < 0 && errno != EINTR)
-                return kExitStartup;
+                return protocol::kExitStartup;
         }
         bool eof = false;
         size_t total = 0;
@@ -193,10 +190,10 @@ int Host::Run() {
             if (r == protocol::FrameReader::Result::Error) {
                 fprintf(stderr, "outbox-driver: malformed frame from the worker: %s\n",
                         error.c_str());
-                return kExitProtocol;
+                return protocol::kExitProtocol;
             }
             if (!Handle(frame))
-                return kExitProtocol;
+                return protocol::kExitProtocol;
         }
         if (eof)
             return 0;
@@ -327,7 +324,7 @@ void Host::ApplyFault(const Message &m) {
                 Log("the oom fault needs outbox.driver_memory_limit; ignored");
                 return;
             }
-            for (;;) {  // ends in std::bad_alloc: main exits with kExitOutOfMemory
+            for (;;) {  // ends in std::bad_alloc: main exits with protocol::kExitOutOfMemory
                 std::unique_ptr<char[]> block(new char[16u << 20]);
                 memset(block.get(), 0x5a, 16u << 20);
                 leaked_.push_back(std::move(block));
@@ -394,18 +391,8 @@ void Host::WatchOutput(bool on) {
 // Writes what it can without blocking (the worker reads whenever it waits to write, so the
 // rest goes out on a later turn); false when the worker's end is closed.
 bool Host::Flush() {
-    while (out_done_ < out_.size()) {
-        ssize_t n = send(kSocketFd, out_.data() + out_done_, out_.size() - out_done_, MSG_NOSIGNAL);
-        if (n > 0) {
-            out_done_ += size_t(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
+    if (!SendAvailable(kSocketFd, out_, &out_done_))
         return false;
-    }
     if (out_done_ == out_.size()) {
         out_.clear();
         out_done_ = 0;
@@ -435,7 +422,7 @@ int main(int argc, char **argv) {
                 "%s: the network drivers of an outbox delivery worker. It is started by the "
                 "worker (fd %d is its socket) and is not meant to be run by hand.\n",
                 argc > 0 ? argv[0] : "outbox-driver", kSocketFd);
-        return kExitStartup;
+        return protocol::kExitStartup;
     }
     fcntl(kSocketFd, F_SETFD, FD_CLOEXEC);  // not inherited by anything a library runs
     fcntl(kSocketFd, F_SETFL, fcntl(kSocketFd, F_GETFL) | O_NONBLOCK);
@@ -466,9 +453,9 @@ int main(int argc, char **argv) {
             "outbox-driver: out of memory (outbox.driver_memory_limit); exiting\n";
         ssize_t ignored = write(2, kMessage, sizeof kMessage - 1);
         (void)ignored;
-        _exit(kExitOutOfMemory);
+        _exit(protocol::kExitOutOfMemory);
     } catch (const std::exception &e) {
         fprintf(stderr, "outbox-driver: %s\n", e.what());
-        _exit(kExitError);
+        _exit(protocol::kExitError);
     }
 }

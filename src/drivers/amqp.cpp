@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "outbox/classify.hpp"
+#include "outbox/clock.hpp"
 #include "outbox/drivers/cloudevents.hpp"
 #include "outbox/drivers/signals.hpp"
 #include "outbox/headers.hpp"
@@ -52,12 +53,6 @@ constexpr int64_t kReconnectMaxMs = 2000;
 constexpr int kIdleWaitMs = 200;
 // How long the frames of a returned message may take after its basic.return.
 constexpr int64_t kReturnBodyWaitMs = 5000;
-
-int64_t MonotonicMs() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 struct timeval MsToTimeval(int64_t ms) {
     struct timeval tv;

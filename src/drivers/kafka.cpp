@@ -18,6 +18,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "outbox/classify.hpp"
+#include "outbox/clock.hpp"
 #include "outbox/drivers/cloudevents.hpp"
 #include "outbox/drivers/signals.hpp"
 
@@ -40,12 +41,6 @@ constexpr const char *kDefaults[][2] = {
     // A broker that comes back is found within a second (librdkafka's default backs off to 10 s).
     {"reconnect.backoff.max.ms", "1000"},
 };
-
-int64_t MonotonicMs() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 std::string ErrorText(rd_kafka_resp_err_t err) {
     return std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);

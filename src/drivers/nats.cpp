@@ -32,6 +32,7 @@
 #include <nats/nats.h>
 
 #include "outbox/classify.hpp"
+#include "outbox/clock.hpp"
 #include "outbox/drivers/cloudevents.hpp"
 #include "outbox/drivers/signals.hpp"
 
@@ -43,12 +44,6 @@ namespace {
 constexpr int64_t kOutageMs = 1000;
 // A failed first connection (bad credentials file...) is tried again this often.
 constexpr int64_t kConnectRetryMs = 2000;
-
-int64_t MonotonicMs() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 // cnats's text for a status, with the library's last error detail when there is one.
 std::string StatusText(natsStatus s) {

@@ -655,8 +655,11 @@ bool WebhookDriver::Start(Message &m, int64_t waited_ms, Transfer *t, std::strin
         m.payload =
             StructuredEvent(m, AttributesOf(m, source_, ce_type_fallback_, &config_.headers));
     std::string signature;
-    if (!config_.secret_keys.empty()) {
-        signature = SignatureHeader(config_.secret_keys, m.event_id, timestamp, m.payload);
+    // The attempt's own timestamp, signed again on every attempt (Standard Webhooks: the
+    // timestamp is the attempt's, so that a receiver's tolerance check stops replays).
+    if (!config_.secret_keys.empty() || !config_.signing_keys.empty()) {
+        signature = SignatureHeader(config_.secret_keys, m.event_id, timestamp, m.payload,
+                                    config_.signing_keys);
         if (signature.empty()) {
             *kind = OutcomeKind::Retry;
             *why = "could not sign";

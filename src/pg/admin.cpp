@@ -42,8 +42,8 @@ static void ListDestinationCounters(FunctionCallInfo fcinfo) {
         return;
 
     ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
-        Datum values[10];
-        bool nulls[10] = {false};
+        Datum values[11];
+        bool nulls[11] = {false};
         values[0] = CStringGetTextDatum(entry->key.name);
         values[1] = Int64GetDatum(pg_atomic_read_u64(&entry->delivered));
         values[2] = Int64GetDatum(pg_atomic_read_u64(&entry->failed));
@@ -61,6 +61,7 @@ static void ListDestinationCounters(FunctionCallInfo fcinfo) {
         nulls[7] = last_error[0] == '\0';
         values[8] = TimestampTzGetDatum(shared->stats_reset);
         values[9] = Int64GetDatum(pg_atomic_read_u64(&entry->refused));
+        values[10] = Int64GetDatum(pg_atomic_read_u64(&entry->superseded));  // compaction
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     });
 }

@@ -1,4 +1,9 @@
 // A per-backend copy of outbox.destinations for the producer check (see the header).
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
 extern "C" {
 #include "postgres.h"
 #include "access/heapam.h"
@@ -17,6 +22,7 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+#include "outbox/duration.hpp"
 #include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 
@@ -59,6 +65,25 @@ static Oid DestinationsRelid() {
 
 void WatchDestinations() {
     watched_relid = DestinationsRelid();
+}
+
+// A duration setting as create_destination accepted it (config.cpp AsDurationMs): a JSON
+// number of milliseconds or a string with a unit; 0 when absent (or, never stored, invalid).
+static int64 DurationSettingMs(Jsonb *jb, const char *key) {
+    JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, key, strlen(key), nullptr);
+    if (v == nullptr)
+        return 0;
+    if (v->type == jbvNumeric) {
+        double ms =
+            DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+        return ms >= 0 && ms < 9.2e18 ? int64(std::floor(ms)) : 0;
+    }
+    if (v->type == jbvString) {
+        std::optional<int64_t> ms =
+            outbox::ParseDurationMs(std::string_view(v->val.string.val, v->val.string.len));
+        return ms ? *ms : 0;
+    }
+    return 0;
 }
 
 // Reads every row of outbox.destinations with the latest snapshot: a message may name a
@@ -105,6 +130,8 @@ static void LoadCache() {
         entry->structured = false;
         entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
         entry->max_pending = 0;
+        entry->ttl_ms = 0;
+        entry->compacting = false;
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);
@@ -131,6 +158,12 @@ static void LoadCache() {
             if (cap && cap->type == jbvNumeric)
                 entry->max_pending = DatumGetInt64(
                     DirectFunctionCall1(numeric_int8, NumericGetDatum(cap->val.numeric)));
+            entry->ttl_ms = DurationSettingMs(jb, "ttl");
+            JsonbValue *compaction =
+                getKeyJsonValueFromContainer(&jb->root, "compaction", 10, nullptr);
+            entry->compacting = compaction && compaction->type == jbvString &&
+                                compaction->val.string.len == 3 &&
+                                memcmp(compaction->val.string.val, "key", 3) == 0;
             JsonbValue *topic =
                 getKeyJsonValueFromContainer(&jb->root, topic_key, strlen(topic_key), nullptr);
             if (topic && topic->type == jbvString &&

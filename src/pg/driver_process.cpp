@@ -55,7 +55,7 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
             return MakeWebhookDriver(options, error);
         return process->Open("webhook", spec.name, protocol::EncodeOptions(options), error);
     }
-    // amqp, nats: in flight as for Kafka, and an answer due well within the lease.
+    // Twice a batch in flight by default, and an answer due well within the lease.
     size_t in_flight = size_t(settings.batch_size) * 2;
     int64_t answer_ms = std::max<int64_t>(1000, settings.lease_timeout_ms / 2);
     if (spec.config.kind == DestinationKind::Amqp) {
@@ -91,7 +91,12 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
     options.client_id = "outbox-" + database + "-" + spec.name;
     options.source = "/outbox/" + database;
     options.lease_timeout_ms = settings.lease_timeout_ms;
-    options.max_in_flight = in_flight;
+    // "max_in_flight" widens it for a cluster whose acks=all round trip is long: the drain runs
+    // at most one window per round trip. The dispatcher uses the width only while claims come
+    // back full (Dispatcher::Room): caught up, two batches stay in flight, so claims stay large
+    // when the producers commit a row at a time.
+    options.max_in_flight =
+        options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
     if (in_process)
         return MakeKafkaDriver(options, error);
     return process->Open("kafka", spec.name, protocol::EncodeOptions(options), error);

@@ -30,6 +30,7 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
@@ -117,6 +118,7 @@ struct MessageColumns {
     Oid id_sequence;
     int id, destination, topic, key, payload, payload_bytes, headers, available_at, expires_at,
         created_at, attempts, lease_token, last_error, first_failed_at, order_key;
+    int compacts;  // 0: a schema before compaction ("compaction": "key" is then not applied)
 };
 
 static const MessageColumns &ColumnsOf(Relation rel) {
@@ -154,6 +156,9 @@ static const MessageColumns &ColumnsOf(Relation rel) {
     c.last_error = att("last_error");
     c.first_failed_at = att("first_failed_at");
     c.order_key = att("order_key");
+    c.compacts = SPI_fnumber(desc, "compacts");
+    if (c.compacts <= 0)
+        c.compacts = 0;
     c.relid = RelationGetRelid(rel);
     cols = c;
     return cols;
@@ -402,6 +407,11 @@ static void CheckManagedColumnsUnset(HeapTuple tuple, TupleDesc desc, const Mess
     }
     if (!attempts_null && DatumGetInt32(attempts) != 0)
         column = "attempts";
+    if (c.compacts > 0) {
+        heap_getattr(tuple, c.compacts, desc, &isnull);
+        if (!isnull)
+            column = "compacts";
+    }
     for (auto [att, name] : {std::pair{c.order_key, "order_key"},
                              {c.lease_token, "lease_token"},
                              {c.last_error, "last_error"},
@@ -432,6 +442,77 @@ static int64 TakeTurnFor(std::string_view destination, HeapTuple tuple, TupleDes
     return order_key;
 }
 
+// "compaction": "key". The key's older queued messages that no worker holds: not leased
+// (lease_token NULL) and not locked (a claim of the fast path locks rows without leasing them;
+// SKIP LOCKED passes them, and every row another transaction is removing, without waiting).
+// Only compacting rows (compacts) are looked at, through their own small index. The operators
+// are named with their schema: this runs with the owner's rights and the producer's
+// search_path.
+#define SUPERSEDE_DELETE                                                                    \
+    "DELETE FROM outbox.messages AS m"                                                      \
+    " WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("                                      \
+    "   SELECT o.ctid FROM outbox.messages AS o"                                            \
+    "    WHERE o.destination OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2" \
+    "      AND o.compacts AND o.lease_token IS NULL"                                        \
+    "      FOR UPDATE OF o SKIP LOCKED))"
+static const char *const kSupersedeSql = SUPERSEDE_DELETE;
+// outbox.retention > 0: the same, into outbox.archive with reason 'superseded'.
+static const char *const kSupersedeArchiveSql =
+    "WITH gone AS (" SUPERSEDE_DELETE
+    "  RETURNING m.id, m.event_id, m.destination, m.topic, m.key, m.payload, m.payload_bytes,"
+    "            m.headers, m.created_at, m.attempts)"
+    " INSERT INTO outbox.archive (id, event_id, destination, topic, key, payload, payload_bytes,"
+    "       headers, created_at, attempts, reason)"
+    " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, created_at,"
+    "        attempts, 'superseded' FROM gone";
+#undef SUPERSEDE_DELETE
+static SPIPlanPtr supersede_plan = nullptr, supersede_archive_plan = nullptr;
+
+// Removes the queued messages of (destination, key) that the row being inserted supersedes,
+// in the latest snapshot (a message committed while this transaction waited for its key's turn
+// is seen, also under REPEATABLE READ), with the rights of the owner of outbox.messages (a
+// producer needs only INSERT; restored on error by the transaction's abort, as for the key's
+// turn). Counts them as superseded. Returns how many. C-style code: may ereport.
+static int64 Supersede(Relation rel, const char *destination, Datum key) {
+    Oid save_userid;
+    int save_sec_context;
+    GetUserIdAndSecContext(&save_userid, &save_sec_context);
+    SetUserIdAndSecContext(rel->rd_rel->relowner,
+                           save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
+    if (SPI_connect() != SPI_OK_CONNECT)
+        elog(ERROR, "outbox: SPI_connect failed");
+    bool archive = setting_retention_s > 0;
+    SPIPlanPtr *slot = archive ? &supersede_archive_plan : &supersede_plan;
+    if (*slot == nullptr) {
+        Oid types[2] = {TEXTOID, TEXTOID};
+        SPIPlanPtr plan = SPI_prepare(archive ? kSupersedeArchiveSql : kSupersedeSql, 2, types);
+        if (plan == nullptr || SPI_keepplan(plan) != 0)
+            elog(ERROR, "outbox: preparing the supersede statement failed: %s",
+                 SPI_result_code_string(SPI_result));
+        *slot = plan;
+    }
+    Datum args[2] = {CStringGetTextDatum(destination), key};
+    // Its rows are counted here, as superseded, not by _messages_changed as removed.
+    superseding = true;
+    volatile int rc = 0;
+    PG_TRY();
+    {
+        rc = SPI_execute_snapshot(*slot, args, nullptr, GetLatestSnapshot(), InvalidSnapshot, false,
+                                  true, 0);
+    }
+    PG_FINALLY();
+    { superseding = false; }
+    PG_END_TRY();
+    if (rc != (archive ? SPI_OK_INSERT : SPI_OK_DELETE))
+        elog(ERROR, "outbox: superseding older messages failed: %s", SPI_result_code_string(rc));
+    int64 n = int64(SPI_processed);
+    SPI_finish();
+    SetUserIdAndSecContext(save_userid, save_sec_context);
+    if (n > 0)
+        CountSuperseded(destination, n);
+    return n;
+}
+
 // A row that carries its own id (CarriesOwnId) was checked when it was first queued: it is kept
 // as it is, but for what the queue needs — its order key, its key's turn and floor (it may go
 // back below its key's other messages), a NULL available_at or created_at. Its destination may
@@ -456,9 +537,9 @@ static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c
         ereport(ERROR,
                 (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no destination")));
     std::string_view destination(VARDATA_ANY(dest_text), VARSIZE_ANY_EXHDR(dest_text));
-    int replace_cols[3];
-    Datum replace_values[3];
-    bool replace_nulls[3] = {};
+    int replace_cols[4];
+    Datum replace_values[4];
+    bool replace_nulls[4] = {};
     int nreplace = 0;
 
     TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -479,6 +560,8 @@ static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c
     bool has_key = !isnull;
     Datum given = heap_getattr(tuple, c.order_key, desc, &isnull);
     bool ordered = dest ? dest->ordered && has_key : !isnull && has_key;
+    // (Read now: the key's turn may run invalidations that drop the cached entry.)
+    bool known = dest != nullptr, compacting = dest && dest->compacting && has_key;
     if (ordered) {
         int64 order_key = TakeTurnFor(destination, tuple, desc, c, available_at, true, id);
         if (isnull || DatumGetInt64(given) != order_key) {
@@ -488,6 +571,13 @@ static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c
     } else if (!isnull) {
         replace_cols[nreplace] = c.order_key;
         replace_nulls[nreplace++] = true;
+    }
+    // Compacted as its destination compacts now (it supersedes nothing: the operator or the
+    // restore put it back on purpose; a later message of its key supersedes it).
+    if (known && c.compacts > 0) {
+        replace_cols[nreplace] = c.compacts;
+        replace_values[nreplace] = BoolGetDatum(true);
+        replace_nulls[nreplace++] = !compacting;
     }
     WakeAtCommit();
     if (nreplace == 0)
@@ -629,9 +719,9 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
     // created_at, and the order key of an ordered message.
-    int replace_cols[6];
-    Datum replace_values[6];
-    bool replace_nulls[6] = {};
+    int replace_cols[8];
+    Datum replace_values[8];
+    bool replace_nulls[8] = {};
     int nreplace = 0;
     if (traced_headers != Datum(0)) {
         replace_cols[nreplace] = c.headers;
@@ -706,7 +796,31 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("outbox message expires_at is not after available_at"),
                         errdetail("The message would expire before it could be delivered."),
-                        errhint("Leave expires_at NULL for messages that never expire.")));
+                        errhint("Leave expires_at NULL for messages that never expire (or take the "
+                                "destination's \"ttl\").")));
+    // "ttl": the destination's default lifetime, counted from when the message is due (a
+    // scheduled message gets the whole of it). The producer's own expires_at wins.
+    if (isnull && dest.ttl_ms > 0) {
+        replace_cols[nreplace] = c.expires_at;
+        replace_values[nreplace++] = TimestampTzGetDatum(available_at + dest.ttl_ms * 1000);
+    }
+
+    // "compaction": "key": the key's older queued messages are superseded, before the row
+    // reserves room (it takes the place of what it supersedes) and before it is numbered (every
+    // row it can see then has a lower id). With "ordering": "key" the key's turn comes first:
+    // producers of a key then take turns, and each supersedes what the one before committed.
+    bool compacts = dest.compacting && has_key && c.compacts > 0;
+    int64 order_key = 0;
+    bool turn_taken = false;
+    if (compacts && dest.ordered) {
+        order_key = TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0);
+        turn_taken = true;
+    }
+    if (compacts) {
+        Supersede(rel, dest.name, key);
+        replace_cols[nreplace] = c.compacts;
+        replace_values[nreplace++] = BoolGetDatum(true);
+    }
 
     // Back-pressure, after the checks of the row itself: a refused row takes no lock and no
     // number, and a row refused for another reason reserves no room.
@@ -715,9 +829,10 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     // Last, after every check: a refused row takes no lock and no number. An ordered message is
     // numbered only once it has its key's turn, so ids follow commit order within a key.
     if (dest.ordered && has_key) {
+        if (!turn_taken)
+            order_key = TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0);
         replace_cols[nreplace] = c.order_key;
-        replace_values[nreplace++] =
-            Int64GetDatum(TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0));
+        replace_values[nreplace++] = Int64GetDatum(order_key);
     }
     replace_cols[nreplace] = c.id;
     replace_values[nreplace++] = Int64GetDatum(nextval_internal(c.id_sequence, false));

@@ -69,7 +69,7 @@ const char *const kClaimSql =
     "        attempts = m.attempts + 1"
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
-    "           m.created_at, m.expires_at, m.attempts, due.was_due";
+    "           m.created_at, m.expires_at, m.attempts, due.was_due, m.first_failed_at";
 
 // The fast path: lock due rows for the rest of the transaction without writing them; the
 // worker records their outcomes before it commits. attempts + 1 is the attempt this is.
@@ -77,7 +77,7 @@ const char *const kClaimSql =
 // batch starts after it (rows locked by this transaction are not skipped by SKIP LOCKED).
 const char *const kLockSql =
     "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
-    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid"
+    "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid, c.first_failed_at"
     "  FROM outbox.messages AS c"
     " WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
     "   AND (c.available_at, c.id) > ($3, $4) AND " CONFIG_UNCHANGED("$5")
@@ -126,7 +126,8 @@ const char *const kLeaseLockedSql =
     "       ORDER BY m.id LIMIT 1) AS x ON true),"                                                \
     " c AS ("                                                                                     \
     "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"           \
-    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid"     \
+    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"    \
+    "         m.first_failed_at"                                                                  \
     "    FROM outbox.messages AS m"                                                               \
     "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"            \
     "     AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= now()"         \
@@ -134,7 +135,7 @@ const char *const kLeaseLockedSql =
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \
     "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"     \
-    "        h.in_flight, h.blocked"                                                              \
+    "        h.in_flight, h.blocked, c.first_failed_at"                                           \
     "   FROM h LEFT JOIN c ON c.id = h.id"                                                        \
     "  ORDER BY h.due_at, h.order_key"
 
@@ -243,6 +244,11 @@ const char *const kRescheduleSql =
     " WHERE m.id = r.id AND (m.lease_token = r.token OR r.token = 0)"
     " RETURNING r.kind";
 
+// A destination whose endpoint answered 410 Gone (Resolution::pause_destination).
+const char *const kPauseGoneSql =
+    "UPDATE outbox.destinations SET paused = true, updated_at = now()"
+    " WHERE name = $1 AND NOT paused";
+
 const char *const kBurySql =
     "WITH moved AS ("
     "  DELETE FROM outbox.messages AS m"
@@ -252,14 +258,18 @@ const char *const kBurySql =
     "  RETURNING m.*, r.token, r.reason, r.err)"
     " INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload,"
     "       payload_bytes, headers, expires_at, created_at, attempts, reason, last_error,"
-    "       first_failed_at)"
+    "       first_failed_at, failed_at)"
     " SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, expires_at,"
     "        created_at,"
     "        attempts + CASE WHEN token = 0 THEN 1 ELSE 0 END"
     "                 - CASE WHEN reason IN ('expired', 'poison') THEN 1 ELSE 0 END,"
     "        reason, err,"
     "        CASE WHEN reason = 'expired' THEN first_failed_at"
-    "             ELSE coalesce(first_failed_at, now()) END"
+    "             ELSE coalesce(first_failed_at, now()) END,"
+    // The moment of the burial, not the transaction's start: a fast batch's transaction is
+    // older than the outcomes it writes back, and failed_at - first_failed_at would fall short
+    // of the retry budget that was spent.
+    "        clock_timestamp()"
     "   FROM moved"
     " RETURNING reason = 'expired', id";
 
@@ -504,6 +514,7 @@ struct RawRow {
     int *header_value_lens;
     int64 created_ms;
     int64 expires_ms;
+    int64 first_failed_ms;  // 0: no failed attempt yet
     int attempts;
     ItemPointerData tid;  // the fast path's locked rows, heads
 };
@@ -545,9 +556,10 @@ void ReadHeaders(Datum datum, RawRow *row) {
     row->nheaders = i;
 }
 
-// One claimed row of an SPI result (columns as in kClaimSql, then those of kLockSql: its ctid is
-// column 12), pointing into SPI memory.
-void ReadRow(HeapTuple tuple, TupleDesc desc, RawRow *row) {
+// One claimed row of an SPI result (columns 1-11 as in kClaimSql; kLockSql and the heads claim
+// have the ctid as column 12), pointing into SPI memory. `first_failed_col`: the column of
+// first_failed_at (FirstFailedColumn), after each claim's own columns.
+void ReadRow(HeapTuple tuple, TupleDesc desc, int first_failed_col, RawRow *row) {
     {
         bool isnull;
         row->id = DatumGetInt64(heap_getattr(tuple, 1, desc, &isnull));
@@ -589,10 +601,21 @@ void ReadRow(HeapTuple tuple, TupleDesc desc, RawRow *row) {
         d = heap_getattr(tuple, 9, desc, &isnull);
         row->expires_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d));
         row->attempts = DatumGetInt32(heap_getattr(tuple, 10, desc, &isnull));
-        if (desc->natts >= 12)
+        d = heap_getattr(tuple, first_failed_col, desc, &isnull);
+        // Rounded up: the retry budget is never found spent a fraction of a millisecond early.
+        row->first_failed_ms = isnull ? 0 : TimestampToUnixMs(DatumGetTimestampTz(d) + 999);
+        if (desc->natts >= 13)
             row->tid = *reinterpret_cast<ItemPointer>(
                 DatumGetPointer(heap_getattr(tuple, 12, desc, &isnull)));
     }
+}
+
+// The column of first_failed_at in a claim's result.
+int FirstFailedColumn(TupleDesc desc) {
+    int col = SPI_fnumber(desc, "first_failed_at");
+    if (col <= 0)
+        elog(ERROR, "outbox: a claim returned no first_failed_at");
+    return col;
 }
 
 // The claimed rows of the last SPI statement (ReadRow), pointing into SPI memory.
@@ -600,8 +623,9 @@ RawRow *ReadClaimedRows(uint64 *count) {
     uint64 n = SPI_processed;
     *count = n;
     auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
+    int first_failed_col = FirstFailedColumn(SPI_tuptable->tupdesc);
     for (uint64 i = 0; i < n; i++)
-        ReadRow(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, &rows[i]);
+        ReadRow(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, first_failed_col, &rows[i]);
     return rows;
 }
 
@@ -675,6 +699,7 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
     auto *rows = static_cast<RawRow *>(palloc0(sizeof(RawRow) * (n + 1)));
     auto *keys = static_cast<KeySeen *>(palloc0(sizeof(KeySeen) * (n + 1)));
     TupleDesc desc = SPI_tuptable->tupdesc;
+    int first_failed_col = FirstFailedColumn(desc);
     uint64 claimed = 0;
     for (uint64 i = 0; i < n; i++) {
         HeapTuple tuple = SPI_tuptable->vals[i];
@@ -683,7 +708,7 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
         heap_getattr(tuple, 1, desc, &isnull);
         k.claimed = !isnull;
         if (k.claimed)
-            ReadRow(tuple, desc, &rows[claimed++]);
+            ReadRow(tuple, desc, first_failed_col, &rows[claimed++]);
         k.order_key = DatumGetInt64(heap_getattr(tuple, 13, desc, &isnull));
         k.floor_version = DatumGetInt64(heap_getattr(tuple, 14, desc, &isnull));
         k.version = DatumGetInt64(heap_getattr(tuple, 15, desc, &isnull));
@@ -850,6 +875,7 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
         m.created_at_ms = r.created_ms;
         m.expires_at_ms = r.expires_ms;
         m.attempts = r.attempts;
+        m.first_failed_at_ms = r.first_failed_ms;
         out->push_back(std::move(m));
     }
 }
@@ -1056,6 +1082,8 @@ WriteBackCounts WriteBack(const std::string &destination,
                 break;
         }
     }
+    bool pause = std::any_of(resolutions.begin(), resolutions.end(),
+                             [](const Resolution &r) { return r.pause_destination; });
     WriteBackCounts counts;
     // The rows the statements below removed (with RETURNING id), for ordered heads.
     size_t max_removed = del_ids.size() + dead_ids.size();
@@ -1121,6 +1149,16 @@ WriteBackCounts WriteBack(const std::string &destination,
                 (expired ? counts.expired : counts.dead)++;
             }
             collect(2);
+        }
+        if (pause) {
+            // 410 Gone: paused as outbox.pause would, in this write-back's transaction (its
+            // trigger wakes the workers at commit; outbox.resume undoes it).
+            Oid types[1] = {TEXTOID};
+            Datum args[1] = {CStringGetTextDatum(destination.c_str())};
+            int rc = SPI_execute_with_args(kPauseGoneSql, 1, types, args, nullptr, false, 0);
+            if (rc != SPI_OK_UPDATE)
+                elog(ERROR, "outbox: pausing the destination failed: %s",
+                     SPI_result_code_string(rc));
         }
     });
     // ordering = key: removed heads let their keys' next messages go.

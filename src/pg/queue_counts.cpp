@@ -50,6 +50,9 @@ struct Delta {
     int level;
     char destination[NAMEDATALEN];
     int64 queued, produced, removed;
+    // "compaction": "key": rows this (sub)transaction superseded (also in `queued`, negative),
+    // and how many of them no row of this transaction used yet in place of a reservation.
+    int64 superseded, superseded_credit;
     // Rows reserved against the destination's max_pending (in `counters`) and against
     // outbox.max_pending (in the database's entry); released at the end of the (sub)transaction.
     int64 reserved_destination, reserved_database;
@@ -109,6 +112,7 @@ void SetBase(DestinationCounters *c) {
     c->base_delivered = pg_atomic_read_u64(&c->delivered);
     c->base_dead = pg_atomic_read_u64(&c->dead);
     c->base_expired = pg_atomic_read_u64(&c->expired);
+    c->base_superseded = pg_atomic_read_u64(&c->superseded);
 }
 
 // The entry of this database in shared->counted, created if need be (nullptr: table full).
@@ -175,6 +179,8 @@ void ApplyDeltas() {
             pg_atomic_fetch_add_u64(&c->produced, d.produced);
         if (d.removed)
             pg_atomic_fetch_add_u64(&c->removed, d.removed);
+        if (d.superseded)
+            pg_atomic_fetch_add_u64(&c->superseded, d.superseded);
         deltas[i].counters = c;
     }
     Settle(0, ndeltas, valid);
@@ -293,6 +299,8 @@ bool TakeCounts(Oid relid, int tries = 100) {
 
 }  // namespace
 
+bool superseding = false;
+
 void RegisterQueueCountCallbacks() {
     RegisterXactCallback(OnTransaction, nullptr);
     RegisterSubXactCallback(OnSubtransaction, nullptr);
@@ -325,6 +333,13 @@ void CountQueueChange(const char *destination, int64 queued, int64 produced, int
     d.queued += queued;
     d.produced += produced;
     d.removed += removed;
+}
+
+void CountSuperseded(const char *destination, int64 superseded) {
+    Delta &d = DeltaFor(destination);
+    d.queued -= superseded;
+    d.superseded += superseded;
+    d.superseded_credit += superseded;
 }
 
 // The committed rows of `destination` (nullptr: of every destination) in a fresh snapshot: the
@@ -384,6 +399,16 @@ void ReserveQueueRow(Oid messages, const char *destination, int64 destination_ca
                      int64 database_cap) {
     if (destination_cap <= 0 && database_cap <= 0)
         return;
+    // A row that takes the place of one this (sub)transaction superseded adds nothing to the
+    // queue: it needs no room. The credit is this transaction's own (the superseded row stays
+    // queued, and counted, should it roll back), so no other producer can take it.
+    {
+        Delta &own = DeltaFor(destination);
+        if (own.superseded_credit > 0) {
+            own.superseded_credit--;
+            return;
+        }
+    }
     bool valid = CountsValid(MyDatabaseId, messages);
     // The first capped insert after the counts were lost takes them, if no writer is in the
     // way right now (and this transaction wrote nothing yet: its rows would be counted twice).
@@ -461,6 +486,9 @@ Datum outbox_messages_changed(PG_FUNCTION_ARGS) {
         invalidate_at_commit = true;
         return PointerGetDatum(NULL);
     }
+    // Rows the producer check supersedes ("compaction": "key") are counted by it, as superseded.
+    if (superseding)
+        return PointerGetDatum(NULL);
     TupleDesc desc = RelationGetDescr(td->tg_relation);
     int att_dest = SPI_fnumber(desc, "destination");
     auto count = [&](HeapTuple tuple, int sign) {
@@ -532,8 +560,8 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: counting the queue failed");
         for (uint64 i = 0; i < SPI_processed; i++) {
-            Datum values[8];
-            bool nulls[8] = {false, false, true, true, true, true, true, true};
+            Datum values[9];
+            bool nulls[9] = {false, false, true, true, true, true, true, true, true};
             bool isnull;
             HeapTuple t = SPI_tuptable->vals[i];
             values[0] = heap_getattr(t, 1, SPI_tuptable->tupdesc, &isnull);
@@ -542,19 +570,19 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
         }
     } else {
         ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
-            Datum values[8];
-            bool nulls[8] = {false};
+            Datum values[9];
+            bool nulls[9] = {false};
             SpinLockAcquire(&entry->mutex);
             int64 queued = entry->queued, initial = entry->initial;
-            uint64 base[5] = {entry->base_produced, entry->base_removed, entry->base_delivered,
-                              entry->base_dead, entry->base_expired};
+            uint64 base[6] = {entry->base_produced, entry->base_removed, entry->base_delivered,
+                              entry->base_dead,     entry->base_expired, entry->base_superseded};
             SpinLockRelease(&entry->mutex);
-            pg_atomic_uint64 *now[5] = {&entry->produced, &entry->removed, &entry->delivered,
-                                        &entry->dead, &entry->expired};
+            pg_atomic_uint64 *now[6] = {&entry->produced, &entry->removed, &entry->delivered,
+                                        &entry->dead,     &entry->expired, &entry->superseded};
             values[0] = CStringGetTextDatum(entry->key.name);
             values[1] = Int64GetDatum(queued);
             values[2] = Int64GetDatum(initial);
-            for (int k = 0; k < 5; k++)
+            for (int k = 0; k < 6; k++)
                 values[3 + k] = Int64GetDatum(int64(pg_atomic_read_u64(now[k]) - base[k]));
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         });

@@ -1,6 +1,6 @@
 # Security, end to end:
 #  1. Secrets never leak: destinations with a webhook secret, a Kafka sasl.password and URLs
-#     with user:password@ credentials fail in every way (HTTP 500 and 410, refused
+#     with user:password@ credentials fail in every way (HTTP 500 and 404, refused
 #     connections, failed SASL); no secret shows in the server log, the dead letters, the
 #     queue, outbox.stats(), outbox.workers(), pg_stat_activity, or the errors of refused
 #     create/alter_destination calls.
@@ -77,7 +77,7 @@ my $sink_port = $sink->port;
 my %dest = (
     sec_hook_500 => ['webhook', { url => "http://outbox:$marker{URLPW}\@127.0.0.1:$sink_port/fail;status=500",
         secret => $whsec, headers => { authorization => "Bearer $marker{HDR}" }, max_attempts => 2 }],
-    sec_hook_410 => ['webhook', { url => $sink->url('/gone;status=410'), secret => $whsec }],
+    sec_hook_404 => ['webhook', { url => $sink->url('/gone;status=404'), secret => $whsec }],
     sec_hook_refused => ['webhook', { url => "http://outbox:$marker{URLPWREFUSED}\@127.0.0.1:$refused/",
         secret => [$whsec, 'whsec_c2VjcmV0Mg=='] }],
     sec_kafka_sasl => ['kafka', { 'bootstrap.servers' => $bootstrap, topic => 'sec',
@@ -94,10 +94,10 @@ for my $name (sort keys %dest) {
 }
 sql(q{INSERT INTO outbox.messages (destination, payload)
       SELECT d, jsonb_build_object('n', g)
-        FROM unnest(ARRAY['sec_hook_500', 'sec_hook_410', 'sec_hook_refused', 'sec_kafka_sasl',
+        FROM unnest(ARRAY['sec_hook_500', 'sec_hook_404', 'sec_hook_refused', 'sec_kafka_sasl',
                           'sec_kafka_refused']) d, generate_series(1, 3) g});
-ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.dead_letters WHERE destination IN ('sec_hook_500', 'sec_hook_410')}) eq '6' }, 60),
-    'the webhooks answering 500 and 410 have their messages dead-lettered');
+ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.dead_letters WHERE destination IN ('sec_hook_500', 'sec_hook_404')}) eq '6' }, 60),
+    'the webhooks answering 500 and 404 have their messages dead-lettered');
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.stats() WHERE destination LIKE 'sec_%' AND last_error IS NULL}) eq '0' }, 60),
     'every failing destination has a last_error');
 note(sql(q{SELECT string_agg(destination || ': ' || last_error, E'\n') FROM outbox.stats() WHERE destination LIKE 'sec_%'}));
@@ -110,7 +110,7 @@ sleep 2;   # a few more rounds of failures (outage probes, SASL retries)
 my @refusals = (
     ['webhook URL credentials and a bad secret', sprintf(q|SELECT outbox.create_destination('sec_bad1', 'webhook', '{"url": "http://outbox:%s@/x", "secret": "whsec_%s!!"}')|, $marker{BAD1}, $marker{BAD2})],
     ['a sasl.password of the wrong type', sprintf(q|SELECT outbox.create_destination('sec_bad2', 'kafka', '{"bootstrap.servers": "", "sasl.password": {"x": "%s"}}')|, $marker{BAD3})],
-    ['a bad secret in an array', sprintf(q|SELECT outbox.alter_destination('sec_hook_410', '{"secret": ["whsec_%s!!"], "timeout_ms": "x"}')|, $marker{BAD4})],
+    ['a bad secret in an array', sprintf(q|SELECT outbox.alter_destination('sec_hook_404', '{"secret": ["whsec_%s!!"], "timeout_ms": "x"}')|, $marker{BAD4})],
     ['a sasl.password next to a bad setting', sprintf(q|SELECT outbox.alter_destination('sec_kafka_sasl', '{"sasl.password": "%s", "linger.ms": "soon"}')|, $marker{BAD5})],
     ['a static authorization header with CR/LF', sprintf(q|SELECT outbox.create_destination('sec_bad3', 'webhook', '{"url": "http://127.0.0.1:1/", "headers": {"authorization": "Bearer %s\r\n"}}')|, $marker{BAD6})],
 );
@@ -123,7 +123,7 @@ for my $r (@refusals) {
     is("@seen", '', "the error for $what shows no secret") or diag($err);
 }
 # A secret in a call refused for another reason (the name is taken).
-$node->psql('postgres', sprintf(q|SELECT outbox.create_destination('sec_hook_410', 'kafka', '{"bootstrap.servers": "b:9092", "sasl.password": "%s"}')|, $marker{BAD7}));
+$node->psql('postgres', sprintf(q|SELECT outbox.create_destination('sec_hook_404', 'kafka', '{"bootstrap.servers": "b:9092", "sasl.password": "%s"}')|, $marker{BAD7}));
 
 sub markers_in {
     my ($text) = @_;
@@ -212,7 +212,7 @@ allowed('ops', q{SELECT * FROM outbox.workers()}, 'read outbox.workers()');
 allowed('ops', q{SELECT outbox.wake()}, 'wake the workers');
 allowed('ops', q{SELECT outbox.pause('hook_ok'); SELECT outbox.resume('hook_ok')}, 'pause and resume');
 allowed('ops', q{SELECT count(*) FROM outbox.messages}, 'read the queue');
-my $dead_id = allowed('ops', q{SELECT min(id) FROM outbox.dead_letters WHERE destination = 'sec_hook_410'}, 'read the dead letters');
+my $dead_id = allowed('ops', q{SELECT min(id) FROM outbox.dead_letters WHERE destination = 'sec_hook_404'}, 'read the dead letters');
 is(allowed('ops', "SELECT outbox.requeue(ARRAY[$dead_id]::bigint[])", 'requeue by id'), '1', 'the dead letter was requeued');
 allowed('ops', q{SELECT outbox.requeue('sec_hook_500')}, 'requeue by destination');
 denied('ops', q{SELECT config FROM outbox.destinations}, 'read destination configs');
@@ -423,7 +423,7 @@ is($rc, 0, "another producer's next INSERT is not refused because of it") or dia
 
 # A forged id equal to a dead letter's, on a destination that dead-letters it again.
 sql(sprintf(q|SELECT outbox.create_destination('gone', 'webhook', '{"url": "%s"}');
-      INSERT INTO outbox.messages (destination, payload) VALUES ('gone', '{"first": true}')|, $sink->url('/gone2;status=410')));
+      INSERT INTO outbox.messages (destination, payload) VALUES ('gone', '{"first": true}')|, $sink->url('/gone2;status=404')));
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'gone'}) eq '1' }, 30),
     'a message is dead-lettered');
 my $dl = sql(q{SELECT id FROM outbox.dead_letters WHERE destination = 'gone'});

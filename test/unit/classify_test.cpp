@@ -23,10 +23,16 @@ TEST(ClassifyTest, HttpTransientRejectionsRetry) {
 }
 
 TEST(ClassifyTest, HttpPermanentAndNonsenseStatusesAreDead) {
-    for (long status : {0L,   -1L,  100L, 101L, 199L, 300L, 301L, 304L, 400L, 401L, 403L,
-                        404L, 405L, 409L, 410L, 413L, 422L, 426L, 499L, 600L, 999L, 2147483647L}) {
+    for (long status : {0L,   -1L,  100L, 101L, 199L, 300L, 301L, 304L, 400L, 401L,       403L,
+                        404L, 405L, 409L, 413L, 422L, 426L, 499L, 600L, 999L, 2147483647L}) {
         EXPECT_EQ(ClassifyHttpStatus(status), OutcomeKind::Dead) << status;
     }
+}
+
+// Standard Webhooks: "410 Gone ... Sender should disable the webhook endpoint".
+TEST(ClassifyTest, HttpGoneDisablesTheEndpoint) {
+    EXPECT_EQ(ClassifyHttpStatus(410), OutcomeKind::Gone);
+    EXPECT_STREQ(OutcomeKindName(OutcomeKind::Gone), "gone");
 }
 
 TEST(ClassifyTest, CurlFailuresBeforeTheRequestDefer) {

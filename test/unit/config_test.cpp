@@ -445,6 +445,39 @@ TEST(ConfigTest, WebhookSecrets) {
     EXPECT_TRUE(check.config.webhook.secret_keys.empty());
 }
 
+// v1a: whsk_ private keys sign beside whsec_ secrets; a public key given by mistake is named.
+TEST(ConfigTest, WebhookSigningKeys) {
+    const std::string seed = "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=";
+    const std::string pub = "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
+    ConfigCheck check = Webhook(R"({"url": "http://h/", "secret": ")" + seed + "\"}");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    ASSERT_EQ(check.config.webhook.signing_keys.size(), 1u);
+    EXPECT_EQ(check.config.webhook.signing_keys[0].size(), 32u);
+    EXPECT_TRUE(check.config.webhook.secret_keys.empty());
+
+    check = Webhook(R"({"url": "http://h/", "secret": [")" + std::string(kSecret) + R"(", ")" +
+                    seed + R"("]})");
+    ASSERT_TRUE(check.ok()) << JoinProblems(check);
+    EXPECT_EQ(check.config.webhook.secret_keys.size(), 1u);
+    EXPECT_EQ(check.config.webhook.signing_keys.size(), 1u);
+
+    check = Webhook(R"({"url": "http://h/", "secret": ")" + pub + "\"}");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "\"secret\" is a public key (\"whpk_\"): sign with its private key (\"whsk_\"); "
+              "the public key is what receivers verify with");
+    check = Webhook(R"({"url": "http://h/", "secret": [")" + seed + R"(", "whsk_Zm9vYmFy"]})");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0],
+              "element 2 of \"secret\" must be \"whsk_\" followed by the base64 of a 32-byte "
+              "ed25519 private key (or of libsodium's 64-byte secret key)");
+    EXPECT_TRUE(check.config.webhook.signing_keys.empty());
+    // Neither problem quotes the key.
+    check = Webhook(R"({"url": "http://h/", "secret": ")" + seed.substr(0, 20) + "\"}");
+    ASSERT_EQ(check.problems.size(), 1u);
+    EXPECT_EQ(check.problems[0].find(seed.substr(5, 10)), std::string::npos);
+}
+
 TEST(ConfigTest, WebhookHeaders) {
     ConfigCheck check = Webhook(R"({"url": "http://h/", "headers": {
         "bad name": "v",
@@ -580,6 +613,59 @@ TEST(ConfigTest, MaxPending) {
     }
 }
 
+// Policies of issue 26: "ttl".
+TEST(ConfigTest, Ttl) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.ttl_ms, 0);
+
+    const std::pair<const char *, int64_t> good[] = {{"\"15min\"", 900000},
+                                                     {"\"1s\"", 1000},
+                                                     {"1000", 1000},
+                                                     {"\"366d\"", 31622400000},
+                                                     {"1500.7", 1500}};
+    for (const auto &[ttl, ms] : good) {
+        ConfigCheck ok = CheckDestinationConfig(
+            DestinationKind::Webhook, std::string(R"({"url": "http://h/", "ttl": )") + ttl + "}");
+        ASSERT_TRUE(ok.ok()) << ttl << ": " << JoinProblems(ok);
+        EXPECT_EQ(ok.config.ttl_ms, ms) << ttl;
+    }
+    for (const char *bad :
+         {"\"999ms\"", "999", "\"367d\"", "-1000", "\"soon\"", "true", "null", "[1]", "\"\""}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Nats,
+            std::string(R"({"servers": "nats://h:4222", "subject": "s", "ttl": )") + bad + "}");
+        EXPECT_TRUE(HasProblem(check,
+                               "\"ttl\" must be a duration between 1s and 366d (a number of "
+                               "milliseconds or a string such as \"30s\", \"15min\" or \"2h\")"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
+TEST(ConfigTest, RetryBudget) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.retry.retry_budget_ms, 0);
+    ConfigCheck day =
+        CheckDestinationConfig(DestinationKind::Webhook,
+                               R"({"url": "http://h/", "retry_budget": "24h", "max_attempts": 5})");
+    ASSERT_TRUE(day.ok()) << JoinProblems(day);
+    EXPECT_EQ(day.config.retry.retry_budget_ms, 86400000);
+    EXPECT_EQ(day.config.retry.max_attempts, 5);
+    for (const char *bad : {"\"0s\"", "999", "\"367d\"", "\"a day\"", "false"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Webhook,
+            std::string(R"({"url": "http://h/", "retry_budget": )") + bad + "}");
+        EXPECT_TRUE(
+            HasProblem(check,
+                       "\"retry_budget\" must be a duration between 1s and 366d (a number "
+                       "of milliseconds or a string such as \"30s\", \"15min\" or \"24h\")"))
+            << bad << ": " << JoinProblems(check);
+    }
+}
+
 TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     ConfigCheck retries = CheckDestinationConfig(
         DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");
@@ -593,6 +679,31 @@ TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
     ConfigCheck fine = CheckDestinationConfig(
         DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max.in.flight": 5})");
     EXPECT_TRUE(fine.ok()) << JoinProblems(fine);
+}
+
+// "max_in_flight" is the relay's window (not librdkafka's "max.in.flight", above): 1..100000.
+TEST(ConfigTest, KafkaMaxInFlightIsTheRelaysWindow) {
+    ConfigCheck given = CheckDestinationConfig(
+        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max_in_flight": 50000})");
+    ASSERT_TRUE(given.ok()) << JoinProblems(given);
+    EXPECT_EQ(given.config.kafka.max_in_flight, 50000);
+    // Not handed to librdkafka as a property.
+    for (const auto &[key, value] : given.config.kafka.properties)
+        EXPECT_NE(key, "max_in_flight");
+    ConfigCheck absent =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    EXPECT_EQ(absent.config.kafka.max_in_flight, 0);  // the worker's default
+    EXPECT_TRUE(
+        CheckDestinationConfig(DestinationKind::Kafka,
+                               R"({"bootstrap.servers": "b:9092", "max_in_flight": 100000})")
+            .ok());
+    for (const char *bad : {"0", "100001", "1.5", "\"8\"", "-1", "true"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Kafka,
+            std::string(R"({"bootstrap.servers": "b:9092", "max_in_flight": )") + bad + "}");
+        EXPECT_TRUE(HasProblem(check, "\"max_in_flight\" must be an integer between 1 and 100000"))
+            << bad << ": " << JoinProblems(check);
+    }
 }
 
 TEST(ConfigTest, IsSecretSetting) {
@@ -960,6 +1071,54 @@ TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
         CheckDestinationConfig(DestinationKind::Webhook, R"({"url": "https://example.com/"})");
     EXPECT_FALSE(defaulted.config.webhook.timeout_set);
     EXPECT_FALSE(WebhookTimeoutProblem(defaulted.config.webhook, 1000).has_value());
+}
+
+}  // namespace
+}  // namespace outbox
+
+namespace outbox {
+namespace {
+
+// Policies of issue 26: "compaction".
+TEST(ConfigTest, Compaction) {
+    ConfigCheck none =
+        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ASSERT_TRUE(none.ok()) << JoinProblems(none);
+    EXPECT_EQ(none.config.compaction, Compaction::None);
+
+    const std::pair<const char *, DestinationKind> kinds[] = {
+        {R"({"bootstrap.servers": "b:9092", "compaction": )", DestinationKind::Kafka},
+        {R"({"url": "http://h/", "compaction": )", DestinationKind::Webhook},
+        {R"({"url": "amqp://h/", "compaction": )", DestinationKind::Amqp},
+        {R"({"servers": "nats://h:4222", "subject": "s", "compaction": )", DestinationKind::Nats}};
+    for (const auto &[prefix, kind] : kinds) {
+        ConfigCheck key = CheckDestinationConfig(kind, std::string(prefix) + "\"key\"}");
+        ASSERT_TRUE(key.ok()) << prefix << ": " << JoinProblems(key);
+        EXPECT_EQ(key.config.compaction, Compaction::Key);
+        ConfigCheck off = CheckDestinationConfig(kind, std::string(prefix) + "\"none\"}");
+        ASSERT_TRUE(off.ok()) << prefix << ": " << JoinProblems(off);
+        EXPECT_EQ(off.config.compaction, Compaction::None);
+        // Not a librdkafka property for Kafka: it is never handed to librdkafka.
+        EXPECT_TRUE(key.config.kafka.properties.empty() ||
+                    key.config.kafka.properties.back().first != "compaction");
+    }
+    for (const char *bad : {"\"Key\"", "\"keys\"", "\"\"", "true", "1", "null", "[\"key\"]"}) {
+        ConfigCheck check = CheckDestinationConfig(
+            DestinationKind::Webhook, std::string(R"({"url": "http://h/", "compaction": )") + bad +
+                                          ", \"ordering\": \"key\"}");
+        EXPECT_TRUE(HasProblem(check,
+                               "\"compaction\" must be \"key\" (a newer message of a key "
+                               "supersedes its older undelivered one) or \"none\""))
+            << bad << ": " << JoinProblems(check);
+        EXPECT_EQ(check.config.compaction, Compaction::None) << bad;
+    }
+    // With ordering by key too.
+    ConfigCheck both =
+        CheckDestinationConfig(DestinationKind::Webhook,
+                               R"({"url": "http://h/", "compaction": "key", "ordering": "key"})");
+    ASSERT_TRUE(both.ok()) << JoinProblems(both);
+    EXPECT_EQ(both.config.compaction, Compaction::Key);
+    EXPECT_EQ(both.config.ordering, Ordering::Key);
 }
 
 }  // namespace

@@ -333,6 +333,74 @@ TEST_F(DispatcherTest, RetryAtMaxAttemptsBuries) {
     EXPECT_NE(res.error.find("attempt 2 of 2"), std::string::npos) << res.error;
 }
 
+// 2d. "retry_budget": a message still failing that long after its first failed attempt goes to
+// the dead letters as max_attempts, not before; whichever of the two limits comes first.
+TEST_F(DispatcherTest, RetryPastTheRetryBudgetBuries) {
+    DestinationSpec spec = Spec("hooks");
+    spec.config.retry.retry_budget_ms = 2000;
+    spec.config.retry.max_attempts = 100;
+    dispatcher_.SetDestinations(Specs({spec}));
+
+    auto failed_at = [](int64_t id, int attempts, int64_t first_failed_ms) {
+        Message m = Row(id, 100 + id, attempts);
+        m.first_failed_at_ms = first_failed_ms;
+        return m;
+    };
+    // 1: never failed (its first failure starts the budget); 2: failed 1999 ms ago; 3: 2000 ms
+    // ago; 4: long ago but at its last attempt (max_attempts first).
+    ClaimAndSubmit("hooks",
+                   {failed_at(1, 1, 0), failed_at(2, 5, kT0 - 1999), failed_at(3, 5, kT0 - 2000),
+                    failed_at(4, 100, kT0 - 600000)},
+                   kT0);
+    for (int64_t id = 1; id <= 4; ++id)
+        DriverOf("hooks").Finish(id, OutcomeKind::Retry, "HTTP 500");
+    std::vector<Resolution> list = PollFor("hooks", kT0);
+    ASSERT_EQ(list.size(), 4u);
+    std::sort(list.begin(), list.end(),
+              [](const Resolution &a, const Resolution &b) { return a.id < b.id; });
+    EXPECT_EQ(list[0].action, Resolution::Action::Reschedule);
+    EXPECT_EQ(list[1].action, Resolution::Action::Reschedule);
+    EXPECT_EQ(list[2].action, Resolution::Action::Bury);
+    EXPECT_EQ(list[2].dead_reason, DeadReason::MaxAttempts);
+    EXPECT_EQ(list[2].error, "HTTP 500 (attempt 5, retry_budget of 2s spent)");
+    EXPECT_EQ(list[3].action, Resolution::Action::Bury);
+    EXPECT_EQ(list[3].error, "HTTP 500 (attempt 100 of 100)");
+}
+
+// 2e. Time the destination was unreachable spends no retry budget: a message that failed, then
+// waited out an outage longer than the budget, is retried when the destination answers again.
+TEST_F(DispatcherTest, AnOutageSpendsNoRetryBudget) {
+    DestinationSpec spec = Spec("hooks");
+    spec.config.retry.retry_budget_ms = 5000;
+    dispatcher_.SetDestinations(Specs({spec}));
+    ScriptedDriver *driver = nullptr;
+
+    // Failed first at kT0; at kT0 + 1000 the destination is unreachable, for 20 s.
+    Message m = Row(1, 11, 2);
+    m.first_failed_at_ms = kT0;
+    ClaimAndSubmit("hooks", {m}, kT0 + 1000);
+    driver = &DriverOf("hooks");
+    driver->Finish(1, OutcomeKind::Defer, "connection refused");
+    EXPECT_EQ(PollOne("hooks", kT0 + 1000).action, Resolution::Action::Reschedule);
+    // Probes until kT0 + 21000, when the destination answers with a 500 again: 21 s since the
+    // first failure, 20 s of it unreachable, so 1 s of the budget spent.
+    int64_t now = kT0 + 21000;
+    m.lease_token = 12;
+    ClaimAndSubmit("hooks", {m}, now);
+    driver->Finish(1, OutcomeKind::Retry, "HTTP 500");
+    Resolution res = PollOne("hooks", now);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule) << res.error;
+    // Still failing 4 s later (5 s of failing in all): the budget is spent.
+    m.lease_token = 13;
+    m.attempts = 3;
+    ClaimAndSubmit("hooks", {m}, now + 4000);
+    driver->Finish(1, OutcomeKind::Retry, "HTTP 500");
+    res = PollOne("hooks", now + 4000);
+    EXPECT_EQ(res.action, Resolution::Action::Bury);
+    EXPECT_EQ(res.dead_reason, DeadReason::MaxAttempts);
+    EXPECT_EQ(res.error, "HTTP 500 (attempt 3, retry_budget of 5s spent)");
+}
+
 // 3. Dead: to the dead letters at once as rejected, the driver's error kept.
 TEST_F(DispatcherTest, DeadBuriesAsRejected) {
     dispatcher_.SetDestinations(Specs({Spec("hooks")}));
@@ -417,6 +485,33 @@ TEST_F(DispatcherTest, DeferStartsAnOutageProbedWithOneRowAtATime) {
     EXPECT_EQ(full->limit, 32);
     // SetProbing(true) was never called before the first Defer, and the last call turned it off.
     EXPECT_EQ(std::count(driver.probing_calls.begin(), driver.probing_calls.end(), false), 1);
+}
+
+// 410 Gone: the message stays queued (attempt refunded), the write-back pauses the destination,
+// nothing more is claimed until a resume is loaded; the messages in flight come back the same.
+TEST_F(DispatcherTest, GonePausesTheDestinationAndKeepsTheMessages) {
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    ClaimAndSubmit("hooks", {Row(1, 101), Row(2, 102)}, kT0);
+    ScriptedDriver &driver = DriverOf("hooks");
+    driver.Finish(1, OutcomeKind::Gone, "HTTP 410");
+    Resolution res = PollOne("hooks", kT0 + 10);
+    EXPECT_EQ(res.id, 1);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+    EXPECT_TRUE(res.refund_attempt);
+    EXPECT_EQ(res.delay_ms, 0);
+    EXPECT_TRUE(res.pause_destination);
+    EXPECT_EQ(res.error,
+              "HTTP 410; destination paused (the endpoint asked to receive no more webhooks): "
+              "outbox.resume('hooks') delivers the queued messages");
+    EXPECT_EQ(Planned(dispatcher_.PlanClaims(kT0 + 100000), "hooks"), nullptr);
+    driver.Finish(2, OutcomeKind::Gone, "HTTP 410");
+    res = PollOne("hooks", kT0 + 20);
+    EXPECT_EQ(res.id, 2);
+    EXPECT_EQ(res.action, Resolution::Action::Reschedule);
+    EXPECT_TRUE(res.pause_destination);
+    // outbox.resume: the destinations are loaded again, not paused; claims go on.
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    EXPECT_NE(Planned(dispatcher_.PlanClaims(kT0 + 30), "hooks"), nullptr);
 }
 
 // 4b. Several messages of one batch deferred together count as one failure.
@@ -859,6 +954,62 @@ TEST_F(DispatcherTest, AllowedNetworksRebuildWebhookDriversOnly) {
     dispatcher_.PlanClaims(kT0 + 3);
     EXPECT_EQ(builds_["hooks"], 3);
     EXPECT_EQ(builds_["stream"], 1);
+}
+
+// The claim window: while claims come back full (a backlog) a destination fills its driver's
+// room; once one comes back short (caught up) at most two batches stay in flight, and a claim
+// waits until a whole batch fits; a full claim widens it again.
+TEST_F(DispatcherTest, TheClaimWindowIsWideOnlyWhileClaimsComeBackFull) {
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.batch_size = 4;  // two batches: 8; the driver takes 32
+    dispatcher_.SetSettings(settings);
+    dispatcher_.SetDestinations(Specs({Spec("hooks")}));
+    int64_t next = 1;
+    auto rows = [&next](int n) {
+        std::vector<Message> v;
+        for (int i = 0; i < n; i++, next++)
+            v.push_back(Row(next, 1000 + next));
+        return v;
+    };
+    // Claimed and answered: `n` rows of a claim for `limit`.
+    auto claim = [&](int n, int64_t now) {
+        std::vector<ClaimRequest> plan = dispatcher_.PlanClaims(now);
+        const ClaimRequest *r = Planned(plan, "hooks");
+        if (r == nullptr)
+            return 0;
+        int limit = r->limit;
+        dispatcher_.Submit("hooks", limit, rows(n), now);
+        return limit;
+    };
+
+    // The first claim is narrow until it comes back full; full claims go on past two batches.
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(claim(4, kT0 + i), 4) << "claim " << i;
+    EXPECT_EQ(DriverOf("hooks").InFlight(), 32u);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 0u) << "the driver's room is the limit";
+    EXPECT_EQ(claim(4, kT0 + 9), 0);
+
+    for (int64_t id = 1; id < next; id++)
+        DriverOf("hooks").Finish(id, OutcomeKind::Delivered);
+    EXPECT_EQ(PollFor("hooks", kT0 + 10).size(), 32u);
+    // Caught up: a claim of 4 brings 3. Now two batches (8) bound what is in flight.
+    ASSERT_EQ(claim(3, kT0 + 11), 4);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 5u);
+    dispatcher_.WakeAll();  // a commit: 5 fit, a whole batch
+    ASSERT_EQ(claim(2, kT0 + 12), 4);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 3u);
+    dispatcher_.WakeAll();  // 3 fit, less than a batch: the next claim waits
+    EXPECT_EQ(claim(4, kT0 + 13), 0);
+
+    // Two answered: a batch fits again, and that claim comes back full: the window is wide.
+    DriverOf("hooks").Finish(next - 1, OutcomeKind::Delivered);
+    DriverOf("hooks").Finish(next - 2, OutcomeKind::Delivered);
+    EXPECT_EQ(PollFor("hooks", kT0 + 14).size(), 2u);
+    dispatcher_.WakeAll();
+    ASSERT_EQ(claim(4, kT0 + 15), 4);
+    EXPECT_EQ(DriverOf("hooks").InFlight(), 7u);
+    EXPECT_EQ(dispatcher_.Capacity("hooks"), 25u);
+    ASSERT_EQ(claim(4, kT0 + 16), 4) << "past two batches while claims come back full";
 }
 
 }  // namespace

@@ -134,6 +134,21 @@ TEST(DriverProtocolTest, SubmitRoundTripKeepsEveryField) {
     EXPECT_FALSE(f->messages[9].tombstone);
 }
 
+// first_failed_at_ms is the worker's ("retry_budget"): the driver process never sees it.
+TEST(DriverProtocolTest, SubmitLeavesTheWorkersFirstFailedAtBehind) {
+    std::vector<Message> batch = {SampleMessage(1)};
+    batch[0].first_failed_at_ms = 1700000000000;
+    std::string bytes;
+    EncodeSubmit(7, batch, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes);
+    ASSERT_EQ(frames.size(), 1u);
+    const auto *f = std::get_if<SubmitFrame>(&frames[0]);
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->messages.size(), 1u);
+    ExpectSameMessage(f->messages[0], batch[0]);
+    EXPECT_EQ(f->messages[0].first_failed_at_ms, 0);
+}
+
 TEST(DriverProtocolTest, LargeBatchesAreSplitAndReassembledInOrder) {
     std::vector<Message> batch;
     for (int64_t id = 1; id <= 40; id++) {
@@ -443,6 +458,7 @@ TEST(DriverProtocolTest, RandomBytesAndBitFlipsNeverCrashTheDecoder) {
 TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     KafkaDriverOptions o;
     o.config.default_topic = "orders";
+    o.config.max_in_flight = 20000;
     o.config.cloudevents = CloudEventsMode::Structured;
     o.config.properties = {{"bootstrap.servers", "127.0.0.1:9092"}, {"linger.ms", "2"}};
     o.client_id = "outbox-app-orders";
@@ -453,6 +469,7 @@ TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
     EXPECT_EQ(back.config.default_topic, o.config.default_topic);
+    EXPECT_EQ(back.config.max_in_flight, 20000);
     EXPECT_EQ(back.config.cloudevents, CloudEventsMode::Structured);
     EXPECT_EQ(back.config.properties, o.config.properties);
     EXPECT_EQ(back.client_id, o.client_id);
@@ -465,6 +482,7 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     WebhookDriverOptions o;
     o.config.url = "https://example.com/hook?token=abc";
     o.config.secret_keys = {std::string("\0key\xff", 5), "second"};
+    o.config.signing_keys = {std::string(32, '\x01'), std::string("\0seed", 5)};
     o.config.headers = {{"x-team", "billing"}};
     o.config.timeout_ms = 5000;
     o.config.timeout_set = true;
@@ -483,6 +501,7 @@ TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
     EXPECT_EQ(back.config.url, o.config.url);
     EXPECT_EQ(back.config.secret_keys, o.config.secret_keys);
+    EXPECT_EQ(back.config.signing_keys, o.config.signing_keys);
     EXPECT_EQ(back.config.headers, o.config.headers);
     EXPECT_EQ(back.config.timeout_ms, 5000);
     EXPECT_TRUE(back.config.timeout_set);

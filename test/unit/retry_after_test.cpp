@@ -47,6 +47,9 @@ TEST(RetryAfterTest, Rfc850TwoDigitYearsFollowTheFiftyYearRule) {
     EXPECT_EQ(ParseRetryAfterMs("Tuesday, 01-Jan-30 00:00:00 GMT", kJan1_2024),
               kJan1_2030 - kJan1_2024);
     EXPECT_EQ(ParseRetryAfterMs("Friday, 01-Jan-99 00:00:00 GMT", kJan1_2024), 0);
+    // "72" is 2072 (48 years ahead), where libcurl alone would read 1972.
+    EXPECT_EQ(ParseRetryAfterMs("Friday, 01-Jan-72 00:00:00 GMT", kJan1_2024),
+              3218832000LL * 1000 - kJan1_2024);
 }
 
 TEST(RetryAfterTest, AsctimeDate) {

@@ -136,5 +136,100 @@ TEST(SigningTest, WebhookSecretNeedsPrefixAndBase64AndAKey) {
     EXPECT_EQ(DecodeWebhookSecret("whsec"), std::nullopt);
 }
 
+// v1a: RFC 8032 §7.1 TEST 1 is the key pair; the v1a signature of the Standard Webhooks
+// reference message by that key was computed with Python's cryptography package (ed25519 is
+// deterministic, so there is one right answer).
+constexpr char kRfc8032Seed[] = "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=";
+constexpr char kRfc8032SeedAndPublic[] =
+    "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2DXWpgBgrEKt9VL/tPJZAc6DuFy89qmIyWvAhpo9wdRGg==";
+constexpr char kRfc8032Public[] = "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
+constexpr char kVectorSignatureV1a[] =
+    "v1a,fldxM4gAKugP6nnt1hdz3sgGfZ6d99nzrMFnZOELIxbzEHoVmAb2ADpkJK7zgPePmPsle0zV9jSeGlHFG2NVAw==";
+
+std::string Hex(std::string_view bytes) {
+    static const char kDigits[] = "0123456789abcdef";
+    std::string out;
+    for (char c : bytes) {
+        out.push_back(kDigits[static_cast<unsigned char>(c) >> 4]);
+        out.push_back(kDigits[static_cast<unsigned char>(c) & 15]);
+    }
+    return out;
+}
+
+TEST(SigningTest, Ed25519MatchesRfc8032TestOne) {
+    std::optional<std::string> seed = DecodeSigningKey(kRfc8032Seed);
+    ASSERT_TRUE(seed.has_value());
+    EXPECT_EQ(Hex(*seed), "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60");
+    std::optional<std::string> pub = DecodePublicKey(kRfc8032Public);
+    ASSERT_TRUE(pub.has_value());
+    EXPECT_EQ(Hex(*pub), "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+    EXPECT_EQ(Ed25519PublicKey(*seed), *pub);
+    // The signature of the empty message, from the RFC.
+    std::optional<std::string> sig = Base64Decode(
+        "5VZDAMNgrHKQhuLMgG6CioSHfx645dl02HPgZSJJAVVfuIIVkKM7rMYeOXAc+bRr0lv18FlbviRlUUFDjnoQCw==");
+    ASSERT_TRUE(sig.has_value());
+    EXPECT_TRUE(VerifyEd25519(*pub, *sig, ""));
+    EXPECT_FALSE(VerifyEd25519(*pub, *sig, "x"));
+}
+
+TEST(SigningTest, V1aMatchesTheReferenceMessageAndVerifies) {
+    std::string seed = *DecodeSigningKey(kRfc8032Seed);
+    std::string pub = *DecodePublicKey(kRfc8032Public);
+    std::string signature = SignatureV1a(seed, kVectorMsgId, kVectorTimestamp, kVectorBody);
+    EXPECT_EQ(signature, kVectorSignatureV1a);
+    std::string raw = *Base64Decode(signature.substr(4));
+    std::string content =
+        std::string(kVectorMsgId) + "." + std::to_string(kVectorTimestamp) + "." + kVectorBody;
+    EXPECT_TRUE(VerifyEd25519(pub, raw, content));
+    // Every part matters.
+    EXPECT_FALSE(VerifyEd25519(pub, raw, content + " "));
+    EXPECT_NE(SignatureV1a(seed, kVectorMsgId, kVectorTimestamp + 1, kVectorBody),
+              kVectorSignatureV1a);
+    EXPECT_NE(SignatureV1a(seed, "msg_other", kVectorTimestamp, kVectorBody), kVectorSignatureV1a);
+    std::string other = pub;
+    other[0] ^= 1;
+    EXPECT_FALSE(VerifyEd25519(other, raw, content));
+}
+
+TEST(SigningTest, HeaderCarriesV1ThenV1a) {
+    std::string key = *DecodeWebhookSecret(kVectorSecret);
+    std::string seed = *DecodeSigningKey(kRfc8032Seed);
+    EXPECT_EQ(SignatureHeader({key}, kVectorMsgId, kVectorTimestamp, kVectorBody, {seed}),
+              std::string(kVectorSignature) + " " + kVectorSignatureV1a);
+    EXPECT_EQ(SignatureHeader({}, kVectorMsgId, kVectorTimestamp, kVectorBody, {seed}),
+              kVectorSignatureV1a);
+}
+
+TEST(SigningTest, SigningKeysInBothLayoutsAndPublicKeys) {
+    // libsodium's 64-byte secret key (seed + public key) decodes to the same seed.
+    EXPECT_EQ(DecodeSigningKey(kRfc8032SeedAndPublic), DecodeSigningKey(kRfc8032Seed));
+    // ... but not when its public half belongs to another key.
+    std::string mismatched = *Base64Decode(std::string(kRfc8032SeedAndPublic).substr(5));
+    mismatched[40] ^= 1;
+    EXPECT_EQ(DecodeSigningKey("whsk_" + Base64Encode(mismatched)), std::nullopt);
+    const std::string bad_private[] = {
+        "",
+        "whsk_",
+        kRfc8032Public,                                      // a public key is not a signing key
+        std::string("whsec_") + (kRfc8032Seed + 5),          // wrong prefix
+        "whsk_" + Base64Encode(std::string(31, 'k')),        // 31 bytes
+        "whsk_" + Base64Encode(std::string(33, 'k')),        // 33 bytes
+        "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A",  // padding missing
+    };
+    for (const std::string &text : bad_private) {
+        EXPECT_EQ(DecodeSigningKey(text), std::nullopt) << text;
+    }
+    const std::string bad_public[] = {
+        "",
+        "whpk_",
+        kRfc8032Seed,
+        "whpk_" + Base64Encode(std::string(31, 'k')),
+        "whpk_" + Base64Encode(std::string(64, 'k')),
+    };
+    for (const std::string &text : bad_public) {
+        EXPECT_EQ(DecodePublicKey(text), std::nullopt) << text;
+    }
+}
+
 }  // namespace
 }  // namespace outbox

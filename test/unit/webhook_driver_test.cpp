@@ -435,13 +435,15 @@ TEST_F(WebhookDriverTest, TooManyRequestsHonoursRetryAfter) {
     EXPECT_EQ(outcomes[0].error.rfind("HTTP 429: ", 0), 0u) << outcomes[0].error;
 }
 
-TEST_F(WebhookDriverTest, GoneIsDeadWithTheStatusAndABodySnippet) {
+// 410: Gone (the dispatcher pauses the destination), with the status and a body snippet.
+TEST_F(WebhookDriverTest, GoneIsGoneWithTheStatusAndABodySnippet) {
     std::unique_ptr<Driver> d =
         Make(Options("/g;status=410;body=%0A%20endpoint%09removed%0D%0Afor%20good%20%0A"));
     ASSERT_NE(d, nullptr);
     std::vector<Outcome> outcomes = Deliver(*d, {MakeMessage(1)});
     ASSERT_EQ(outcomes.size(), 1u);
-    EXPECT_EQ(outcomes[0].kind, OutcomeKind::Dead);
+    EXPECT_EQ(outcomes[0].kind, OutcomeKind::Gone);
+    EXPECT_EQ(outcomes[0].http_status, 410);
     EXPECT_EQ(outcomes[0].error, "HTTP 410: endpoint removed  for good");
 }
 

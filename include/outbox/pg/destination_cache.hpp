@@ -30,6 +30,9 @@ struct CachedDestination {
     // 1,000,000 when not set); 0 for kinds without such a limit.
     int64 max_message_bytes;
     int64 max_pending;  // "max_pending": the cap on its queue; 0 = none
+    // Policies (issue 26).
+    int64 ttl_ms;  // "ttl": expires_at = available_at + ttl when the producer gives none; 0 = none
+    bool compacting;  // "compaction": "key": a new message supersedes its key's older queued one
 };
 
 // librdkafka's message.max.bytes default, and what a Kafka record takes besides the producer's

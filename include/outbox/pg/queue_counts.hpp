@@ -22,6 +22,16 @@ void RegisterQueueCountCallbacks();
 // `removed` feed the conservation counters.
 void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed);
 
+// "compaction": "key": this transaction removed `superseded` rows of `destination` from the
+// queue undelivered (applied at commit to the queue size and the superseded counter). Each
+// such row also lets one later row of this (sub)transaction for the destination be queued
+// without a max_pending reservation: it takes the superseded row's place.
+void CountSuperseded(const char *destination, int64 superseded);
+
+// Whether the _messages_changed trigger is to leave the rows it sees alone: set while the
+// producer check supersedes (it counts those rows itself).
+extern bool superseding;
+
 // Back-pressure (max_pending): reserves room for one more row of `destination` (in `messages`,
 // outbox.messages) under its cap and under the database's (outbox.max_pending); a cap of 0 is
 // none. Raises SQLSTATE 53400 when the committed queue plus the rows reserved by transactions

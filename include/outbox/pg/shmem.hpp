@@ -75,7 +75,10 @@ struct DestinationCounters {
     pg_atomic_uint64 produced;  // rows committed into outbox.messages (requeues included)
     pg_atomic_uint64 removed;   // rows deleted other than by delivery or burial (drop, DELETE)
     pg_atomic_uint64 refused;   // INSERTs refused by max_pending or outbox.max_pending
-    slock_t mutex;              // protects the fields below
+    // "compaction": "key": rows removed undelivered because a newer message of their key was
+    // queued (committed supersessions; producer.cpp)
+    pg_atomic_uint64 superseded;
+    slock_t mutex;  // protects the fields below
     TimestampTz last_success_at;
     char last_error[512];  // room for librdkafka's text and the hint after it
     // The queue size, kept exact at every commit once its database's counts are valid (see
@@ -87,6 +90,7 @@ struct DestinationCounters {
     int64 reserved;
     // The cumulative counters when the counts started (for outbox.conservation()).
     uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
+    uint64 base_superseded;
 };
 
 // Whether a database's queue counts are valid (counted once, then kept up to date).

@@ -1,0 +1,17 @@
+// The monotonic clock in milliseconds, for timeouts and ages outside PostgreSQL (the drivers,
+// the helper process and its supervisor); src/pg/ uses PostgreSQL's own clock.
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+
+namespace outbox {
+
+inline int64_t MonotonicMs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace outbox
