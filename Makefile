@@ -16,7 +16,8 @@ MODULE_big = outbox
 PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp src/pipe_io.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
-            src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp
+            src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp \
+            src/inbox_record.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)

@@ -46,6 +46,7 @@ extern "C" {
 #include "outbox/pg/driver_process.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/inbox.hpp"
+#include "outbox/pg/inbox_consume.hpp"
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/queue_counts.hpp"
 #include "outbox/pg/settings.hpp"
@@ -131,6 +132,7 @@ class Worker {
     void Run();
     // Destroys the drivers, then ends the driver process; safe to call twice.
     void ReleaseDrivers() {
+        inbox_.reset();
         dispatcher_.reset();
         paused_drivers = nullptr;
         drivers_.reset();
@@ -138,6 +140,7 @@ class Worker {
 
   private:
     bool Turn(bool woken, bool poll_due);
+    bool ConsumeInbox(bool poll_due);
     void Shutdown();
     void WriteBackAndClaim(bool claim,
                            std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
@@ -165,6 +168,7 @@ class Worker {
     std::string database_;
     std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
     std::unique_ptr<Dispatcher> dispatcher_;
+    std::unique_ptr<InboxConsumer> inbox_;  // the subscriptions (inbox_consume.hpp)
     Resolutions pending_;  // outcomes not yet written back
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
@@ -208,6 +212,8 @@ Worker::Worker(WorkerSlot *slot, std::string database)
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
     dispatcher_->SetPollHook([this] { drivers_->Service(); });
+    inbox_ = std::make_unique<InboxConsumer>(drivers_.get(), database_,
+                                             [](const char *phase) { DebugPause(phase); });
     dispatcher_->SetSettings(CurrentSettings());
     if (!pg_strong_random(&lease_base_, sizeof lease_base_))
         lease_base_ = uint64(MyProcPid) << 32 ^ uint64(NowMs());
@@ -516,7 +522,24 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (!fast.empty())
         full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
-    return full;
+    return ConsumeInbox(poll_due) || full;
+}
+
+// The inbox: one transaction that applies the records the subscriptions' consumers read (and,
+// on a poll, reloads the subscriptions and shares out their partitions). Returns true when
+// more records wait.
+bool Worker::ConsumeInbox(bool poll_due) {
+    if (!inbox_->HasWork(poll_due))
+        return false;
+    bool more = false;
+    InTransaction("outbox: consume", [&] {
+        std::string version;
+        if (InstalledExtension(&version) != ExtensionState::Ready)
+            return;
+        more = inbox_->Consume(poll_due);
+    });
+    inbox_->Committed();
+    return more;
 }
 
 // The fast path, for destinations that acknowledge within milliseconds: rows are locked
@@ -652,6 +675,11 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
 
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     std::vector<int> fds = dispatcher_->WaitFds();
+    // Records for the subscriptions come through the driver process's socket too.
+    if (inbox_->Active() && std::find(fds.begin(), fds.end(), drivers_->WaitFd()) == fds.end()) {
+        fds.push_back(drivers_->WaitFd());
+        std::sort(fds.begin(), fds.end());
+    }
     // Same numbers are not the same fds: a rebuilt driver's fd may reuse a closed one's number.
     if (wait_set_ == nullptr || fds != wait_fds_ ||
         dispatcher_->DriversBuilt() != wait_drivers_built_) {
@@ -722,6 +750,7 @@ void Worker::Run() {
             PgTry([] { AbortCurrentTransaction(); });
             TransactionEnded(false);
             dispatcher_->OrphanLocked();
+            inbox_->Aborted();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;
             pg_atomic_fetch_add_u64(&slot_->errors, 1);
@@ -738,6 +767,9 @@ void Worker::Run() {
             int64 driver = dispatcher_->NextTimeoutMs(now);
             if (driver >= 0)
                 timeout = std::min(timeout, driver);
+            int64 process = drivers_->TimeoutMs();
+            if (inbox_->Active() && process >= 0)
+                timeout = std::min(timeout, process);
             uint32 state = pg_atomic_read_u32(&slot_->state);
             if (state != kWorkerNoExtension)
                 SetState(dispatcher_->InFlight() > 0 ? kWorkerPublishing : kWorkerIdle);

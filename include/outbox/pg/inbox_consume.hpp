@@ -1,0 +1,119 @@
+// The inbox's consume step (issue 23; README "The inbox"): what a delivery worker does for the
+// subscriptions of its database.
+//
+// Each subscription has a Kafka consumer in the worker's driver process (RemoteConsumer); the
+// worker assigns it the partitions it owns, from the offsets stored in outbox.inbox_offsets,
+// and applies what comes back in its own transactions:
+//   - one transaction per turn for up to the subscription's batch_size records, each record in
+//     a subtransaction of its own: its dedup row (outbox.inbox, unique on subscription and
+//     event id; a record whose event id is there is skipped and counted as a duplicate), then
+//     the handler, run as the subscription's owner with search_path pg_catalog, pg_temp. A
+//     handler that raises rolls back its record alone: the record goes to
+//     outbox.inbox_dead_letters with the error and SQLSTATE ("on_error": "skip"), and with
+//     "block" its partition stops there until that row is gone;
+//   - the partition's next offset and counters are written in the same transaction, with a
+//     compare-and-set on the offset the worker read: the effects, the dedup rows and the
+//     position commit or roll back together, so a worker that dies (kill -9, immediate stop)
+//     loses nothing and repeats nothing — its successor starts from the stored offsets, and a
+//     record applied once is a duplicate to it;
+//   - partitions are shared out among the database's workers by session advisory locks (one
+//     per subscription and partition; they go with a session that dies), each worker taking at
+//     most its share (partitions / outbox.workers, rounded up);
+//   - dead letters marked by outbox.requeue_inbox() are applied again by the worker that owns
+//     their partition.
+// Nothing here waits for the network: the consumer reads in the driver process, and records
+// wait in memory between turns (at most the consumer's window).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "outbox/consumer.hpp"
+#include "outbox/subscription_config.hpp"
+
+namespace outbox {
+class DriverProcess;
+class RemoteConsumer;
+}  // namespace outbox
+
+namespace outbox::pg {
+
+class InboxConsumer {
+  public:
+    // `pause` is the worker's outbox.debug_pause hook (phases "inbox_before_handler",
+    // "inbox_after_handler", "inbox_before_commit").
+    InboxConsumer(DriverProcess *drivers, std::string database,
+                  std::function<void(const char *)> pause);
+    ~InboxConsumer();
+    InboxConsumer(const InboxConsumer &) = delete;
+    InboxConsumer &operator=(const InboxConsumer &) = delete;
+
+    // Whether a transaction is worth starting now: records are waiting, or `poll` (a reload
+    // of the subscriptions, ownership and requeued dead letters) is due.
+    bool HasWork(bool poll);
+    // Inside the worker's transaction (SPI connected, snapshot pushed). Returns true when more
+    // records are waiting than one transaction applies. Throws PgError; the caller then aborts
+    // the transaction and calls Aborted().
+    bool Consume(bool poll);
+    // After the transaction of Consume committed / was rolled back.
+    void Committed();
+    void Aborted();
+
+    // Any subscription consumed now (the worker then waits on its driver process).
+    bool Active() const { return !subscriptions_.empty(); }
+    // Subscriptions whose consumer is open, partitions owned (for the log and the tests).
+    size_t OwnedPartitions() const;
+
+  private:
+    struct Partition {
+        std::string topic;
+        int32_t partition = 0;
+        int64_t lock_key = 0;
+        int64_t committed = 0;  // the next offset, as stored (committed)
+        int64_t applied = 0;    // the next offset after what this transaction applied
+        int64_t next = 0;       // the next offset after what was taken from the consumer
+        bool blocked = false;   // on_error = block holds it at a dead letter
+        bool stored = false;    // its offsets row exists (committed)
+        int64_t high = -1;
+        int64_t consumed = 0, duplicates = 0, dead = 0;  // this transaction's counts
+        std::string last_error;                          // this transaction's, "" none
+        int64_t last_record_ms = 0;
+        bool touched = false;  // written in this transaction
+    };
+    struct Subscription {
+        std::string name;
+        std::string config_text;
+        std::string handler;  // the regprocedure text as stored
+        uint32_t owner = 0;   // role oid
+        SubscriptionConfig config;
+        std::unique_ptr<RemoteConsumer> consumer;
+        uint64_t epoch = 0;
+        bool assign_due = true;
+        std::map<std::pair<std::string, int32_t>, Partition> partitions;  // owned
+        std::vector<ConsumedRecord> pending;  // taken from the consumer, not yet applied
+        void *handler_plan = nullptr;         // SPIPlanPtr, kept
+        std::string shown_error;  // what outbox.inbox_subscriptions.last_error says
+    };
+
+    void Load();
+    void Close(Subscription &s);
+    void Own(Subscription &s);
+    void Assign(Subscription &s);
+    void ApplyRequeued(Subscription &s);
+    size_t ApplyPending(Subscription &s);
+    void WriteOffsets(Subscription &s);
+    void ShowError(Subscription &s, const std::string &error);
+
+    DriverProcess *drivers_;
+    std::string database_;
+    std::function<void(const char *)> pause_;
+    std::map<std::string, std::unique_ptr<Subscription>> subscriptions_;
+    bool loaded_ = false;
+    bool reset_ = false;  // a transaction rolled back: start over from the stored offsets
+};
+
+}  // namespace outbox::pg
