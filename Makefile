@@ -20,7 +20,10 @@ PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_afte
             src/inbox_record.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
-OBJS = $(PURE_SRCS:.cpp=.o) $(DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
+# The inbox's Kafka consumer runs in outbox-driver only (the module talks to it through
+# RemoteConsumer, driver_supervisor.cpp).
+MODULE_DRIVER_SRCS = $(filter-out src/drivers/kafka_consumer.cpp,$(DRIVER_SRCS))
+OBJS = $(PURE_SRCS:.cpp=.o) $(MODULE_DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/outbox--*.sql)
 

@@ -2,6 +2,7 @@
 #include "outbox/driver_protocol.hpp"
 
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 
 namespace outbox::protocol {
@@ -25,6 +26,15 @@ static_assert(sizeof(Message) == 216,
 static_assert(sizeof(AmqpDriverOptions) == 328,
               "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
+static_assert(sizeof(KafkaConsumerOptions) == 136,
+              "KafkaConsumerOptions changed: add the new field to VisitKafkaConsumerOptions "
+              "(include/outbox/driver_protocol.hpp), then update this size");
+static_assert(sizeof(ConsumedRecord) == 160,
+              "ConsumedRecord changed: add the new field to PutRecord and GetRecord, then update "
+              "this size");
+static_assert(sizeof(PartitionInfo) == 56 && sizeof(ConsumerState) == 88,
+              "ConsumerState changed: add the new field to Encode(ConsumerStateFrame) and its "
+              "decoder, then update these sizes");
 static_assert(sizeof(NatsDriverOptions) == 480,
               "NatsDriverOptions changed: add the new field to VisitNatsOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
@@ -109,6 +119,25 @@ void PutState(std::string *out, const DriverState &s) {
     PutU64(out, s.in_flight);
     PutU64(out, s.capacity);
     PutU8(out, s.broken ? 1 : 0);
+}
+
+void PutOptional(std::string *out, const std::optional<std::string> &v) {
+    PutU8(out, v ? 1 : 0);
+    PutString(out, v ? std::string_view(*v) : std::string_view());
+}
+
+void PutRecord(std::string *out, const ConsumedRecord &r) {
+    PutString(out, r.topic);
+    PutI64(out, r.partition);
+    PutI64(out, r.offset);
+    PutOptional(out, r.key);
+    PutOptional(out, r.value);
+    PutU32(out, static_cast<uint32_t>(r.headers.size()));
+    for (const auto &[name, value] : r.headers) {
+        PutString(out, name);
+        PutString(out, value);
+    }
+    PutI64(out, r.timestamp_ms);
 }
 
 // --- reading -------------------------------------------------------------------------------
@@ -203,6 +232,9 @@ class Reader {
     const char *why_ = "";
 };
 
+// A topic, partition and offset as bytes of a consumer's frame; checked for what Kafka allows.
+constexpr size_t kMaxTopicBytes = 249;
+
 constexpr size_t kMinMessageBytes = 8 + 8 + 4 + 4 + 1 + 4 + 4 + 1 + 1 + 4 + 8 + 8 + 8;
 constexpr size_t kMinOutcomeBytes = 8 + 8 + 1 + 4 + 8 + 8 + 8 + 8;
 
@@ -258,6 +290,56 @@ Outcome GetOutcome(Reader &r) {
     o.partition = static_cast<int32_t>(partition);
     o.http_status = static_cast<int32_t>(status);
     return o;
+}
+
+constexpr size_t kMinRecordBytes = 4 + 8 + 8 + 1 + 4 + 1 + 4 + 4 + 8;
+constexpr size_t kMinAssignmentBytes = 4 + 8 + 8;
+constexpr size_t kMinPartitionBytes = 4 + 8 + 8 + 8;
+
+std::string GetTopic(Reader &r) {
+    std::string topic = r.String();
+    if (r.ok() && (topic.empty() || topic.size() > kMaxTopicBytes))
+        r.Fail("a topic name is empty or longer than Kafka allows");
+    return topic;
+}
+
+int32_t GetPartition(Reader &r) {
+    int64_t partition = r.I64();
+    if (r.ok() && (partition < 0 || partition > INT32_MAX))
+        r.Fail("a partition number is out of range");
+    return r.ok() ? static_cast<int32_t>(partition) : 0;
+}
+
+std::optional<std::string> GetOptional(Reader &r, const char *what) {
+    bool has = r.Bool();
+    std::string bytes = r.String();
+    if (has)
+        return bytes;
+    if (!bytes.empty())
+        r.Fail(what);
+    return std::nullopt;
+}
+
+ConsumedRecord GetRecord(Reader &r) {
+    ConsumedRecord c;
+    c.topic = GetTopic(r);
+    c.partition = GetPartition(r);
+    c.offset = r.I64();
+    if (r.ok() && c.offset < 0)
+        r.Fail("a record has a negative offset");
+    c.key = GetOptional(r, "a record without a key carries key bytes");
+    c.value = GetOptional(r, "a record with a null value carries value bytes");
+    uint32_t n = r.Count(8);
+    c.headers.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        std::string name = r.String();
+        std::string value = r.String();
+        c.headers.emplace_back(std::move(name), std::move(value));
+    }
+    c.timestamp_ms = r.I64();
+    if (r.ok() && c.timestamp_ms < -1)
+        r.Fail("a record has an impossible timestamp");
+    return c;
 }
 
 DriverState GetState(Reader &r) {
@@ -485,6 +567,72 @@ void Encode(const PongFrame &f, std::string *out) {
     EndFrame(out, at);
 }
 
+void Encode(const AssignFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Assign);
+    PutU64(out, f.handle);
+    PutU64(out, f.generation);
+    PutU32(out, static_cast<uint32_t>(f.assignment.size()));
+    for (const ConsumerAssignment &a : f.assignment) {
+        PutString(out, a.topic);
+        PutI64(out, a.partition);
+        PutI64(out, a.offset);
+    }
+    EndFrame(out, at);
+}
+
+void Encode(const CreditFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Credit);
+    PutU64(out, f.handle);
+    PutU64(out, f.records);
+    PutU64(out, f.bytes);
+    EndFrame(out, at);
+}
+
+void Encode(const ConsumerStateFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::ConsumerState);
+    PutU64(out, f.handle);
+    PutU8(out, f.state.known ? 1 : 0);
+    PutU32(out, static_cast<uint32_t>(f.state.partitions.size()));
+    for (const PartitionInfo &p : f.state.partitions) {
+        PutString(out, p.topic);
+        PutI64(out, p.partition);
+        PutI64(out, p.low);
+        PutI64(out, p.high);
+    }
+    PutU32(out, static_cast<uint32_t>(f.state.missing_topics.size()));
+    for (const std::string &t : f.state.missing_topics)
+        PutString(out, t);
+    PutString(out, CutText(f.state.error, kMaxTextBytes));
+    EndFrame(out, at);
+}
+
+bool RecordFits(const ConsumedRecord &record) {
+    size_t n = 4 + record.topic.size() + 8 + 8 + 1 + 4 + 1 + 4 + 4 + 8 + RecordBytes(record) +
+               8 * record.headers.size();
+    return n <= kMaxRecordBytes;
+}
+
+void EncodeRecords(uint64_t handle, uint64_t generation, const std::vector<ConsumedRecord> &records,
+                   std::string *out) {
+    size_t i = 0;
+    while (i < records.size()) {
+        size_t at = BeginFrame(out, FrameType::Records);
+        PutU64(out, handle);
+        PutU64(out, generation);
+        size_t count_at = out->size();
+        PutU32(out, 0);
+        uint32_t n = 0;
+        // At least one record per frame, then as many as fit in kSplitBytes.
+        do {
+            PutRecord(out, records[i++]);
+            n++;
+        } while (i < records.size() && out->size() - at < kSplitBytes);
+        for (int b = 0; b < 4; b++)
+            (*out)[count_at + b] = static_cast<char>(n >> (8 * b));
+        EndFrame(out, at);
+    }
+}
+
 void EncodeSubmit(uint64_t handle, const Message *messages, size_t count, std::string *out) {
     size_t i = 0;
     while (i < count) {
@@ -622,6 +770,74 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
         case FrameType::Pong:
             *frame = PongFrame{r.U64()};
             break;
+        case FrameType::Assign: {
+            AssignFrame f;
+            f.handle = r.U64();
+            f.generation = r.U64();
+            uint32_t n = r.Count(kMinAssignmentBytes);
+            f.assignment.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++) {
+                ConsumerAssignment a;
+                a.topic = GetTopic(r);
+                a.partition = GetPartition(r);
+                a.offset = r.I64();
+                if (r.ok() && a.offset < 0)
+                    r.Fail("an assignment starts at a negative offset");
+                f.assignment.push_back(std::move(a));
+            }
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::Credit: {
+            CreditFrame f;
+            f.handle = r.U64();
+            f.records = r.U64();
+            f.bytes = r.U64();
+            *frame = f;
+            break;
+        }
+        case FrameType::Records: {
+            RecordsFrame f;
+            f.handle = r.U64();
+            f.generation = r.U64();
+            uint32_t n = r.Count(kMinRecordBytes);
+            f.records.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++)
+                f.records.push_back(GetRecord(r));
+            *frame = std::move(f);
+            break;
+        }
+        case FrameType::ConsumerState: {
+            ConsumerStateFrame f;
+            f.handle = r.U64();
+            f.state.known = r.Bool();
+            uint32_t n = r.Count(kMinPartitionBytes);
+            f.state.partitions.reserve(n);
+            for (uint32_t i = 0; i < n && r.ok(); i++) {
+                PartitionInfo p;
+                p.topic = GetTopic(r);
+                p.partition = GetPartition(r);
+                p.low = r.I64();
+                p.high = r.I64();
+                if (r.ok() && (p.low < -1 || p.high < -1))
+                    r.Fail("a watermark is below -1");
+                if (r.ok() && !f.state.partitions.empty()) {
+                    const PartitionInfo &prev = f.state.partitions.back();
+                    if (std::tie(prev.topic, prev.partition) >= std::tie(p.topic, p.partition))
+                        r.Fail("the partitions are not sorted (topic, partition) without repeats");
+                }
+                f.state.partitions.push_back(std::move(p));
+            }
+            uint32_t m = r.Count(4);
+            f.state.missing_topics.reserve(m);
+            for (uint32_t i = 0; i < m && r.ok(); i++)
+                f.state.missing_topics.push_back(GetTopic(r));
+            f.state.error = r.String();
+            if (f.state.error.size() > kMaxTextBytes)
+                r.Fail("an error text is longer than allowed");
+            *frame = std::move(f);
+            break;
+        }
         default:
             *error = "unknown frame type " + std::to_string(type);
             return false;
@@ -711,6 +927,18 @@ std::string EncodeOptions(const NatsDriverOptions &options) {
     std::string out;
     VisitNatsOptions(options, OptionWriter{&out});
     return out;
+}
+
+std::string EncodeOptions(const KafkaConsumerOptions &options) {
+    std::string out;
+    VisitKafkaConsumerOptions(options, OptionWriter{&out});
+    return out;
+}
+
+bool DecodeOptions(std::string_view bytes, KafkaConsumerOptions *options, std::string *error) {
+    return DecodeOptionsWith(bytes, options, error, [](KafkaConsumerOptions &o, OptionReader v) {
+        VisitKafkaConsumerOptions(o, v);
+    });
 }
 
 bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error) {

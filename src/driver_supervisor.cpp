@@ -311,6 +311,55 @@ size_t RemoteDriver::OnDeath(const std::string &crash, int *poisoned) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// RemoteConsumer: a Kafka consumer whose librdkafka consumer lives in the helper.
+// ---------------------------------------------------------------------------------------------
+
+RemoteConsumer::~RemoteConsumer() {
+    if (process_ != nullptr)
+        process_->UnregisterConsumer(handle_);
+}
+
+void RemoteConsumer::SetLink(Link link, std::string error) {
+    link_ = link;
+    error_ = std::move(error);
+}
+
+void RemoteConsumer::Clear() {
+    buffer_.clear();
+    buffered_bytes_ = 0;
+}
+
+void RemoteConsumer::Assign(std::vector<ConsumerAssignment> assignment) {
+    generation_++;
+    assignment_ = std::move(assignment);
+    Clear();
+    // Waiting or Failed: sent with the next Open (SendOpen).
+    if (process_ == nullptr || !process_->Running() ||
+        (link_ != Link::Opening && link_ != Link::Ready))
+        return;
+    std::string bytes;
+    protocol::Encode(protocol::AssignFrame{handle_, generation_, assignment_}, &bytes);
+    process_->Send(std::move(bytes));
+}
+
+size_t RemoteConsumer::Take(std::vector<ConsumedRecord> *out, size_t max) {
+    size_t n = 0, bytes = 0;
+    while (n < max && !buffer_.empty()) {
+        bytes += RecordBytes(buffer_.front());
+        out->push_back(std::move(buffer_.front()));
+        buffer_.pop_front();
+        n++;
+    }
+    buffered_bytes_ -= std::min(bytes, buffered_bytes_);
+    if (n > 0 && process_ != nullptr && process_->Running() && link_ == Link::Ready) {
+        std::string frame;
+        protocol::Encode(protocol::CreditFrame{handle_, n, bytes}, &frame);
+        process_->Send(std::move(frame));
+    }
+    return n;
+}
+
+// ---------------------------------------------------------------------------------------------
 // DriverProcess
 // ---------------------------------------------------------------------------------------------
 
@@ -323,6 +372,12 @@ DriverProcess::~DriverProcess() {
     for (auto &[handle, d] : drivers_)
         d->process_ = nullptr;
     drivers_.clear();
+    for (auto &[handle, c] : consumers_) {
+        c->process_ = nullptr;
+        c->Clear();
+        c->SetLink(RemoteConsumer::Link::Failed, "the driver process was stopped");
+    }
+    consumers_.clear();
     if (epoll_fd_ >= 0)
         close(epoll_fd_);
 }
@@ -385,9 +440,18 @@ std::unique_ptr<Driver> DriverProcess::Open(const std::string &kind, const std::
     else if (!Restart(error))
         return nullptr;
     // Wait for the answer (building a producer takes milliseconds), routing whatever else comes.
-    int64_t deadline = now + options_.answer_timeout_ms;
-    std::string why;
-    while (Running() && d->link_ == RemoteDriver::Link::Opening) {
+    RemoteDriver *raw = d.get();
+    AwaitOpened([raw] { return raw->link_ == RemoteDriver::Link::Opening; });
+    if (d->link_ == RemoteDriver::Link::Failed) {
+        *error = d->open_error_;
+        return nullptr;  // unregisters
+    }
+    return d;
+}
+
+void DriverProcess::AwaitOpened(const std::function<bool()> &opening) {
+    int64_t deadline = MonotonicMs() + options_.answer_timeout_ms;
+    while (Running() && opening()) {
         int64_t left = deadline - MonotonicMs();
         if (left <= 0) {
             Kill("did not answer an Open within " + Seconds(options_.answer_timeout_ms));
@@ -402,11 +466,37 @@ std::unique_ptr<Driver> DriverProcess::Open(const std::string &kind, const std::
         if (rc > 0)
             Service();
     }
-    if (d->link_ == RemoteDriver::Link::Failed) {
-        *error = d->open_error_;
+}
+
+std::unique_ptr<RemoteConsumer> DriverProcess::OpenConsumer(const std::string &name,
+                                                            const KafkaConsumerOptions &options,
+                                                            std::string *error) {
+    if (epoll_fd_ < 0) {
+        *error = "could not create an epoll fd for the driver process";
+        return nullptr;
+    }
+    int64_t now = MonotonicMs();
+    if (!Running() && now < restart_at_ms_ && !start_error_.empty()) {
+        *error = start_error_;
+        return nullptr;
+    }
+    std::unique_ptr<RemoteConsumer> c(
+        new RemoteConsumer(this, next_handle_++, name, protocol::EncodeOptions(options),
+                           options.window_records, options.window_bytes));
+    consumers_[c->handle_] = c.get();
+    if (Running())
+        SendOpen(c.get());
+    else if (now < restart_at_ms_)
+        return c;  // restarting after a crash: opened with the others when it is back
+    else if (!Restart(error))
+        return nullptr;
+    RemoteConsumer *raw = c.get();
+    AwaitOpened([raw] { return raw->link_ == RemoteConsumer::Link::Opening; });
+    if (c->link_ == RemoteConsumer::Link::Failed) {
+        *error = c->error_;
         return nullptr;  // unregisters
     }
-    return d;
+    return c;
 }
 
 bool DriverProcess::Restart(std::string *error) {
@@ -416,6 +506,9 @@ bool DriverProcess::Restart(std::string *error) {
     for (auto &[handle, d] : drivers_)
         if (Running() && d->link_ != RemoteDriver::Link::Opening)
             SendOpen(d);
+    for (auto &[handle, c] : consumers_)
+        if (Running() && c->link_ != RemoteConsumer::Link::Opening)
+            SendOpen(c);
     return Running();
 }
 
@@ -427,6 +520,50 @@ void DriverProcess::SendOpen(RemoteDriver *d) {
     if (d->probing_)
         protocol::Encode(protocol::SetProbingFrame{d->handle_, true}, &bytes);
     Send(std::move(bytes));
+}
+
+void DriverProcess::SendOpen(RemoteConsumer *c) {
+    c->SetLink(RemoteConsumer::Link::Opening, "opening in the driver process");
+    std::string bytes;
+    protocol::Encode(protocol::OpenFrame{c->handle_, "kafka-consumer", c->name_, c->options_},
+                     &bytes);
+    // An assignment made while there was no helper goes right after the Open.
+    if (!c->assignment_.empty())
+        protocol::Encode(protocol::AssignFrame{c->handle_, c->generation_, c->assignment_}, &bytes);
+    Send(std::move(bytes));
+}
+
+void DriverProcess::UnregisterConsumer(uint64_t handle) {
+    consumers_.erase(handle);
+    if (Running()) {
+        std::string bytes;
+        protocol::Encode(protocol::CloseFrame{handle}, &bytes);
+        Send(std::move(bytes));
+    }
+}
+
+// Records for a consumer: kept when they are of its current assignment. The helper never sends
+// more than the window (it counts what it sent since the Assign, less the credits): a helper
+// that does is broken.
+bool DriverProcess::OnRecords(protocol::RecordsFrame &f, std::string *why) {
+    auto it = consumers_.find(f.handle);
+    if (it == consumers_.end())
+        return true;  // closed meanwhile
+    RemoteConsumer *c = it->second;
+    if (f.generation != c->generation_ || c->link_ != RemoteConsumer::Link::Ready)
+        return true;  // of an earlier assignment
+    for (ConsumedRecord &r : f.records) {
+        c->buffered_bytes_ += RecordBytes(r);
+        c->buffer_.push_back(std::move(r));
+    }
+    if (c->buffer_.size() > c->window_records_ ||
+        c->buffered_bytes_ > c->window_bytes_ + protocol::kMaxRecordBytes) {
+        *why = "sent more records than the window of subscription " + c->name_ + " allows (" +
+               std::to_string(c->buffer_.size()) + " records, " +
+               std::to_string(c->buffered_bytes_) + " bytes)";
+        return false;
+    }
+    return true;
 }
 
 void DriverProcess::Unregister(uint64_t handle) {
@@ -699,17 +836,37 @@ bool DriverProcess::Dispatch(std::string *why) {
             auto it = drivers_.find(f->handle);
             if (it != drivers_.end())
                 it->second->OnOutcomes(*f);
+        } else if (auto *f = std::get_if<protocol::RecordsFrame>(&frame)) {
+            if (!OnRecords(*f, why))
+                return false;
+        } else if (auto *f = std::get_if<protocol::ConsumerStateFrame>(&frame)) {
+            auto it = consumers_.find(f->handle);
+            if (it != consumers_.end() && it->second->link_ == RemoteConsumer::Link::Ready)
+                it->second->state_ = std::move(f->state);
         } else if (auto *f = std::get_if<protocol::OpenedFrame>(&frame)) {
             auto it = drivers_.find(f->handle);
             if (it != drivers_.end() && it->second->link_ == RemoteDriver::Link::Opening)
                 it->second->OnOpened(*f);
+            auto c = consumers_.find(f->handle);
+            if (c != consumers_.end() && c->second->link_ == RemoteConsumer::Link::Opening) {
+                if (f->ok)
+                    c->second->SetLink(RemoteConsumer::Link::Ready, {});
+                else
+                    c->second->SetLink(RemoteConsumer::Link::Failed, f->error);
+                if (!f->ok)
+                    AddLog("subscription " + c->second->name_ +
+                           ": the driver process could not build the consumer: " + f->error);
+            }
         } else if (auto *f = std::get_if<protocol::LogFrame>(&frame)) {
             auto it = drivers_.find(f->handle);
+            auto c = consumers_.find(f->handle);
             for (std::string &line : f->lines) {
                 if (f->handle == 0)
                     AddLog("driver process: " + line);
                 else if (it != drivers_.end())
                     it->second->log_.push_back(std::move(line));
+                else if (c != consumers_.end())
+                    AddLog("subscription " + c->second->name_ + ": " + line);
             }
         } else if (auto *f = std::get_if<protocol::PongFrame>(&frame)) {
             if (f->seq == ping_seq_)
@@ -724,6 +881,10 @@ bool DriverProcess::Dispatch(std::string *why) {
 bool DriverProcess::AnswerDue() const {
     if (ping_sent_ms_ != 0 || !suspects_sent_.empty())
         return true;
+    // A consumer owes nothing, but a hung helper would starve it without a word: pinged too.
+    for (const auto &[handle, c] : consumers_)
+        if (c->link_ == RemoteConsumer::Link::Opening || c->link_ == RemoteConsumer::Link::Ready)
+            return true;
     for (const auto &[handle, d] : drivers_) {
         if (d->link_ == RemoteDriver::Link::Opening)
             return true;
@@ -762,7 +923,7 @@ void DriverProcess::Service() {
             Send(std::move(bytes));
         }
     }
-    if (!Running() && !drivers_.empty() && now >= restart_at_ms_) {
+    if (!Running() && (!drivers_.empty() || !consumers_.empty()) && now >= restart_at_ms_) {
         std::string error;
         Restart(&error);  // a failure is logged and tried again after the backoff
     }
@@ -779,7 +940,7 @@ int64_t DriverProcess::TimeoutMs() const {
             best = ms;
     };
     if (!Running()) {
-        if (!drivers_.empty())
+        if (!drivers_.empty() || !consumers_.empty())
             consider(restart_at_ms_);
     } else if (AnswerDue()) {
         if (ping_sent_ms_ != 0)
@@ -832,6 +993,16 @@ void DriverProcess::HandleDeath(const std::string &why, bool we_killed) {
                 (per_destination.empty() ? "" : ", ") + d->name_ + ": " + std::to_string(n);
     }
     suspects_sent_.clear();
+    // The consumers' assignments went with the helper: each is opened again, empty, in the next
+    // one, and its new epoch tells the worker to assign it again.
+    for (auto &[handle, c] : consumers_) {
+        c->Clear();
+        c->assignment_.clear();
+        c->state_ = ConsumerState{};
+        c->epoch_++;
+        c->SetLink(RemoteConsumer::Link::Waiting,
+                   "the driver process " + what + "; opened again when it is back");
+    }
 
     if (lived >= options_.healthy_after_ms || restart_delay_ms_ == 0)
         restart_delay_ms_ = options_.restart_base_ms;

@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "outbox/consumer.hpp"
 #include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/kafka.hpp"
 #include "outbox/drivers/nats.hpp"
@@ -33,7 +34,7 @@ namespace outbox::protocol {
 
 // Bumped on any change of the frames; the helper says its version first (Hello) and a worker
 // that finds another one does not use it (the module and the helper are installed together).
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: the Kafka consumer (Assign, Credit, Records, ConsumerState)
 
 // How outbox-driver exits other than 0 (its worker's end closed) or by a signal; the supervisor
 // names the cause in its log line.
@@ -53,6 +54,10 @@ constexpr size_t kMaxToWorkerFrame = size_t(16) << 20;
 constexpr size_t kSplitBytes = size_t(4) << 20;
 // Error texts and log lines are cut to this many bytes by the helper.
 constexpr size_t kMaxTextBytes = 4096;
+// The largest consumed record the helper sends (its encoded size, see RecordFits): a Records
+// frame of one such record stays within kMaxToWorkerFrame. A larger record stops its partition
+// with an error in ConsumerState (nothing is skipped).
+constexpr size_t kMaxRecordBytes = kMaxToWorkerFrame - (size_t(64) << 10);
 
 enum class FrameType : uint8_t {
     // worker -> helper
@@ -63,12 +68,16 @@ enum class FrameType : uint8_t {
     Abandon = 5,     // Driver::Abandon
     SetProbing = 6,  // Driver::SetProbing
     Ping = 7,
+    Assign = 8,  // a consumer's whole assignment (replaces the previous one)
+    Credit = 9,  // the worker took records of a consumer: its window opens by that much
     // helper -> worker
     Hello = 64,     // first frame: protocol version and pid
     Opened = 65,    // the answer to Open
     Outcomes = 66,  // outcomes and driver state
     Log = 67,       // log lines of a driver (handle 0: of the helper itself)
     Pong = 68,
+    Records = 69,        // records read by a consumer
+    ConsumerState = 70,  // a consumer's metadata, watermarks and last error
 };
 
 using Settings = std::vector<std::pair<std::string, std::string>>;
@@ -129,9 +138,35 @@ struct PongFrame {
     uint64_t seq = 0;
 };
 
+// --- the Kafka consumer (Open with kind "kafka-consumer", Close as for drivers) ---------------
+// `generation` names one assignment: the records of an earlier one, still in transit when the
+// worker replaced it, are recognised and dropped. The helper's window (records and bytes sent
+// and not yet credited) starts empty with each Assign: the worker credits only what it takes of
+// the current assignment.
+struct AssignFrame {
+    uint64_t handle = 0;
+    uint64_t generation = 0;
+    std::vector<ConsumerAssignment> assignment;
+};
+struct CreditFrame {
+    uint64_t handle = 0;
+    uint64_t records = 0;
+    uint64_t bytes = 0;  // RecordBytes of those records
+};
+struct RecordsFrame {
+    uint64_t handle = 0;
+    uint64_t generation = 0;
+    std::vector<ConsumedRecord> records;
+};
+struct ConsumerStateFrame {
+    uint64_t handle = 0;
+    ConsumerState state;
+};
+
 using Frame =
     std::variant<ConfigureFrame, OpenFrame, CloseFrame, SubmitFrame, AbandonFrame, SetProbingFrame,
-                 PingFrame, HelloFrame, OpenedFrame, OutcomesFrame, LogFrame, PongFrame>;
+                 PingFrame, HelloFrame, OpenedFrame, OutcomesFrame, LogFrame, PongFrame,
+                 AssignFrame, CreditFrame, RecordsFrame, ConsumerStateFrame>;
 
 // Encoders append one complete frame to *out.
 void Encode(const ConfigureFrame &f, std::string *out);
@@ -144,6 +179,10 @@ void Encode(const HelloFrame &f, std::string *out);
 void Encode(const OpenedFrame &f, std::string *out);
 void Encode(const LogFrame &f, std::string *out);
 void Encode(const PongFrame &f, std::string *out);
+void Encode(const AssignFrame &f, std::string *out);
+void Encode(const CreditFrame &f, std::string *out);
+// The state's error is cut at kMaxTextBytes.
+void Encode(const ConsumerStateFrame &f, std::string *out);
 // Submit and Outcomes batches: one frame per kSplitBytes of content (so a large batch is
 // several frames; a single message larger than that is a frame of its own). Outcomes frames
 // repeat the state; error texts are cut at kMaxTextBytes.
@@ -151,6 +190,12 @@ void EncodeSubmit(uint64_t handle, const std::vector<Message> &messages, std::st
 void EncodeSubmit(uint64_t handle, const Message *messages, size_t count, std::string *out);
 void EncodeOutcomes(uint64_t handle, const std::vector<Outcome> &outcomes, const DriverState &state,
                     std::string *out);
+// Records frames, split like Submit (nothing is written for no records). Every record must
+// pass RecordFits.
+void EncodeRecords(uint64_t handle, uint64_t generation, const std::vector<ConsumedRecord> &records,
+                   std::string *out);
+// Whether `record` can travel to the worker (its encoded size is at most kMaxRecordBytes).
+bool RecordFits(const ConsumedRecord &record);
 
 // Accumulates bytes read from the socket and cuts them into frames.
 class FrameReader {
@@ -187,6 +232,7 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
 // different sources refuse each other's options instead of misreading them. A field added to
 // KafkaDriverOptions / WebhookDriverOptions / AmqpDriverOptions / NatsDriverOptions needs one line
 // in its visitor (the static_asserts in driver_protocol.cpp notice a new field that was not added).
+// KafkaConsumerOptions (the consumer, not a driver) is sent the same way.
 // Supported field types: std::string, bool, int, int64_t, size_t, std::vector<std::string>,
 // Headers, CloudEventsMode.
 // ---------------------------------------------------------------------------------------------
@@ -267,14 +313,27 @@ void VisitNatsOptions(Options &o, V &&v) {
     v("max_in_flight", o.max_in_flight);
 }
 
+template <typename Options, typename V>
+void VisitKafkaConsumerOptions(Options &o, V &&v) {
+    v("name", o.name);
+    v("topics", o.topics);
+    v("properties", o.properties);
+    v("client_id", o.client_id);
+    v("metadata_interval_ms", o.metadata_interval_ms);
+    v("window_records", o.window_records);
+    v("window_bytes", o.window_bytes);
+}
+
 std::string EncodeOptions(const KafkaDriverOptions &options);
 std::string EncodeOptions(const WebhookDriverOptions &options);
 std::string EncodeOptions(const AmqpDriverOptions &options);
 std::string EncodeOptions(const NatsDriverOptions &options);
+std::string EncodeOptions(const KafkaConsumerOptions &options);
 bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error);
 bool DecodeOptions(std::string_view bytes, WebhookDriverOptions *options, std::string *error);
 bool DecodeOptions(std::string_view bytes, AmqpDriverOptions *options, std::string *error);
 bool DecodeOptions(std::string_view bytes, NatsDriverOptions *options, std::string *error);
+bool DecodeOptions(std::string_view bytes, KafkaConsumerOptions *options, std::string *error);
 
 // `text` cut to at most `max_bytes`, never in the middle of a UTF-8 sequence.
 std::string CutText(std::string_view text, size_t max_bytes);

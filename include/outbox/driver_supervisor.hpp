@@ -24,6 +24,14 @@
 //     ping left unanswered for answer_timeout_ms ends it. (Silence alone is no proof: the broker
 //     may be slow, or the worker itself was busy and did not listen.)
 //
+// The inbox's Kafka consumers live in the helper too (OpenConsumer, RemoteConsumer): records
+// arrive through Service() and wait in the RemoteConsumer until the worker takes them. A helper
+// that dies takes the consumers' assignments with it: each is opened again in the next helper,
+// empty, and its Epoch() tells the worker to assign it again from the offsets it has applied.
+// Consumers owe no answers (a quiet consumer is normal), but while one is open the helper is
+// pinged after ping_interval_ms of silence like when an answer is due, so a hung helper is
+// still found.
+//
 // Crash counts live in this object's memory, per message id: they survive helper restarts but
 // not a worker restart (a worker that dies is itself counted by the claims' attempts, the
 // existing poison rule). Entries go when the message gets any answer; at most kMaxCrashCounts
@@ -34,6 +42,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -41,6 +50,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "outbox/consumer.hpp"
 #include "outbox/driver_protocol.hpp"
 #include "outbox/drivers/driver.hpp"
 
@@ -63,6 +73,67 @@ struct DriverProcessOptions {
 };
 
 class RemoteDriver;
+class DriverProcess;
+
+// A Kafka consumer in the helper (DriverProcess::OpenConsumer); owned by the caller, and must
+// not outlive its DriverProcess's Service calls (it may outlive the object itself: then it is
+// closed and empty).
+class RemoteConsumer {
+  public:
+    ~RemoteConsumer();  // closes it in the helper
+    RemoteConsumer(const RemoteConsumer &) = delete;
+    RemoteConsumer &operator=(const RemoteConsumer &) = delete;
+
+    // Replaces the assignment. Records of an earlier assignment (or an earlier helper) that are
+    // still buffered here or in transit are dropped: Take never returns them. Made while the
+    // helper is down, it is sent once the consumer is open again.
+    void Assign(std::vector<ConsumerAssignment> assignment);
+    // Moves up to `max` buffered records (of the current assignment, in offset order per
+    // partition) to *out (appends); returns how many. Sends the credit back to the helper.
+    size_t Take(std::vector<ConsumedRecord> *out, size_t max);
+    size_t Buffered() const { return buffer_.size(); }
+    // RecordBytes of the buffered records.
+    size_t BufferedBytes() const { return buffered_bytes_; }
+    // The helper's last report (metadata, watermarks, error); empty (known false) until the
+    // first one, and again after a helper died.
+    const ConsumerState &State() const { return state_; }
+    // Incremented each time the helper that had the consumer open is gone (crash, kill, hang):
+    // it is opened anew in the next helper with nothing assigned, and the buffer is cleared.
+    // The caller must Assign again from the offsets it has applied (it knows them; the
+    // supervisor does not) - records it took but did not apply come again then.
+    uint64_t Epoch() const { return epoch_; }
+    // The helper could not build it (bad config) or it is not open now: why; "" when fine.
+    const std::string &Error() const { return error_; }
+    const std::string &Name() const { return name_; }
+
+  private:
+    friend class DriverProcess;
+    enum class Link { Waiting, Opening, Ready, Failed };
+
+    RemoteConsumer(DriverProcess *process, uint64_t handle, std::string name, std::string options,
+                   size_t window_records, size_t window_bytes)
+        : process_(process),
+          handle_(handle),
+          name_(std::move(name)),
+          options_(std::move(options)),
+          window_records_(window_records),
+          window_bytes_(window_bytes) {}
+    void SetLink(Link link, std::string error);
+    void Clear();
+
+    DriverProcess *process_;  // nullptr once the process object is gone
+    uint64_t handle_;
+    std::string name_, options_;
+    size_t window_records_, window_bytes_;
+    Link link_ = Link::Waiting;
+    std::string error_ = "not open yet";
+    uint64_t generation_ = 0;
+    std::vector<ConsumerAssignment> assignment_;
+    std::deque<ConsumedRecord> buffer_;
+    size_t buffered_bytes_ = 0;
+    ConsumerState state_;
+    uint64_t epoch_ = 0;
+};
 
 class DriverProcess {
   public:
@@ -81,6 +152,11 @@ class DriverProcess {
     // nullptr with *error also when the helper cannot be started at all.
     std::unique_ptr<Driver> Open(const std::string &kind, const std::string &name,
                                  std::string options, std::string *error);
+    // A Kafka consumer for subscription `name`, built in the helper; like Open: waits for the
+    // helper's answer, nullptr with *error when it refuses the options or cannot be started.
+    std::unique_ptr<RemoteConsumer> OpenConsumer(const std::string &name,
+                                                 const KafkaConsumerOptions &options,
+                                                 std::string *error);
 
     // Reads everything the helper sent and routes it to the drivers; notices a death, restarts,
     // pings. Call before polling the drivers (Dispatcher::SetPollHook).
@@ -116,6 +192,7 @@ class DriverProcess {
 
   private:
     friend class RemoteDriver;
+    friend class RemoteConsumer;
     struct Suspect {
         uint64_t handle;
         Message message;
@@ -125,6 +202,11 @@ class DriverProcess {
     bool Spawn(std::string *error);
     bool Restart(std::string *error);
     void SendOpen(RemoteDriver *d);
+    void SendOpen(RemoteConsumer *c);
+    // Serves the helper until `opening` turns false (an Open answered) or answer_timeout_ms.
+    void AwaitOpened(const std::function<bool()> &opening);
+    void UnregisterConsumer(uint64_t handle);
+    bool OnRecords(protocol::RecordsFrame &f, std::string *why);
     void Send(std::string bytes);
     bool Flush(std::string *why);
     bool ReadAvailable(bool *eof, std::string *why);
@@ -161,6 +243,7 @@ class DriverProcess {
     std::string out_;  // frames not yet written
     uint64_t next_handle_ = 1;
     std::map<uint64_t, RemoteDriver *> drivers_;
+    std::map<uint64_t, RemoteConsumer *> consumers_;
     std::unordered_map<int64_t, int> crashes_;  // message id -> crashes it was in flight for
     std::deque<int64_t> crash_order_;           // ids in the order they were first counted
     std::deque<Suspect> suspects_;              // waiting to be sent alone

@@ -3,7 +3,8 @@
 // Started by the worker (src/driver_supervisor.cpp) with fork + exec; fd 3 is its end of a
 // socketpair, fd 2 the server log, 0 and 1 /dev/null. It includes no PostgreSQL header and
 // shares nothing with the database server: it hosts the real drivers (Kafka, webhooks, AMQP,
-// NATS), one per destination, and runs them on the worker's behalf. A crash here (librdkafka,
+// NATS), one per destination, and the inbox's Kafka consumers, one per subscription, and runs
+// them on the worker's behalf. A crash here (librdkafka,
 // libcurl, librabbitmq, libnats, OpenSSL, out of memory) ends this process only; the worker
 // notices, redelivers what was unanswered and starts a new one.
 //
@@ -39,6 +40,7 @@
 #include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/driver.hpp"
 #include "outbox/drivers/kafka.hpp"
+#include "outbox/drivers/kafka_consumer.hpp"
 #include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
 #include "outbox/pipe_io.hpp"
@@ -96,6 +98,7 @@ class Host {
     Host() : epoll_fd_(epoll_create1(EPOLL_CLOEXEC)) {}
     ~Host() {
         drivers_.clear();  // before the epoll fd: each driver closes its own fds
+        consumers_.clear();
         if (epoll_fd_ >= 0)
             close(epoll_fd_);
     }
@@ -111,8 +114,18 @@ class Host {
         bool told = false;
     };
 
+    // A consumer (kind "kafka-consumer"): records go to the worker as far as its window allows.
+    struct ConsumerSlot {
+        std::unique_ptr<KafkaConsumer> consumer;
+        std::string name;
+        int fd = -1;
+    };
+
     bool Handle(protocol::Frame &frame);
     void Open(protocol::OpenFrame &f);
+    void OpenConsumer(protocol::OpenFrame &f);
+    void PollConsumers();
+    void Watch(int fd, uint64_t handle);
     void Submit(protocol::SubmitFrame &f);
     void ApplyFault(const Message &m);
     void PollDrivers();
@@ -127,6 +140,7 @@ class Host {
     size_t out_done_ = 0;
     bool watching_output_ = false;
     std::map<uint64_t, Slot> drivers_;
+    std::map<uint64_t, ConsumerSlot> consumers_;
     std::vector<std::string> host_log_;
     Fault fault_;
     bool held_ = false;  // Configure "hold": the drivers are not polled meanwhile
@@ -150,6 +164,11 @@ int Host::Run() {
         int timeout = -1;
         for (auto &[handle, slot] : drivers_) {
             int64_t t = slot.driver->PollTimeoutMs();
+            if (t >= 0 && (timeout < 0 || t < timeout))
+                timeout = int(std::min<int64_t>(t, 60000));
+        }
+        for (auto &[handle, slot] : consumers_) {
+            int64_t t = slot.consumer->PollTimeoutMs();
             if (t >= 0 && (timeout < 0 || t < timeout))
                 timeout = int(std::min<int64_t>(t, 60000));
         }
@@ -197,8 +216,10 @@ int Host::Run() {
         }
         if (eof)
             return 0;
-        if (!held_)
+        if (!held_) {
             PollDrivers();
+            PollConsumers();
+        }
         if (!Flush())
             return 0;  // the worker closed its end
     }
@@ -216,6 +237,20 @@ bool Host::Handle(protocol::Frame &frame) {
                 epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
             drivers_.erase(it);
         }
+        auto c = consumers_.find(f->handle);
+        if (c != consumers_.end()) {
+            if (c->second.fd >= 0)
+                epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->second.fd, nullptr);
+            consumers_.erase(c);
+        }
+    } else if (auto *f = std::get_if<protocol::AssignFrame>(&frame)) {
+        auto it = consumers_.find(f->handle);
+        if (it != consumers_.end())  // else closed meanwhile, or never opened
+            it->second.consumer->Assign(f->generation, std::move(f->assignment));
+    } else if (auto *f = std::get_if<protocol::CreditFrame>(&frame)) {
+        auto it = consumers_.find(f->handle);
+        if (it != consumers_.end())
+            it->second.consumer->Credit(f->records, f->bytes);
     } else if (auto *f = std::get_if<protocol::AbandonFrame>(&frame)) {
         auto it = drivers_.find(f->handle);
         if (it != drivers_.end())
@@ -246,11 +281,60 @@ bool Host::Handle(protocol::Frame &frame) {
     return true;
 }
 
+void Host::Watch(int fd, uint64_t handle) {
+    if (fd < 0)
+        return;
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.u64 = handle;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Host::OpenConsumer(protocol::OpenFrame &f) {
+    std::string error;
+    KafkaConsumerOptions options;
+    std::unique_ptr<KafkaConsumer> consumer;
+    if (protocol::DecodeOptions(f.options, &options, &error))
+        consumer = MakeKafkaConsumer(options, &error);
+    if (!consumer) {
+        protocol::Encode(protocol::OpenedFrame{f.handle, false, error}, &out_);
+        return;
+    }
+    ConsumerSlot slot;
+    slot.consumer = std::move(consumer);
+    slot.name = f.name;
+    slot.fd = slot.consumer->WaitFd();
+    Watch(slot.fd, f.handle);
+    protocol::Encode(protocol::OpenedFrame{f.handle, true, {}}, &out_);
+    consumers_.emplace(f.handle, std::move(slot));
+}
+
+void Host::PollConsumers() {
+    std::vector<ConsumedRecord> records;
+    for (auto &[handle, slot] : consumers_) {
+        records.clear();
+        slot.consumer->Poll(records);
+        if (!records.empty())
+            protocol::EncodeRecords(handle, slot.consumer->Generation(), records, &out_);
+        protocol::ConsumerStateFrame state{handle, {}};
+        if (slot.consumer->TakeState(&state.state))
+            protocol::Encode(state, &out_);
+        std::vector<std::string> lines;
+        slot.consumer->TakeLog(lines);
+        if (!lines.empty())
+            protocol::Encode(protocol::LogFrame{handle, std::move(lines)}, &out_);
+    }
+}
+
 void Host::Open(protocol::OpenFrame &f) {
     std::string error;
     std::unique_ptr<Driver> driver;
-    if (drivers_.count(f.handle)) {
+    if (drivers_.count(f.handle) || consumers_.count(f.handle)) {
         error = "handle " + std::to_string(f.handle) + " is already open";
+    } else if (f.kind == "kafka-consumer") {
+        OpenConsumer(f);
+        return;
     } else if (f.kind == "kafka") {
         KafkaDriverOptions options;
         if (protocol::DecodeOptions(f.options, &options, &error))
@@ -278,13 +362,7 @@ void Host::Open(protocol::OpenFrame &f) {
     slot.driver = std::move(driver);
     slot.name = f.name;
     slot.fd = slot.driver->WaitFd();
-    if (slot.fd >= 0) {
-        struct epoll_event ev;
-        memset(&ev, 0, sizeof ev);
-        ev.events = EPOLLIN;
-        ev.data.u64 = f.handle;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, slot.fd, &ev);
-    }
+    Watch(slot.fd, f.handle);
     protocol::Encode(protocol::OpenedFrame{f.handle, true, {}}, &out_);
     auto [it, added] = drivers_.emplace(f.handle, std::move(slot));
     std::vector<Outcome> none;

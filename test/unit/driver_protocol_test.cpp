@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <variant>
@@ -645,6 +646,295 @@ TEST(DriverProtocolTest, OptionsOfAnotherKindOrBuildAreRefused) {
     KafkaDriverOptions out;
     EXPECT_FALSE(DecodeOptions(bytes + "x", &out, &error));
     EXPECT_NE(error.find("after their last field"), std::string::npos) << error;
+}
+
+// --- the Kafka consumer's frames -------------------------------------------------------------
+
+ConsumedRecord SampleRecord(int64_t offset) {
+    ConsumedRecord r;
+    r.topic = offset % 2 ? "orders" : "payments";
+    r.partition = int32_t(offset % 3);
+    r.offset = offset;
+    r.key = "customer-" + std::to_string(offset);
+    r.value = "{\"n\": " + std::to_string(offset) + "}";
+    r.headers = {{"ce_id", "0190a5e2-3b4c-7d5e-8f60-718293a4b5c6"}, {"x-null", ""}};
+    r.timestamp_ms = 1700000000000 + offset;
+    return r;
+}
+
+void ExpectSameRecord(const ConsumedRecord &a, const ConsumedRecord &b) {
+    EXPECT_EQ(a.topic, b.topic);
+    EXPECT_EQ(a.partition, b.partition);
+    EXPECT_EQ(a.offset, b.offset);
+    EXPECT_EQ(a.key, b.key);
+    EXPECT_EQ(a.value, b.value);
+    EXPECT_EQ(a.headers, b.headers);
+    EXPECT_EQ(a.timestamp_ms, b.timestamp_ms);
+}
+
+TEST(DriverProtocolTest, AssignAndCreditRoundTrip) {
+    std::string bytes;
+    Encode(AssignFrame{4,
+                       0xFFFFFFFFFFFFFFF0ull,
+                       {{"orders", 0, 0}, {"orders", 2, 123456789012}, {"b", INT32_MAX, 7}}},
+           &bytes);
+    Encode(AssignFrame{5, 1, {}}, &bytes);  // nothing assigned
+    Encode(CreditFrame{4, 100, 1u << 30}, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes);
+    ASSERT_EQ(frames.size(), 3u);
+    auto &assign = std::get<AssignFrame>(frames[0]);
+    EXPECT_EQ(assign.handle, 4u);
+    EXPECT_EQ(assign.generation, 0xFFFFFFFFFFFFFFF0ull);
+    ASSERT_EQ(assign.assignment.size(), 3u);
+    EXPECT_EQ(assign.assignment[1].topic, "orders");
+    EXPECT_EQ(assign.assignment[1].partition, 2);
+    EXPECT_EQ(assign.assignment[1].offset, 123456789012);
+    EXPECT_EQ(assign.assignment[2].partition, INT32_MAX);
+    EXPECT_TRUE(std::get<AssignFrame>(frames[1]).assignment.empty());
+    auto &credit = std::get<CreditFrame>(frames[2]);
+    EXPECT_EQ(credit.handle, 4u);
+    EXPECT_EQ(credit.records, 100u);
+    EXPECT_EQ(credit.bytes, 1u << 30);
+}
+
+TEST(DriverProtocolTest, RecordsRoundTripKeepsEveryField) {
+    std::vector<ConsumedRecord> records;
+    for (int64_t offset = 0; offset < 30; offset++)
+        records.push_back(SampleRecord(offset));
+    records[1].key.reset();  // no key is not an empty key
+    records[2].key = "";
+    records[3].value.reset();  // a tombstone is not an empty value
+    records[4].value = "";
+    records[5].value = std::string("\0\x01\xff binary", 10);
+    records[5].key = std::string("\0k", 2);
+    records[6].headers.clear();
+    records[7].timestamp_ms = -1;
+    std::string bytes;
+    EncodeRecords(8, 3, records, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes, kMaxToWorkerFrame);
+    ASSERT_EQ(frames.size(), 1u);
+    auto &f = std::get<RecordsFrame>(frames[0]);
+    EXPECT_EQ(f.handle, 8u);
+    EXPECT_EQ(f.generation, 3u);
+    ASSERT_EQ(f.records.size(), records.size());
+    for (size_t i = 0; i < records.size(); i++)
+        ExpectSameRecord(f.records[i], records[i]);
+    EXPECT_FALSE(f.records[1].key.has_value());
+    EXPECT_EQ(f.records[2].key, std::optional<std::string>(""));
+    EXPECT_FALSE(f.records[3].value.has_value());
+    EXPECT_EQ(f.records[4].value, std::optional<std::string>(""));
+    // No records, no frame.
+    std::string none;
+    EncodeRecords(8, 3, {}, &none);
+    EXPECT_TRUE(none.empty());
+}
+
+TEST(DriverProtocolTest, LargeRecordBatchesAreSplitWithinTheWorkersLimit) {
+    std::vector<ConsumedRecord> records;
+    for (int64_t offset = 0; offset < 40; offset++) {
+        ConsumedRecord r = SampleRecord(offset);
+        r.value->assign(300 * 1024, char('a' + offset % 26));  // 12 MB in all
+        records.push_back(r);
+    }
+    ConsumedRecord huge = SampleRecord(99);
+    huge.value->assign(kSplitBytes + 1000, 'h');  // larger than a split: a frame of its own
+    records.insert(records.begin() + 10, huge);
+    std::string bytes;
+    EncodeRecords(1, 2, records, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes, kMaxToWorkerFrame);
+    EXPECT_GE(frames.size(), 4u);
+    std::vector<ConsumedRecord> got;
+    for (Frame &frame : frames) {
+        auto &f = std::get<RecordsFrame>(frame);
+        EXPECT_EQ(f.generation, 2u);
+        EXPECT_FALSE(f.records.empty());
+        for (ConsumedRecord &r : f.records)
+            got.push_back(std::move(r));
+    }
+    ASSERT_EQ(got.size(), records.size());
+    for (size_t i = 0; i < got.size(); i++)
+        ExpectSameRecord(got[i], records[i]);
+    // The largest record that may travel does, alone, under the worker's limit; one byte more
+    // does not pass RecordFits (the helper stops its partition instead of sending it).
+    ConsumedRecord max = SampleRecord(1);
+    max.headers.clear();
+    max.key.reset();
+    max.value = std::string();
+    size_t overhead = 0;
+    {
+        std::string empty;
+        EncodeRecords(1, 1, {max}, &empty);
+        overhead = empty.size();
+    }
+    max.value->assign(kMaxRecordBytes - (overhead - kHeaderBytes - 8 - 8 - 4), 'm');
+    EXPECT_TRUE(RecordFits(max));
+    std::string one;
+    EncodeRecords(1, 1, {max}, &one);
+    EXPECT_EQ(DecodeAll(one, kMaxToWorkerFrame).size(), 1u);
+    max.value->push_back('m');
+    EXPECT_FALSE(RecordFits(max));
+}
+
+TEST(DriverProtocolTest, ConsumerStateRoundTripsWithItsErrorCut) {
+    ConsumerState s;
+    s.known = true;
+    s.partitions = {{"a", 0, 0, 10}, {"a", 1, -1, -1}, {"b", 0, 5, 5}};
+    s.missing_topics = {"zeta", "alpha"};  // in the subscription's order
+    s.error = std::string(kMaxTextBytes + 100, 'e');
+    std::string bytes;
+    Encode(ConsumerStateFrame{6, s}, &bytes);
+    Encode(ConsumerStateFrame{7, ConsumerState{}}, &bytes);
+    std::vector<Frame> frames = DecodeAll(bytes, kMaxToWorkerFrame);
+    ASSERT_EQ(frames.size(), 2u);
+    auto &f = std::get<ConsumerStateFrame>(frames[0]);
+    EXPECT_EQ(f.handle, 6u);
+    EXPECT_TRUE(f.state.known);
+    EXPECT_EQ(f.state.partitions, s.partitions);
+    EXPECT_EQ(f.state.missing_topics, s.missing_topics);
+    EXPECT_EQ(f.state.error, std::string(kMaxTextBytes, 'e'));
+    auto &empty = std::get<ConsumerStateFrame>(frames[1]);
+    EXPECT_FALSE(empty.state.known);
+    EXPECT_TRUE(empty.state.partitions.empty());
+    EXPECT_EQ(empty.state.error, "");
+}
+
+TEST(DriverProtocolTest, ConsumerFramesCutShortAreErrorsAndEveryPrefixIsIncomplete) {
+    ConsumerState s;
+    s.known = true;
+    s.partitions = {{"a", 0, 0, 10}};
+    s.missing_topics = {"m"};
+    s.error = "x";
+    std::vector<std::string> frames(4);
+    Encode(AssignFrame{1, 2, {{"t", 0, 5}}}, &frames[0]);
+    Encode(CreditFrame{1, 2, 3}, &frames[1]);
+    EncodeRecords(1, 2, {SampleRecord(3)}, &frames[2]);
+    Encode(ConsumerStateFrame{1, s}, &frames[3]);
+    for (const std::string &bytes : frames) {
+        uint8_t type = uint8_t(bytes[4]);
+        SCOPED_TRACE(int(type));
+        for (size_t n = 0; n < bytes.size(); n++) {
+            std::string error;
+            EXPECT_EQ(FeedOnce(bytes.substr(0, n), &error, kMaxToHelperFrame),
+                      FrameReader::Result::NeedMore)
+                << n;
+        }
+        for (size_t cut = 1; cut < bytes.size() - kHeaderBytes; cut++) {
+            std::string body = bytes.substr(kHeaderBytes, bytes.size() - kHeaderBytes - cut);
+            std::string error;
+            EXPECT_EQ(FeedOnce(RawFrame(type, body), &error, kMaxToHelperFrame),
+                      FrameReader::Result::Error)
+                << cut;
+        }
+        std::string error;
+        EXPECT_EQ(
+            FeedOnce(RawFrame(type, bytes.substr(kHeaderBytes) + "!"), &error, kMaxToHelperFrame),
+            FrameReader::Result::Error);
+        EXPECT_NE(error.find("after its last field"), std::string::npos) << error;
+    }
+}
+
+TEST(DriverProtocolTest, ConsumerFramesWithHostileCountsOrImpossibleValuesAreErrors) {
+    std::string error;
+    auto feed = [&](uint8_t type, const std::string &body) {
+        return FeedOnce(RawFrame(type, body), &error, kMaxToHelperFrame);
+    };
+    const uint8_t assign = uint8_t(FrameType::Assign), records = uint8_t(FrameType::Records),
+                  state = uint8_t(FrameType::ConsumerState);
+    // Counts that the bytes cannot hold: refused before anything is reserved.
+    EXPECT_EQ(feed(assign, U64(1) + U64(1) + U32(0xFFFFFFFFu)), FrameReader::Result::Error);
+    EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
+    EXPECT_EQ(feed(records, U64(1) + U64(1) + U32(0x7FFFFFFFu)), FrameReader::Result::Error);
+    EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
+    EXPECT_EQ(feed(state, U64(1) + std::string(1, '\1') + U32(0xFFFFFFFFu)),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
+    EXPECT_EQ(feed(state, U64(1) + std::string(1, '\1') + U32(0) + U32(0x10000000u)),
+              FrameReader::Result::Error);
+    EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
+
+    // One assignment as bytes: topic, partition, offset.
+    auto one_assignment = [&](const std::string &topic, uint64_t partition, uint64_t offset) {
+        return feed(assign, U64(1) + U64(1) + U32(1) + U32(uint32_t(topic.size())) + topic +
+                                U64(partition) + U64(offset));
+    };
+    EXPECT_EQ(one_assignment("t", 0, 0), FrameReader::Result::NeedMore);  // well-formed
+    EXPECT_EQ(one_assignment("t", uint64_t(-1), 0), FrameReader::Result::Error);
+    EXPECT_NE(error.find("partition number is out of range"), std::string::npos) << error;
+    EXPECT_EQ(one_assignment("t", uint64_t(INT32_MAX) + 1, 0), FrameReader::Result::Error);
+    EXPECT_EQ(one_assignment("t", 0, uint64_t(-5)), FrameReader::Result::Error);
+    EXPECT_NE(error.find("negative offset"), std::string::npos) << error;
+    EXPECT_EQ(one_assignment("", 0, 0), FrameReader::Result::Error);
+    EXPECT_NE(error.find("topic name is empty or longer"), std::string::npos) << error;
+    EXPECT_EQ(one_assignment(std::string(250, 't'), 0, 0), FrameReader::Result::Error);
+
+    // One record as bytes: topic, partition, offset, has_key, key, has_value, value, headers,
+    // timestamp.
+    auto one_record = [&](uint64_t offset, char has_key, const std::string &key, char has_value,
+                          const std::string &value, uint64_t timestamp) {
+        return feed(records, U64(1) + U64(1) + U32(1) + U32(1) + "t" + U64(0) + U64(offset) +
+                                 std::string(1, has_key) + U32(uint32_t(key.size())) + key +
+                                 std::string(1, has_value) + U32(uint32_t(value.size())) + value +
+                                 U32(0) + U64(timestamp));
+    };
+    EXPECT_EQ(one_record(0, '\1', "k", '\1', "v", uint64_t(-1)), FrameReader::Result::NeedMore);
+    EXPECT_EQ(one_record(0, '\0', "k", '\1', "v", 0), FrameReader::Result::Error);
+    EXPECT_NE(error.find("without a key carries key bytes"), std::string::npos) << error;
+    EXPECT_EQ(one_record(0, '\1', "k", '\0', "v", 0), FrameReader::Result::Error);
+    EXPECT_NE(error.find("null value carries value bytes"), std::string::npos) << error;
+    EXPECT_EQ(one_record(0, '\2', "", '\1', "v", 0), FrameReader::Result::Error);
+    EXPECT_NE(error.find("neither 0 nor 1"), std::string::npos) << error;
+    EXPECT_EQ(one_record(uint64_t(-1), '\1', "k", '\1', "v", 0), FrameReader::Result::Error);
+    EXPECT_NE(error.find("negative offset"), std::string::npos) << error;
+    EXPECT_EQ(one_record(0, '\1', "k", '\1', "v", uint64_t(-2)), FrameReader::Result::Error);
+    EXPECT_NE(error.find("impossible timestamp"), std::string::npos) << error;
+
+    // A state: partitions out of order or repeated, a watermark below -1, a long error.
+    auto a_state = [&](const std::vector<PartitionInfo> &partitions, const std::string &err) {
+        std::string body = U64(1) + std::string(1, '\1') + U32(uint32_t(partitions.size()));
+        for (const PartitionInfo &p : partitions)
+            body += U32(uint32_t(p.topic.size())) + p.topic + U64(uint64_t(p.partition)) +
+                    U64(uint64_t(p.low)) + U64(uint64_t(p.high));
+        return feed(state, body + U32(0) + U32(uint32_t(err.size())) + err);
+    };
+    EXPECT_EQ(a_state({{"a", 0, 0, 1}, {"a", 1, -1, -1}, {"b", 0, 0, 0}}, "e"),
+              FrameReader::Result::NeedMore);
+    EXPECT_EQ(a_state({{"a", 1, 0, 1}, {"a", 0, 0, 1}}, ""), FrameReader::Result::Error);
+    EXPECT_NE(error.find("not sorted"), std::string::npos) << error;
+    EXPECT_EQ(a_state({{"b", 0, 0, 1}, {"a", 0, 0, 1}}, ""), FrameReader::Result::Error);
+    EXPECT_EQ(a_state({{"a", 0, 0, 1}, {"a", 0, 0, 1}}, ""), FrameReader::Result::Error);
+    EXPECT_EQ(a_state({{"a", 0, -2, 1}}, ""), FrameReader::Result::Error);
+    EXPECT_NE(error.find("watermark is below -1"), std::string::npos) << error;
+    EXPECT_EQ(a_state({}, std::string(kMaxTextBytes + 1, 'e')), FrameReader::Result::Error);
+    EXPECT_NE(error.find("error text is longer"), std::string::npos) << error;
+}
+
+TEST(DriverProtocolTest, KafkaConsumerOptionsRoundTripFieldByField) {
+    KafkaConsumerOptions o;
+    o.name = "orders-in";
+    o.topics = {"orders", "payments"};
+    o.properties = {{"bootstrap.servers", "127.0.0.1:9092"}, {"fetch.min.bytes", "1"}};
+    o.client_id = "outbox-inbox-app-orders-in";
+    o.metadata_interval_ms = 250;
+    o.window_records = 100;
+    o.window_bytes = 12345;
+    KafkaConsumerOptions back;
+    std::string error;
+    ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
+    EXPECT_EQ(back.name, o.name);
+    EXPECT_EQ(back.topics, o.topics);
+    EXPECT_EQ(back.properties, o.properties);
+    EXPECT_EQ(back.client_id, o.client_id);
+    EXPECT_EQ(back.metadata_interval_ms, 250);
+    EXPECT_EQ(back.window_records, 100u);
+    EXPECT_EQ(back.window_bytes, 12345u);
+    // A producer's options are not a consumer's, nor the other way round.
+    EXPECT_FALSE(DecodeOptions(EncodeOptions(KafkaDriverOptions{}), &back, &error));
+    EXPECT_NE(error.find("do not match this build"), std::string::npos) << error;
+    KafkaDriverOptions k;
+    EXPECT_FALSE(DecodeOptions(EncodeOptions(o), &k, &error));
+    std::string bytes = EncodeOptions(o);
+    for (size_t n = 0; n < bytes.size(); n++)
+        EXPECT_FALSE(DecodeOptions(bytes.substr(0, n), &back, &error)) << n;
 }
 
 TEST(DriverProtocolTest, CutTextNeverSplitsACharacter) {
