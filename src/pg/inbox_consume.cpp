@@ -854,14 +854,15 @@ bool InboxConsumer::Consume(bool poll) {
         }
         if (poll)
             ApplyRequeued(s);
-        ApplyPending(s);
+        size_t applied = ApplyPending(s);
         // A partition blocked in this batch: its later records are read again once it goes on.
         for (auto &[tp, p] : s.partitions)
             if (p.blocked && p.next != p.applied) {
                 p.next = p.applied;
                 s.assign_due = true;
             }
-        pause_("inbox_before_commit");
+        if (applied > 0)
+            pause_("inbox_before_commit");
         WriteOffsets(s);
         more = more || !s.pending.empty() || s.consumer->Buffered() > 0;
     }
