@@ -751,6 +751,37 @@ REVOKE ALL ON FUNCTION outbox._subscriptions_check(), outbox.create_subscription
     outbox.alter_subscription(text, jsonb), outbox.drop_subscription(text), outbox.subscriptions(),
     outbox.requeue_inbox(bigint[]), outbox.requeue_inbox(text)
     FROM PUBLIC;
+-- pause and resume apply to subscriptions too.
+CREATE OR REPLACE FUNCTION outbox.pause(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found_any boolean;
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = true, updated_at = now() WHERE d.name = pause.name;
+    found_any := FOUND;
+    -- A subscription of that name too (the inbox): its partitions stop being consumed.
+    UPDATE outbox.inbox_subscriptions AS s SET paused = true, updated_at = now() WHERE s.name = pause.name;
+    IF NOT (found_any OR FOUND) THEN
+        RAISE EXCEPTION 'destination or subscription "%" does not exist', pause.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.pause(text) IS 'stop delivering to a destination (messages keep queueing), or consuming for a subscription';
+
+CREATE OR REPLACE FUNCTION outbox.resume(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found_any boolean;
+BEGIN
+    UPDATE outbox.destinations AS d SET paused = false, updated_at = now() WHERE d.name = resume.name;
+    found_any := FOUND;
+    UPDATE outbox.inbox_subscriptions AS s SET paused = false, updated_at = now() WHERE s.name = resume.name;
+    IF NOT (found_any OR FOUND) THEN
+        RAISE EXCEPTION 'destination or subscription "%" does not exist', resume.name USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.resume(text) IS 'resume delivery to a paused destination, or consumption for a paused subscription';
 -- (end of the inbox block)
 
 --------------------------------------------------------------------------------------------------
