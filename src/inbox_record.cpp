@@ -201,7 +201,9 @@ class JsonChecker {
     size_t i_ = 0;
 };
 
-char Lower(char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; }
+char Lower(char c) {
+    return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c;
+}
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
     if (a.size() != b.size())
@@ -267,7 +269,9 @@ void AppendJsonString(std::string_view s, std::string *out) {
 
 }  // namespace
 
-bool IsJsonbText(std::string_view text) { return JsonChecker(text).Check(); }
+bool IsJsonbText(std::string_view text) {
+    return JsonChecker(text).Check();
+}
 
 PayloadKind ClassifyPayload(const std::optional<std::string> &value, const Headers &headers) {
     if (!value)

@@ -20,7 +20,11 @@ extern "C" {
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/typcache.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -34,17 +38,24 @@ extern "C" {
 
 namespace outbox::pg {
 
+// The fields of outbox.inbox_message for one record (SPI-style nulls: 'n' or ' ').
+struct MessageArgs {
+    Datum values[10];
+    char nulls[10];
+};
+
 namespace {
 
 // The subscriptions as the workers read them, with the handler resolved (by oid: the stored
 // text is schema-qualified) and the owner checked.
 const char *const kLoadSql =
-    "SELECT s.name, s.config::text, s.handler, s.owner::oid, s.paused,"
-    "       pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname),"
-    "       r.oid IS NOT NULL, s.last_error"
+    "SELECT s.name, s.config::text, s.handler, s.owner::oid, s.paused, p.oid,"
+    "       r.oid IS NOT NULL, s.last_error,"
+    "       r.oid IS NOT NULL AND p.oid IS NOT NULL"
+    "         AND pg_catalog.has_function_privilege(s.owner, p.oid, 'EXECUTE'),"
+    "       'outbox.inbox_message'::pg_catalog.regtype::pg_catalog.oid"
     "  FROM outbox.inbox_subscriptions AS s"
     "  LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = pg_catalog.to_regprocedure(s.handler)"
-    "  LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
     "  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = s.owner"
     " ORDER BY s.name";
 
@@ -61,6 +72,15 @@ const char *const kBlockedSql =
 const char *const kDedupSql =
     "INSERT INTO outbox.inbox (subscription, event_id, topic, \"partition\", \"offset\")"
     " VALUES ($1, $2, $3, $4, $5) ON CONFLICT ON CONSTRAINT inbox_pkey DO NOTHING";
+
+// A batch's dedup rows in one statement: the ids that were new come back (a duplicate within
+// the batch is inserted once, for its first record). unnest of several arrays is syntax, not
+// a function: it cannot be schema-qualified (the transaction's search_path is pg_catalog).
+const char *const kDedupBatchSql =
+    "INSERT INTO outbox.inbox (subscription, event_id, topic, \"partition\", \"offset\")"
+    " SELECT $1, u.e, u.t, u.p, u.o FROM unnest($2::uuid[], $3::text[], $4::int4[],"
+    "                                            $5::int8[]) AS u(e, t, p, o)"
+    " ON CONFLICT ON CONSTRAINT inbox_pkey DO NOTHING RETURNING event_id";
 
 const char *const kDeadLetterSql =
     "INSERT INTO outbox.inbox_dead_letters AS d (subscription, topic, \"partition\", \"offset\","
@@ -103,9 +123,9 @@ const char *const kShowErrorSql =
     "UPDATE outbox.inbox_subscriptions SET last_error = $2 WHERE name = $1"
     "   AND last_error IS DISTINCT FROM $2";
 
-SPIPlanPtr load_plan, read_offset_plan, blocked_plan, dedup_plan, dead_letter_plan,
-    requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan, insert_offset_plan,
-    show_error_plan;
+SPIPlanPtr load_plan, read_offset_plan, blocked_plan, dedup_plan, dedup_batch_plan,
+    dead_letter_plan, requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan,
+    insert_offset_plan, show_error_plan;
 
 SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
     if (*slot == nullptr) {
@@ -172,15 +192,9 @@ void Unlock(int64_t key) {
     PgTry([key] { (void)DirectFunctionCall1(pg_advisory_unlock_int8, Int64GetDatum(key)); });
 }
 
-// The ten arguments of the handler call, as outbox.inbox_message's fields.
-struct MessageArgs {
-    Datum values[10];
-    char nulls[10];
-};
-constexpr Oid kMessageTypes[10] = {TEXTOID,  TEXTOID,  INT4OID,  INT8OID, TEXTOID,
-                                   JSONBOID, JSONBOID, BYTEAOID, UUIDOID, TIMESTAMPTZOID};
-
-std::string SqlState(int code) { return unpack_sql_state(code); }
+std::string SqlState(int code) {
+    return unpack_sql_state(code);
+}
 
 }  // namespace
 
@@ -203,8 +217,7 @@ bool InboxConsumer::HasWork(bool poll) {
     for (auto &[name, s] : subscriptions_) {
         if (!s->consumer)
             continue;
-        if (!s->pending.empty() || s->consumer->Buffered() > 0 ||
-            s->consumer->Epoch() != s->epoch)
+        if (!s->pending.empty() || s->consumer->Buffered() > 0 || s->consumer->Epoch() != s->epoch)
             return true;
     }
     return false;
@@ -216,10 +229,14 @@ void InboxConsumer::Close(Subscription &s) {
     s.partitions.clear();
     s.pending.clear();
     s.consumer.reset();
-    if (s.handler_plan) {
-        SPIPlanPtr plan = static_cast<SPIPlanPtr>(s.handler_plan);
-        s.handler_plan = nullptr;
-        PgTry([plan] { SPI_freeplan(plan); });
+    if (s.handler_fn) {
+        void *fn = s.handler_fn, *desc = s.message_desc;
+        s.handler_fn = s.message_desc = nullptr;
+        PgTry([fn, desc] {
+            pfree(fn);
+            if (desc)
+                FreeTupleDesc(static_cast<TupleDesc>(desc));
+        });
     }
 }
 
@@ -243,14 +260,14 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
 // closes consumers.
 void InboxConsumer::Load() {
     struct Row {
-        std::string name, config, handler, call, last_error;
-        Oid owner = InvalidOid;
-        bool paused = false, handler_found = false, owner_found = false;
+        std::string name, config, handler, last_error;
+        Oid owner = InvalidOid, handler_oid = InvalidOid, message_type = InvalidOid;
+        bool paused = false, owner_found = false, may_execute = false;
     };
     std::vector<Row> rows;
     PgTry([&] {
-        int rc = SPI_execute_plan(Prepare(&load_plan, kLoadSql, 0, nullptr), nullptr, nullptr,
-                                  true, 0);
+        int rc =
+            SPI_execute_plan(Prepare(&load_plan, kLoadSql, 0, nullptr), nullptr, nullptr, true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: reading outbox.inbox_subscriptions failed: %s",
                  SPI_result_code_string(rc));
@@ -271,11 +288,12 @@ void InboxConsumer::Load() {
             Datum owner = SPI_getbinval(t, d, 4, &isnull);
             r.owner = isnull ? InvalidOid : DatumGetObjectId(owner);
             r.paused = DatumGetBool(SPI_getbinval(t, d, 5, &isnull));
-            (void)SPI_getbinval(t, d, 6, &isnull);
-            r.handler_found = !isnull;
-            r.call = text(6);
+            Datum handler = SPI_getbinval(t, d, 6, &isnull);
+            r.handler_oid = isnull ? InvalidOid : DatumGetObjectId(handler);
             r.owner_found = DatumGetBool(SPI_getbinval(t, d, 7, &isnull)) && r.owner != InvalidOid;
             r.last_error = text(8);
+            r.may_execute = DatumGetBool(SPI_getbinval(t, d, 9, &isnull));
+            r.message_type = DatumGetObjectId(SPI_getbinval(t, d, 10, &isnull));
         });
         rows.push_back(std::move(r));
     }
@@ -286,7 +304,8 @@ void InboxConsumer::Load() {
         auto it = subscriptions_.find(r.name);
         if (it != subscriptions_.end() &&
             (r.paused || it->second->config_text != r.config || it->second->handler != r.handler ||
-             it->second->owner != r.owner)) {
+             it->second->owner != r.owner || it->second->handler_oid != r.handler_oid ||
+             it->second->may_execute != r.may_execute)) {
             Close(*it->second);
             subscriptions_.erase(it);
             it = subscriptions_.end();
@@ -298,30 +317,32 @@ void InboxConsumer::Load() {
         s->config_text = r.config;
         s->handler = r.handler;
         s->owner = r.owner;
+        s->handler_oid = r.handler_oid;
+        s->may_execute = r.may_execute;
         s->shown_error = r.last_error;
         std::string error;
         SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, r.config);
         if (!check.ok()) {
             error = "the config is not valid: " + check.problems.front();
-        } else if (!r.handler_found) {
+        } else if (r.handler_oid == InvalidOid) {
             error = "the handler " + r.handler + " does not exist";
         } else if (!r.owner_found) {
             error = "the subscription's owner role does not exist";
+        } else if (!r.may_execute) {
+            error = "the subscription's owner may not execute its handler " + r.handler;
         }
         if (error.empty()) {
             s->config = std::move(check.config);
-            std::string call = "SELECT " + r.call + "(ROW($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-                                                     "$10)::outbox.inbox_message)";
+            // The handler is called directly (fmgr), once per record, with the message as a
+            // composite of outbox.inbox_message: its EXECUTE right was checked above, as the
+            // owner, as the executor would check it.
             PgTry([&] {
-                Oid types[10];
-                memcpy(types, kMessageTypes, sizeof types);
-                SPIPlanPtr plan = SPI_prepare(call.c_str(), 10, types);
-                if (plan == nullptr)
-                    elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
-                         SPI_result_code_string(SPI_result), call.c_str());
-                if (SPI_keepplan(plan) != 0)
-                    elog(ERROR, "outbox: SPI_keepplan failed");
-                s->handler_plan = plan;
+                MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+                FmgrInfo *flinfo = static_cast<FmgrInfo *>(palloc0(sizeof(FmgrInfo)));
+                fmgr_info_cxt(r.handler_oid, flinfo, TopMemoryContext);
+                s->handler_fn = flinfo;
+                s->message_desc = lookup_rowtype_tupdesc_copy(r.message_type, -1);
+                MemoryContextSwitchTo(old);
             });
             KafkaConsumerOptions options;
             options.name = r.name;
@@ -460,8 +481,8 @@ void InboxConsumer::Own(Subscription &s) {
         PgTry([&] {
             Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
             Datum args[3] = {Text(s.name), Text(p.topic), Int32GetDatum(p.partition)};
-            int rc = SPI_execute_plan(Prepare(&blocked_plan, kBlockedSql, 3, types), args,
-                                      nullptr, true, 1);
+            int rc = SPI_execute_plan(Prepare(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
+                                      true, 1);
             if (rc != SPI_OK_SELECT || SPI_processed != 1)
                 elog(ERROR, "outbox: reading outbox.inbox_dead_letters failed: %s",
                      SPI_result_code_string(rc));
@@ -521,8 +542,8 @@ bool Dedup(const std::string &subscription, const Uuid &event_id, const std::str
         Oid types[5] = {TEXTOID, UUIDOID, TEXTOID, INT4OID, INT8OID};
         Datum args[5] = {Text(subscription), UuidDatum(event_id), Text(topic),
                          Int32GetDatum(partition), Int64GetDatum(offset)};
-        int rc = SPI_execute_plan(Prepare(&dedup_plan, kDedupSql, 5, types), args, nullptr, false,
-                                  0);
+        int rc =
+            SPI_execute_plan(Prepare(&dedup_plan, kDedupSql, 5, types), args, nullptr, false, 0);
         if (rc != SPI_OK_INSERT)
             elog(ERROR, "outbox: inserting into outbox.inbox failed: %s",
                  SPI_result_code_string(rc));
@@ -532,133 +553,242 @@ bool Dedup(const std::string &subscription, const Uuid &event_id, const std::str
 
 // The handler, as the subscription's owner: only this call runs with the owner's rights
 // (SECURITY_RESTRICTED_OPERATION, as PostgreSQL runs index expressions during maintenance:
-// it cannot SET ROLE its way out or leave session state behind).
-void CallHandler(SPIPlanPtr plan, Oid owner, MessageArgs *args) {
+// it cannot SET ROLE its way out or leave session state behind). When it raises, the
+// subtransaction's rollback puts the worker's user back.
+void CallHandler(FmgrInfo *flinfo, Oid owner, Datum message) {
     PgTry([&] {
         Oid save_userid;
         int save_sec_context;
         GetUserIdAndSecContext(&save_userid, &save_sec_context);
-        SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-                                          SECURITY_RESTRICTED_OPERATION);
-        int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 0);
+        SetUserIdAndSecContext(
+            owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+        LOCAL_FCINFO(fcinfo, 1);
+        InitFunctionCallInfoData(*fcinfo, flinfo, 1, InvalidOid, nullptr, nullptr);
+        fcinfo->args[0].value = message;
+        fcinfo->args[0].isnull = false;
+        (void)FunctionCallInvoke(fcinfo);
         SetUserIdAndSecContext(save_userid, save_sec_context);
-        if (rc < 0)
-            elog(ERROR, "outbox: the handler call failed: %s", SPI_result_code_string(rc));
     });
+}
+
+// The message as a composite of outbox.inbox_message.
+Datum MessageDatum(void *desc, MessageArgs *args) {
+    return PgTry([&] {
+        bool isnull[10];
+        for (int k = 0; k < 10; k++)
+            isnull[k] = args->nulls[k] == 'n';
+        HeapTuple t = heap_form_tuple(static_cast<TupleDesc>(desc), args->values, isnull);
+        return HeapTupleGetDatum(t);
+    });
+}
+
+// The dedup rows of a batch: which records are new (the first of each event id).
+std::vector<bool> DedupBatch(const std::string &subscription, const std::vector<Uuid> &ids,
+                             const std::vector<const ConsumedRecord *> &records) {
+    std::set<Uuid> fresh;
+    PgTry([&] {
+        int n = int(ids.size());
+        Datum *e = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+        Datum *t = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+        Datum *p = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+        Datum *o = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+        for (int k = 0; k < n; k++) {
+            e[k] = UuidDatum(ids[k]);
+            t[k] = Text(records[k]->topic);
+            p[k] = Int32GetDatum(records[k]->partition);
+            o[k] = Int64GetDatum(records[k]->offset);
+        }
+        Datum args[5] = {
+            Text(subscription),
+            PointerGetDatum(construct_array(e, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+            PointerGetDatum(construct_array(t, n, TEXTOID, -1, false, TYPALIGN_INT)),
+            PointerGetDatum(construct_array(p, n, INT4OID, 4, true, TYPALIGN_INT)),
+            PointerGetDatum(construct_array(o, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+        Oid types[5] = {TEXTOID, UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+        int rc = SPI_execute_plan(Prepare(&dedup_batch_plan, kDedupBatchSql, 5, types), args,
+                                  nullptr, false, 0);
+        if (rc != SPI_OK_INSERT_RETURNING)
+            elog(ERROR, "outbox: inserting into outbox.inbox failed: %s",
+                 SPI_result_code_string(rc));
+        for (uint64 k = 0; k < SPI_processed; k++) {
+            bool isnull;
+            pg_uuid_t *u = DatumGetUUIDP(
+                SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1, &isnull));
+            Uuid id;
+            memcpy(id.data(), u->data, UUID_LEN);
+            fresh.insert(id);
+        }
+    });
+    std::vector<bool> is_new(ids.size());
+    for (size_t k = 0; k < ids.size(); k++)
+        is_new[k] = fresh.erase(ids[k]) != 0;  // a second record of the id: a duplicate
+    return is_new;
 }
 
 }  // namespace
 
-// Applies up to batch_size taken records. Returns how many.
+// Fills *args with the fields of outbox.inbox_message for record r, in the current memory
+// context.
+void InboxConsumer::RecordArgs(const Subscription &s, const ConsumedRecord &r, const Uuid &id,
+                               MessageArgs *args) {
+    PayloadKind kind = ClassifyPayload(r.value, r.headers);
+    std::string headers = HeadersJson(r.headers);
+    PgTry([&] {
+        args->values[0] = Text(s.name);
+        args->values[1] = Text(r.topic);
+        args->values[2] = Int32GetDatum(r.partition);
+        args->values[3] = Int64GetDatum(r.offset);
+        args->values[4] = r.key ? Text(*r.key) : Datum(0);
+        args->values[5] = Jsonb(headers);
+        args->values[6] = kind == PayloadKind::Json ? Jsonb(*r.value) : Datum(0);
+        args->values[7] = kind == PayloadKind::Bytes ? Bytea(*r.value) : Datum(0);
+        args->values[8] = UuidDatum(id);
+        args->values[9] = r.timestamp_ms >= 0 ? TimestampFromMs(r.timestamp_ms) : Datum(0);
+        memset(args->nulls, ' ', sizeof args->nulls);
+        if (!r.key)
+            args->nulls[4] = 'n';
+        if (kind != PayloadKind::Json)
+            args->nulls[6] = 'n';
+        if (kind != PayloadKind::Bytes)
+            args->nulls[7] = 'n';
+        if (r.timestamp_ms < 0)
+            args->nulls[9] = 'n';
+    });
+}
+
+// A record whose handler raised: to outbox.inbox_dead_letters (blocking with on_error =
+// block), with the error and SQLSTATE.
+void InboxConsumer::DeadLetter(MessageArgs *args, bool blocking, const CaughtError &error) {
+    PgTry([&] {
+        Oid types[13] = {TEXTOID,  TEXTOID,  INT4OID,        INT8OID, UUIDOID, TEXTOID, JSONBOID,
+                         JSONBOID, BYTEAOID, TIMESTAMPTZOID, BOOLOID, TEXTOID, TEXTOID};
+        // The message's fields in the dead letter's column order.
+        const int from[10] = {0, 1, 2, 3, 8, 4, 5, 6, 7, 9};
+        Datum values[13];
+        char nulls[13];
+        for (int k = 0; k < 10; k++) {
+            values[k] = args->values[from[k]];
+            nulls[k] = args->nulls[from[k]];
+        }
+        values[10] = BoolGetDatum(blocking);
+        values[11] = Text(error.message);
+        values[12] = Text(SqlState(error.sqlerrcode));
+        nulls[10] = nulls[11] = nulls[12] = ' ';
+        int rc = SPI_execute_plan(Prepare(&dead_letter_plan, kDeadLetterSql, 13, types), values,
+                                  nulls, false, 0);
+        if (rc != SPI_OK_INSERT)
+            elog(ERROR, "outbox: inserting into outbox.inbox_dead_letters failed: %s",
+                 SPI_result_code_string(rc));
+    });
+}
+
+// Applies up to batch_size taken records, in one subtransaction for the batch: the dedup rows
+// in one statement, then the handler for each new record. When any of it raises, the batch is
+// rolled back and applied again record by record, each in a subtransaction of its own, so that
+// the one that raises is dead-lettered alone. Returns how many records were taken off.
 size_t InboxConsumer::ApplyPending(Subscription &s) {
     size_t limit = std::min(s.pending.size(), size_t(s.config.batch_size));
-    SPIPlanPtr plan = static_cast<SPIPlanPtr>(s.handler_plan);
-    MemoryContext record_context = nullptr;
-    PgTry([&] {
-        record_context = AllocSetContextCreate(CurrentMemoryContext, "outbox inbox record",
-                                               ALLOCSET_DEFAULT_SIZES);
-    });
-    MemoryContext outer = CurrentMemoryContext;
-    size_t done = 0;
-    for (; done < limit; done++) {
-        const ConsumedRecord &r = s.pending[done];
+    std::vector<const ConsumedRecord *> batch;
+    std::vector<Uuid> ids;
+    for (size_t k = 0; k < limit; k++) {
+        const ConsumedRecord &r = s.pending[k];
         auto it = s.partitions.find({r.topic, r.partition});
         if (it == s.partitions.end() || it->second.blocked || r.offset < it->second.applied)
             continue;  // given back, blocked meanwhile, or already applied
-        Partition &p = it->second;
-        InboxEventId id =
-            RecordEventId(r.headers, s.config.event_id_header, r.topic, r.partition, r.offset);
-        PayloadKind kind = ClassifyPayload(r.value, r.headers);
-        MessageArgs args;
+        batch.push_back(&r);
+        ids.push_back(
+            RecordEventId(r.headers, s.config.event_id_header, r.topic, r.partition, r.offset).id);
+    }
+    FmgrInfo *fn = static_cast<FmgrInfo *>(s.handler_fn);
+    MemoryContext outer = CurrentMemoryContext;
+    MemoryContext record_context = PgTry([outer] {
+        return AllocSetContextCreate(outer, "outbox inbox record", ALLOCSET_DEFAULT_SIZES);
+    });
+    auto in_record_context = [&](auto &&body) {
         PgTry([&] {
             MemoryContextReset(record_context);
             MemoryContextSwitchTo(record_context);
-            args.values[0] = Text(s.name);
-            args.values[1] = Text(r.topic);
-            args.values[2] = Int32GetDatum(r.partition);
-            args.values[3] = Int64GetDatum(r.offset);
-            args.values[4] = r.key ? Text(*r.key) : Datum(0);
-            args.values[5] = Jsonb(HeadersJson(r.headers));
-            args.values[6] = kind == PayloadKind::Json ? Jsonb(*r.value) : Datum(0);
-            args.values[7] = kind == PayloadKind::Bytes ? Bytea(*r.value) : Datum(0);
-            args.values[8] = UuidDatum(id.id);
-            args.values[9] = r.timestamp_ms >= 0 ? TimestampFromMs(r.timestamp_ms) : Datum(0);
-            memset(args.nulls, ' ', sizeof args.nulls);
-            if (!r.key)
-                args.nulls[4] = 'n';
-            if (kind != PayloadKind::Json)
-                args.nulls[6] = 'n';
-            if (kind != PayloadKind::Bytes)
-                args.nulls[7] = 'n';
-            if (r.timestamp_ms < 0)
-                args.nulls[9] = 'n';
-            MemoryContextSwitchTo(outer);
         });
-        bool duplicate = false;
-        CaughtError error;
-        bool ok = InSubtransaction(
-            [&] {
-                if (!Dedup(s.name, id.id, r.topic, r.partition, r.offset)) {
-                    duplicate = true;
-                    return;
-                }
-                pause_("inbox_before_handler");
-                CallHandler(plan, s.owner, &args);
-                pause_("inbox_after_handler");
-            },
-            &error);
-        if (ok) {
-            if (duplicate)
-                p.duplicates++;
-            else
-                p.consumed++;
-        } else {
-            bool block = s.config.on_error == OnError::Block;
-            PgTry([&] {
-                Oid types[13] = {TEXTOID,  TEXTOID, INT4OID,        INT8OID, UUIDOID,
-                                 TEXTOID,  JSONBOID, JSONBOID,      BYTEAOID, TIMESTAMPTZOID,
-                                 BOOLOID,  TEXTOID, TEXTOID};
-                Datum values[13];
-                char nulls[13];
-                memcpy(values, args.values, sizeof(Datum) * 2);  // subscription, topic
-                values[2] = args.values[2];
-                values[3] = args.values[3];
-                values[4] = args.values[8];
-                values[5] = args.values[4];
-                values[6] = args.values[5];
-                values[7] = args.values[6];
-                values[8] = args.values[7];
-                values[9] = args.values[9];
-                memset(nulls, ' ', sizeof nulls);
-                nulls[5] = args.nulls[4];
-                nulls[7] = args.nulls[6];
-                nulls[8] = args.nulls[7];
-                nulls[9] = args.nulls[9];
-                values[10] = BoolGetDatum(block);
-                values[11] = Text(error.message);
-                values[12] = Text(SqlState(error.sqlerrcode));
-                int rc = SPI_execute_plan(
-                    Prepare(&dead_letter_plan, kDeadLetterSql, 13, types), values, nulls, false, 0);
-                if (rc != SPI_OK_INSERT)
-                    elog(ERROR, "outbox: inserting into outbox.inbox_dead_letters failed: %s",
-                         SPI_result_code_string(rc));
-            });
-            p.dead++;
-            p.last_error = std::string("offset ") + std::to_string(r.offset) + ": " +
-                           SqlState(error.sqlerrcode) + ": " + error.message;
-            if (block)
-                p.blocked = true;  // nothing after it is applied
-        }
+        body();
+        MemoryContextSwitchTo(outer);
+    };
+    auto done = [&](const ConsumedRecord &r, bool duplicate) {
+        Partition &p = s.partitions.at({r.topic, r.partition});
+        if (duplicate)
+            p.duplicates++;
+        else
+            p.consumed++;
         p.applied = r.offset + 1;
         p.last_record_ms = r.timestamp_ms >= 0 ? r.timestamp_ms : 0;
         p.touched = true;
+    };
+
+    CaughtError error;
+    std::vector<bool> is_new;
+    bool ok = batch.empty() ||
+              InSubtransaction(
+                  [&] {
+                      is_new = DedupBatch(s.name, ids, batch);
+                      pause_("inbox_before_handler");
+                      for (size_t k = 0; k < batch.size(); k++) {
+                          if (!is_new[k])
+                              continue;
+                          in_record_context([&] {
+                              MessageArgs args;
+                              RecordArgs(s, *batch[k], ids[k], &args);
+                              CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args));
+                          });
+                      }
+                      pause_("inbox_after_handler");
+                  },
+                  &error);
+    if (ok) {
+        for (size_t k = 0; k < batch.size(); k++)
+            done(*batch[k], !is_new[k]);
+    } else {
+        // Record by record.
+        ereport(LOG, (errmsg("outbox worker: subscription \"%s\": a batch of %zu records "
+                             "failed (%s: %s); applying them one by one",
+                             s.name.c_str(), batch.size(), SqlState(error.sqlerrcode).c_str(),
+                             error.message)));
+        for (size_t k = 0; k < batch.size(); k++) {
+            const ConsumedRecord &r = *batch[k];
+            Partition &p = s.partitions.at({r.topic, r.partition});
+            if (p.blocked)
+                continue;  // stopped at an earlier record of this batch
+            in_record_context([&] {
+                MessageArgs args;
+                RecordArgs(s, r, ids[k], &args);
+                bool duplicate = false;
+                CaughtError failure;
+                bool applied = InSubtransaction(
+                    [&] {
+                        if (!Dedup(s.name, ids[k], r.topic, r.partition, r.offset)) {
+                            duplicate = true;
+                            return;
+                        }
+                        CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args));
+                    },
+                    &failure);
+                if (applied) {
+                    done(r, duplicate);
+                    return;
+                }
+                bool block = s.config.on_error == OnError::Block;
+                DeadLetter(&args, block, failure);
+                p.dead++;
+                p.last_error = std::string("offset ") + std::to_string(r.offset) + ": " +
+                               SqlState(failure.sqlerrcode) + ": " + failure.message;
+                p.applied = r.offset + 1;
+                p.touched = true;
+                if (block)
+                    p.blocked = true;  // nothing after it is applied
+            });
+        }
     }
-    PgTry([&] {
-        MemoryContextSwitchTo(outer);
-        MemoryContextDelete(record_context);
-    });
-    s.pending.erase(s.pending.begin(), s.pending.begin() + long(done));
-    return done;
+    PgTry([&] { MemoryContextDelete(record_context); });
+    s.pending.erase(s.pending.begin(), s.pending.begin() + long(limit));
+    return batch.size();
 }
 
 // Dead letters requeued by outbox.requeue_inbox, of partitions this worker owns.
@@ -676,7 +806,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
         table = SPI_tuptable;
         n = SPI_processed;
     });
-    SPIPlanPtr plan = static_cast<SPIPlanPtr>(s.handler_plan);
+    FmgrInfo *fn = static_cast<FmgrInfo *>(s.handler_fn);
     for (uint64 i = 0; i < n; i++) {
         int64_t id = 0;
         std::string topic;
@@ -720,7 +850,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
                     duplicate = true;
                     return;
                 }
-                CallHandler(plan, s.owner, &args);
+                CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args));
             },
             &error);
         PgTry([&] {
@@ -733,8 +863,8 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
                                       nullptr, false, 0);
             } else {
                 Oid types[3] = {INT8OID, TEXTOID, TEXTOID};
-                rc = SPI_execute_plan(Prepare(&requeue_failed_plan, kRequeueFailedSql, 3, types),
-                                      a, nullptr, false, 0);
+                rc = SPI_execute_plan(Prepare(&requeue_failed_plan, kRequeueFailedSql, 3, types), a,
+                                      nullptr, false, 0);
             }
             if (rc < 0)
                 elog(ERROR, "outbox: writing back a requeued inbox dead letter failed: %s",
@@ -747,8 +877,8 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
                 p.consumed++;
             p.dead--;  // no longer a dead letter
         } else {
-            p.last_error = std::string("offset ") + std::to_string(offset) + " (requeued): " +
-                           SqlState(error.sqlerrcode) + ": " + error.message;
+            p.last_error = std::string("offset ") + std::to_string(offset) +
+                           " (requeued): " + SqlState(error.sqlerrcode) + ": " + error.message;
         }
         p.touched = true;
     }
@@ -779,9 +909,8 @@ void InboxConsumer::WriteOffsets(Subscription &s) {
             Oid types[11] = {TEXTOID, TEXTOID, INT4OID, INT8OID,        INT8OID, INT8OID,
                              INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
             if (p.stored) {
-                int rc = SPI_execute_plan(
-                    Prepare(&update_offset_plan, kUpdateOffsetSql, 11, types), args, nulls, false,
-                    0);
+                int rc = SPI_execute_plan(Prepare(&update_offset_plan, kUpdateOffsetSql, 11, types),
+                                          args, nulls, false, 0);
                 if (rc != SPI_OK_UPDATE)
                     elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
                          SPI_result_code_string(rc));
@@ -795,9 +924,8 @@ void InboxConsumer::WriteOffsets(Subscription &s) {
                              errdetail("Another session moved it; this transaction's records "
                                        "are rolled back and read again.")));
             } else {
-                int rc = SPI_execute_plan(
-                    Prepare(&insert_offset_plan, kInsertOffsetSql, 10, types), args, nulls, false,
-                    0);
+                int rc = SPI_execute_plan(Prepare(&insert_offset_plan, kInsertOffsetSql, 10, types),
+                                          args, nulls, false, 0);
                 if (rc != SPI_OK_INSERT)
                     elog(ERROR, "outbox: inserting into outbox.inbox_offsets failed: %s",
                          SPI_result_code_string(rc));
@@ -884,6 +1012,8 @@ void InboxConsumer::Committed() {
         }
 }
 
-void InboxConsumer::Aborted() { reset_ = true; }
+void InboxConsumer::Aborted() {
+    reset_ = true;
+}
 
 }  // namespace outbox::pg

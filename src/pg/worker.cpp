@@ -169,7 +169,7 @@ class Worker {
     std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
     std::unique_ptr<Dispatcher> dispatcher_;
     std::unique_ptr<InboxConsumer> inbox_;  // the subscriptions (inbox_consume.hpp)
-    Resolutions pending_;  // outcomes not yet written back
+    Resolutions pending_;                   // outcomes not yet written back
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
     ExtensionState logged_extension_ = ExtensionState::Ready;  // the state last said in the log
@@ -473,7 +473,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // The inbox's dedup rows are swept on polls too (WriteBackAndClaim).
     sweep_inbox_ = poll_due && setting_inbox_retention_s > 0;
     if (pending_.empty() && !claim && !sweep && !sweep_inbox_)
-        return false;
+        return ConsumeInbox(false);
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
     std::vector<ClaimRequest> fast;

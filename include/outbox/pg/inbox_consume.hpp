@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "outbox/consumer.hpp"
+#include "outbox/uuid7.hpp"
 #include "outbox/subscription_config.hpp"
 
 namespace outbox {
@@ -41,6 +42,9 @@ class RemoteConsumer;
 }  // namespace outbox
 
 namespace outbox::pg {
+
+struct CaughtError;
+struct MessageArgs;
 
 class InboxConsumer {
   public:
@@ -95,8 +99,11 @@ class InboxConsumer {
         bool assign_due = true;
         std::map<std::pair<std::string, int32_t>, Partition> partitions;  // owned
         std::vector<ConsumedRecord> pending;  // taken from the consumer, not yet applied
-        void *handler_plan = nullptr;         // SPIPlanPtr, kept
-        std::string shown_error;  // what outbox.inbox_subscriptions.last_error says
+        uint32_t handler_oid = 0;
+        bool may_execute = false;      // the owner's EXECUTE right on it, as last read
+        void *handler_fn = nullptr;    // FmgrInfo, in TopMemoryContext
+        void *message_desc = nullptr;  // TupleDesc of outbox.inbox_message, a copy
+        std::string shown_error;       // what outbox.inbox_subscriptions.last_error says
     };
 
     void Load();
@@ -105,6 +112,9 @@ class InboxConsumer {
     void Assign(Subscription &s);
     void ApplyRequeued(Subscription &s);
     size_t ApplyPending(Subscription &s);
+    void RecordArgs(const Subscription &s, const ConsumedRecord &r, const Uuid &id,
+                    MessageArgs *args);
+    static void DeadLetter(MessageArgs *args, bool blocking, const CaughtError &error);
     void WriteOffsets(Subscription &s);
     void ShowError(Subscription &s, const std::string &error);
 
