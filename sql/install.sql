@@ -17,14 +17,15 @@ ALTER EXTENSION outbox SET SCHEMA elsewhere;
 DROP SCHEMA elsewhere;
 
 -- Everything the extension owns. (PostgreSQL 17 and later also record each table's row type and
--- its array type as members; they come and go with the tables, and are left out here so that
--- the list is the same on every major.)
+-- every array type as members; they come and go with the tables and types, and are left out
+-- here so that the list is the same on every major.)
 SELECT pg_describe_object(classid, objid, 0) AS object
   FROM pg_depend
  WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox') AND deptype = 'e'
    AND NOT (classid = 'pg_type'::regclass AND objid IN (
        SELECT t.oid FROM pg_type t JOIN pg_class c ON c.relkind IN ('r', 'p')
-          AND t.oid IN (c.reltype, (SELECT typarray FROM pg_type WHERE oid = c.reltype))))
+          AND t.oid IN (c.reltype, (SELECT typarray FROM pg_type WHERE oid = c.reltype))
+       UNION ALL SELECT t.oid FROM pg_type t WHERE t.typcategory = 'A'))
  ORDER BY 1;
 
 -- pg_dump keeps the queue, the dead letters and the destinations.

@@ -8,6 +8,7 @@ extern "C" {
 }
 
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/queue.hpp"
 
 namespace outbox::pg {
 
@@ -27,18 +28,10 @@ SPIPlanPtr sweep_inbox_plan;
 
 int64_t SweepInbox(int64_t older_than_s, int limit) {
     return PgTry([&] {
-        if (sweep_inbox_plan == nullptr) {
-            Oid types[2] = {INT8OID, INT4OID};
-            SPIPlanPtr plan = SPI_prepare(kSweepInboxSql, 2, types);
-            if (plan == nullptr)
-                elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
-                     SPI_result_code_string(SPI_result), kSweepInboxSql);
-            if (SPI_keepplan(plan) != 0)
-                elog(ERROR, "outbox: SPI_keepplan failed");
-            sweep_inbox_plan = plan;
-        }
+        Oid types[2] = {INT8OID, INT4OID};
         Datum args[2] = {Int64GetDatum(older_than_s), Int32GetDatum(limit)};
-        int rc = SPI_execute_plan(sweep_inbox_plan, args, nullptr, false, 0);
+        int rc = SPI_execute_plan(KeptPlan(&sweep_inbox_plan, kSweepInboxSql, 2, types), args,
+                                  nullptr, false, 0);
         if (rc != SPI_OK_DELETE)
             elog(ERROR, "outbox: sweeping outbox.inbox failed: %s", SPI_result_code_string(rc));
         return int64(SPI_processed);

@@ -34,6 +34,7 @@ extern "C" {
 }
 
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/queue.hpp"
 #include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
@@ -126,19 +127,6 @@ const char *const kShowErrorSql =
 SPIPlanPtr load_plan, read_offset_plan, blocked_plan, dedup_plan, dedup_batch_plan,
     dead_letter_plan, requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan,
     insert_offset_plan, show_error_plan;
-
-SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
-    if (*slot == nullptr) {
-        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-        if (plan == nullptr)
-            elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
-                 SPI_result_code_string(SPI_result), sql);
-        if (SPI_keepplan(plan) != 0)
-            elog(ERROR, "outbox: SPI_keepplan failed");
-        *slot = plan;
-    }
-    return *slot;
-}
 
 Datum Text(const std::string &s) {
     return PointerGetDatum(cstring_to_text_with_len(s.data(), int(s.size())));
@@ -248,7 +236,7 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
         Oid types[2] = {TEXTOID, TEXTOID};
         Datum args[2] = {Text(s.name), error.empty() ? Datum(0) : Text(error)};
         char nulls[2] = {' ', error.empty() ? 'n' : ' '};
-        int rc = SPI_execute_plan(Prepare(&show_error_plan, kShowErrorSql, 2, types), args, nulls,
+        int rc = SPI_execute_plan(KeptPlan(&show_error_plan, kShowErrorSql, 2, types), args, nulls,
                                   false, 0);
         if (rc != SPI_OK_UPDATE)
             elog(ERROR, "outbox: recording a subscription's error failed: %s",
@@ -267,7 +255,7 @@ void InboxConsumer::Load() {
     std::vector<Row> rows;
     PgTry([&] {
         int rc =
-            SPI_execute_plan(Prepare(&load_plan, kLoadSql, 0, nullptr), nullptr, nullptr, true, 0);
+            SPI_execute_plan(KeptPlan(&load_plan, kLoadSql, 0, nullptr), nullptr, nullptr, true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: reading outbox.inbox_subscriptions failed: %s",
                  SPI_result_code_string(rc));
@@ -437,7 +425,7 @@ void InboxConsumer::Own(Subscription &s) {
         PgTry([&] {
             Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
             Datum args[3] = {Text(s.name), Text(info.topic), Int32GetDatum(info.partition)};
-            int rc = SPI_execute_plan(Prepare(&read_offset_plan, kReadOffsetSql, 3, types), args,
+            int rc = SPI_execute_plan(KeptPlan(&read_offset_plan, kReadOffsetSql, 3, types), args,
                                       nullptr, true, 1);
             if (rc != SPI_OK_SELECT)
                 elog(ERROR, "outbox: reading outbox.inbox_offsets failed: %s",
@@ -481,7 +469,7 @@ void InboxConsumer::Own(Subscription &s) {
         PgTry([&] {
             Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
             Datum args[3] = {Text(s.name), Text(p.topic), Int32GetDatum(p.partition)};
-            int rc = SPI_execute_plan(Prepare(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
+            int rc = SPI_execute_plan(KeptPlan(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
                                       true, 1);
             if (rc != SPI_OK_SELECT || SPI_processed != 1)
                 elog(ERROR, "outbox: reading outbox.inbox_dead_letters failed: %s",
@@ -543,7 +531,7 @@ bool Dedup(const std::string &subscription, const Uuid &event_id, const std::str
         Datum args[5] = {Text(subscription), UuidDatum(event_id), Text(topic),
                          Int32GetDatum(partition), Int64GetDatum(offset)};
         int rc =
-            SPI_execute_plan(Prepare(&dedup_plan, kDedupSql, 5, types), args, nullptr, false, 0);
+            SPI_execute_plan(KeptPlan(&dedup_plan, kDedupSql, 5, types), args, nullptr, false, 0);
         if (rc != SPI_OK_INSERT)
             elog(ERROR, "outbox: inserting into outbox.inbox failed: %s",
                  SPI_result_code_string(rc));
@@ -605,7 +593,7 @@ std::vector<bool> DedupBatch(const std::string &subscription, const std::vector<
             PointerGetDatum(construct_array(p, n, INT4OID, 4, true, TYPALIGN_INT)),
             PointerGetDatum(construct_array(o, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
         Oid types[5] = {TEXTOID, UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
-        int rc = SPI_execute_plan(Prepare(&dedup_batch_plan, kDedupBatchSql, 5, types), args,
+        int rc = SPI_execute_plan(KeptPlan(&dedup_batch_plan, kDedupBatchSql, 5, types), args,
                                   nullptr, false, 0);
         if (rc != SPI_OK_INSERT_RETURNING)
             elog(ERROR, "outbox: inserting into outbox.inbox failed: %s",
@@ -674,7 +662,7 @@ void InboxConsumer::DeadLetter(MessageArgs *args, bool blocking, const CaughtErr
         values[11] = Text(error.message);
         values[12] = Text(SqlState(error.sqlerrcode));
         nulls[10] = nulls[11] = nulls[12] = ' ';
-        int rc = SPI_execute_plan(Prepare(&dead_letter_plan, kDeadLetterSql, 13, types), values,
+        int rc = SPI_execute_plan(KeptPlan(&dead_letter_plan, kDeadLetterSql, 13, types), values,
                                   nulls, false, 0);
         if (rc != SPI_OK_INSERT)
             elog(ERROR, "outbox: inserting into outbox.inbox_dead_letters failed: %s",
@@ -798,7 +786,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
     PgTry([&] {
         Oid types[2] = {TEXTOID, INT4OID};
         Datum args[2] = {Text(s.name), Int32GetDatum(s.config.batch_size)};
-        int rc = SPI_execute_plan(Prepare(&requeued_plan, kRequeuedSql, 2, types), args, nullptr,
+        int rc = SPI_execute_plan(KeptPlan(&requeued_plan, kRequeuedSql, 2, types), args, nullptr,
                                   false, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: reading requeued inbox dead letters failed: %s",
@@ -859,12 +847,12 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
             int rc;
             if (ok) {
                 Oid types[1] = {INT8OID};
-                rc = SPI_execute_plan(Prepare(&requeue_done_plan, kRequeueDoneSql, 1, types), a,
+                rc = SPI_execute_plan(KeptPlan(&requeue_done_plan, kRequeueDoneSql, 1, types), a,
                                       nullptr, false, 0);
             } else {
                 Oid types[3] = {INT8OID, TEXTOID, TEXTOID};
-                rc = SPI_execute_plan(Prepare(&requeue_failed_plan, kRequeueFailedSql, 3, types), a,
-                                      nullptr, false, 0);
+                rc = SPI_execute_plan(KeptPlan(&requeue_failed_plan, kRequeueFailedSql, 3, types),
+                                      a, nullptr, false, 0);
             }
             if (rc < 0)
                 elog(ERROR, "outbox: writing back a requeued inbox dead letter failed: %s",
@@ -909,8 +897,9 @@ void InboxConsumer::WriteOffsets(Subscription &s) {
             Oid types[11] = {TEXTOID, TEXTOID, INT4OID, INT8OID,        INT8OID, INT8OID,
                              INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
             if (p.stored) {
-                int rc = SPI_execute_plan(Prepare(&update_offset_plan, kUpdateOffsetSql, 11, types),
-                                          args, nulls, false, 0);
+                int rc =
+                    SPI_execute_plan(KeptPlan(&update_offset_plan, kUpdateOffsetSql, 11, types),
+                                     args, nulls, false, 0);
                 if (rc != SPI_OK_UPDATE)
                     elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
                          SPI_result_code_string(rc));
@@ -924,8 +913,9 @@ void InboxConsumer::WriteOffsets(Subscription &s) {
                              errdetail("Another session moved it; this transaction's records "
                                        "are rolled back and read again.")));
             } else {
-                int rc = SPI_execute_plan(Prepare(&insert_offset_plan, kInsertOffsetSql, 10, types),
-                                          args, nulls, false, 0);
+                int rc =
+                    SPI_execute_plan(KeptPlan(&insert_offset_plan, kInsertOffsetSql, 10, types),
+                                     args, nulls, false, 0);
                 if (rc != SPI_OK_INSERT)
                     elog(ERROR, "outbox: inserting into outbox.inbox_offsets failed: %s",
                          SPI_result_code_string(rc));

@@ -280,21 +280,6 @@ const char *const kLoadSql =
     "       coalesce((to_jsonb(d) ->> 'created_by_superuser')::boolean, false)"
     "  FROM outbox.destinations AS d ORDER BY d.name";
 
-// Plans survive across transactions (SPI_keepplan); a plan whose tables were dropped and
-// created again is re-analysed by the plan cache on its next use.
-SPIPlanPtr Prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
-    if (*slot == nullptr) {
-        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-        if (plan == nullptr)
-            elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
-                 SPI_result_code_string(SPI_result), sql);
-        if (SPI_keepplan(plan) != 0)
-            elog(ERROR, "outbox: SPI_keepplan failed");
-        *slot = plan;
-    }
-    return *slot;
-}
-
 SPIPlanPtr claim_plan, lock_plan, heads_scan_plan, heads_next_plan, key_rows_plan, sweep_keys_plan,
     lease_locked_plan, delete_plan, delete_locked_plan, archive_plan, sweep_plan, reschedule_plan,
     bury_plan, load_plan;
@@ -370,7 +355,7 @@ TimestampTz OldestOpenTransaction() {
             "   AND backend_type IN ('client backend', 'background worker')";
         Oid types[1] = {OIDOID};
         Datum args[1] = {ObjectIdGetDatum(MyDatabaseId)};
-        int rc = SPI_execute_plan(Prepare(&plan, sql, 1, types), args, nullptr, true, 1);
+        int rc = SPI_execute_plan(KeptPlan(&plan, sql, 1, types), args, nullptr, true, 1);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: reading pg_stat_activity failed: %s", SPI_result_code_string(rc));
         bool isnull;
@@ -632,7 +617,7 @@ RawRow *ReadClaimedRows(uint64 *count) {
 // Runs the lease claim; C-style code only (may ereport).
 RawRow *ClaimRaw(ClaimRequest *request, int limit, int64 lease_ms, int64 token, uint64 *count) {
     Oid types[7] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-    SPIPlanPtr plan = Prepare(&claim_plan, kClaimSql, 7, types);
+    SPIPlanPtr plan = KeptPlan(&claim_plan, kClaimSql, 7, types);
     Datum args[7] = {CStringGetTextDatum(request->destination.c_str()),
                      Int64GetDatum(token),
                      Int64GetDatum(lease_ms),
@@ -661,7 +646,7 @@ RawRow *ClaimRaw(ClaimRequest *request, int limit, int64 lease_ms, int64 token, 
 // Runs the lock claim of the fast path; C-style code only (may ereport).
 RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     Oid types[5] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID};
-    SPIPlanPtr plan = Prepare(&lock_plan, kLockSql, 5, types);
+    SPIPlanPtr plan = KeptPlan(&lock_plan, kLockSql, 5, types);
     Datum args[5] = {CStringGetTextDatum(request->destination.c_str()), Int32GetDatum(limit),
                      TimestampTzGetDatum(request->after_available_at),
                      Int64GetDatum(request->after_id),
@@ -808,7 +793,7 @@ std::vector<DestinationSpec> LoadDestinations() {
     Row *rows = PgTry([&n] {
         // Watch first: a change committed after this point bumps destinations_generation.
         WatchDestinations();
-        SPIPlanPtr plan = Prepare(&load_plan, kLoadSql, 0, nullptr);
+        SPIPlanPtr plan = KeptPlan(&load_plan, kLoadSql, 0, nullptr);
         int rc = SPI_execute_plan(plan, nullptr, nullptr, true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: loading destinations failed");
@@ -946,7 +931,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         uint64 nclaimed = 0, nseen = 0;
         KeySeen *seen = nullptr;
         RawRow *rows = PgTry([&] {
-            SPIPlanPtr plan = Prepare(slot, sql, nargs, types);
+            SPIPlanPtr plan = KeptPlan(slot, sql, nargs, types);
             args[0] = CStringGetTextDatum(request.destination.c_str());
             args[1] = CStringGetTextDatum(request.config_json.c_str());
             args[4] = BoolGetDatum(request.block_on_dead);
@@ -1101,7 +1086,7 @@ WriteBackCounts WriteBack(const std::string &destination,
         if (!del_tids.empty()) {
             Oid types[1] = {TIDARRAYOID};
             Datum args[1] = {TidArray(del_tids)};
-            int rc = SPI_execute_plan(Prepare(&delete_locked_plan, kDeleteLockedSql, 1, types),
+            int rc = SPI_execute_plan(KeptPlan(&delete_locked_plan, kDeleteLockedSql, 1, types),
                                       args, nullptr, false, 0);
             if (rc != SPI_OK_DELETE)
                 elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
@@ -1110,8 +1095,8 @@ WriteBackCounts WriteBack(const std::string &destination,
         if (!del_ids.empty()) {
             Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
             Datum args[2] = {Int8Array(del_ids), Int8Array(del_tokens)};
-            int rc = SPI_execute_plan(archive ? Prepare(&archive_plan, kArchiveSql, 2, types)
-                                              : Prepare(&delete_plan, kDeleteSql, 2, types),
+            int rc = SPI_execute_plan(archive ? KeptPlan(&archive_plan, kArchiveSql, 2, types)
+                                              : KeptPlan(&delete_plan, kDeleteSql, 2, types),
                                       args, nullptr, false, 0);
             if (rc != (archive ? SPI_OK_INSERT_RETURNING : SPI_OK_DELETE_RETURNING))
                 elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
@@ -1122,7 +1107,7 @@ WriteBackCounts WriteBack(const std::string &destination,
             Oid types[5] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
             Datum args[5] = {Int8Array(re_ids), Int8Array(re_tokens), Int8Array(re_delays),
                              Int4Array(re_kinds), TextArray(re_errors)};
-            int rc = SPI_execute_plan(Prepare(&reschedule_plan, kRescheduleSql, 5, types), args,
+            int rc = SPI_execute_plan(KeptPlan(&reschedule_plan, kRescheduleSql, 5, types), args,
                                       nullptr, false, 0);
             if (rc != SPI_OK_UPDATE_RETURNING)
                 elog(ERROR, "outbox: reschedule failed: %s", SPI_result_code_string(rc));
@@ -1138,7 +1123,7 @@ WriteBackCounts WriteBack(const std::string &destination,
             Datum args[4] = {Int8Array(dead_ids), Int8Array(dead_tokens), TextArray(dead_reasons),
                              TextArray(dead_errors)};
             int rc =
-                SPI_execute_plan(Prepare(&bury_plan, kBurySql, 4, types), args, nullptr, false, 0);
+                SPI_execute_plan(KeptPlan(&bury_plan, kBurySql, 4, types), args, nullptr, false, 0);
             if (rc != SPI_OK_INSERT_RETURNING)
                 elog(ERROR, "outbox: moving to dead letters failed: %s",
                      SPI_result_code_string(rc));
@@ -1213,8 +1198,8 @@ void WriteKeyRows() {
                                                    8, true, TYPALIGN_DOUBLE)),
                 PointerGetDatum(
                     construct_array(removed_datums, int(n), BOOLOID, 1, true, TYPALIGN_CHAR))};
-            int rc = SPI_execute_plan(Prepare(&key_rows_plan, kKeyRowsSql, 7, types), args, nullptr,
-                                      false, 0);
+            int rc = SPI_execute_plan(KeptPlan(&key_rows_plan, kKeyRowsSql, 7, types), args,
+                                      nullptr, false, 0);
             if (rc != SPI_OK_UPDATE)
                 elog(ERROR, "outbox: noting the keys' heads failed: %s",
                      SPI_result_code_string(rc));
@@ -1230,7 +1215,7 @@ int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
             Oid types[3] = {TEXTOID, INT8OID, INT4OID};
             Datum args[3] = {CStringGetTextDatum(destination.c_str()), Int64GetDatum(older_than_s),
                              Int32GetDatum(limit)};
-            int rc = SPI_execute_plan(Prepare(&sweep_keys_plan, kSweepKeysSql, 3, types), args,
+            int rc = SPI_execute_plan(KeptPlan(&sweep_keys_plan, kSweepKeysSql, 3, types), args,
                                       nullptr, false, 0);
             if (rc != SPI_OK_DELETE)
                 elog(ERROR, "outbox: sweeping idle keys failed: %s", SPI_result_code_string(rc));
@@ -1255,7 +1240,7 @@ void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t 
     PgTry([&] {
         Oid types[3] = {INT8ARRAYOID, INT8OID, INT8OID};
         Datum args[3] = {Int8Array(ids), Int64GetDatum(lease_token), Int64GetDatum(lease_ms)};
-        int rc = SPI_execute_plan(Prepare(&lease_locked_plan, kLeaseLockedSql, 3, types), args,
+        int rc = SPI_execute_plan(KeptPlan(&lease_locked_plan, kLeaseLockedSql, 3, types), args,
                                   nullptr, false, 0);
         if (rc != SPI_OK_UPDATE)
             elog(ERROR, "outbox: leasing locked rows failed: %s", SPI_result_code_string(rc));
@@ -1267,11 +1252,26 @@ int64_t SweepArchive(int64_t older_than_s, int limit) {
         Oid types[2] = {INT8OID, INT4OID};
         Datum args[2] = {Int64GetDatum(older_than_s), Int32GetDatum(limit)};
         int rc =
-            SPI_execute_plan(Prepare(&sweep_plan, kSweepSql, 2, types), args, nullptr, false, 0);
+            SPI_execute_plan(KeptPlan(&sweep_plan, kSweepSql, 2, types), args, nullptr, false, 0);
         if (rc != SPI_OK_DELETE)
             elog(ERROR, "outbox: sweeping the archive failed: %s", SPI_result_code_string(rc));
         return int64(SPI_processed);
     });
+}
+
+// Plans survive across transactions (SPI_keepplan); a plan whose tables were dropped and
+// created again is re-analysed by the plan cache on its next use.
+SPIPlanPtr KeptPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
+    if (*slot == nullptr) {
+        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+        if (plan == nullptr)
+            elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
+                 SPI_result_code_string(SPI_result), sql);
+        if (SPI_keepplan(plan) != 0)
+            elog(ERROR, "outbox: SPI_keepplan failed");
+        *slot = plan;
+    }
+    return *slot;
 }
 
 }  // namespace outbox::pg

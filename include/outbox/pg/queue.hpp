@@ -1,4 +1,5 @@
-// The claim / write-back SQL: the only place the worker reads or writes outbox tables.
+// The claim / write-back SQL of the outbox side (the inbox's is in inbox.cpp and
+// inbox_consume.cpp), and KeptPlan, which all of them use.
 // Every function runs inside the worker's transaction with SPI connected (see worker.cpp),
 // uses kept plans, and throws PgError when PostgreSQL reports an error.
 #pragma once
@@ -10,7 +11,16 @@
 #include "outbox/dispatcher.hpp"
 #include "outbox/message.hpp"
 
+extern "C" {
+#include "postgres.h"
+#include "executor/spi.h"
+}
+
 namespace outbox::pg {
+
+// The plan of `sql` kept in *slot (prepared and SPI_keepplan'ed on first use; ERROR when that
+// fails). Plain PostgreSQL code: call it inside PgTry.
+SPIPlanPtr KeptPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types);
 
 // Whether the outbox extension exists in this database at the version of this module (the worker
 // serves nothing else: an older schema waits for ALTER EXTENSION outbox UPDATE). Cheap: one
