@@ -35,7 +35,7 @@ extern "C" {
 
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
-#include "outbox/pg/settings.hpp"
+#include "outbox/pg/shmem.hpp"
 
 namespace outbox::pg {
 
@@ -168,6 +168,19 @@ int64_t LockKey(const std::string &subscription, const std::string &topic, int32
     k += std::to_string(partition);
     return int64_t(hash_bytes_extended(reinterpret_cast<const unsigned char *>(k.data()),
                                        int(k.size()), 0x6f7574626f78ULL));
+}
+
+// The delivery workers of this database that run now, this one included.
+int LiveWorkers() {
+    int n = 0;
+    for (int i = 0; i < shared->num_slots; i++) {
+        WorkerSlot *slot = &shared->slots[i];
+        SpinLockAcquire(&slot->mutex);
+        bool live = slot->in_use && slot->pid != 0 && slot->database == MyDatabaseId;
+        SpinLockRelease(&slot->mutex);
+        n += live ? 1 : 0;
+    }
+    return n;
 }
 
 bool TryLock(int64_t key) {
@@ -378,7 +391,9 @@ void InboxConsumer::Own(Subscription &s) {
     std::map<std::pair<std::string, int32_t>, const PartitionInfo *> exists;
     for (const PartitionInfo &info : state.partitions)
         exists[{info.topic, info.partition}] = &info;
-    int workers = std::max(setting_workers, 1);
+    // The share: partitions / the database's workers running now (so that one worker left
+    // alone, the others failed or not started yet, takes them all), rounded up.
+    int workers = std::max(LiveWorkers(), 1);
     size_t share = (state.partitions.size() + size_t(workers) - 1) / size_t(workers);
 
     // Gone from the cluster, or more than the share (another worker came): given back, from
