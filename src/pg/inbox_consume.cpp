@@ -205,13 +205,6 @@ InboxConsumer::InboxConsumer(DriverProcess *drivers, std::string database,
 
 InboxConsumer::~InboxConsumer() = default;
 
-size_t InboxConsumer::OwnedPartitions() const {
-    size_t n = 0;
-    for (const auto &[name, s] : subscriptions_)
-        n += s->partitions.size();
-    return n;
-}
-
 bool InboxConsumer::HasWork(bool poll) {
     if (poll || !loaded_ || reset_)
         return true;
@@ -512,31 +505,6 @@ void InboxConsumer::Assign(Subscription &s) {
 }
 
 namespace {
-
-// Runs `body` in a subtransaction; false (and *error) when it raised, the subtransaction then
-// rolled back.
-template <typename F>
-bool InSubtransaction(F &&body, CaughtError *error) {
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
-    PgTry([] { BeginInternalSubTransaction(nullptr); });
-    bool failed = false;
-    try {
-        body();
-    } catch (...) {
-        CaptureCurrentException(error);
-        failed = true;
-    }
-    PgTry([&] {
-        if (failed)
-            RollbackAndReleaseCurrentSubTransaction();
-        else
-            ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
-    });
-    return !failed;
-}
 
 // The dedup row: true when the event is new.
 bool Dedup(const std::string &subscription, const Uuid &event_id, const std::string &topic,

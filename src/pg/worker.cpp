@@ -350,26 +350,8 @@ void Worker::WriteBackAndClaim(bool claim,
 // the failure in the log and in the destination's last_error.
 bool Worker::WriteBackOne(const std::string &destination,
                           const std::vector<Resolution> &resolutions, WriteBackCounts *written) {
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
-    PgTry([] { BeginInternalSubTransaction(nullptr); });
     CaughtError error;
-    bool failed = false;
-    try {
-        *written = WriteBack(destination, resolutions);
-    } catch (...) {
-        CaptureCurrentException(&error);
-        failed = true;
-    }
-    PgTry([&] {
-        if (failed)
-            RollbackAndReleaseCurrentSubTransaction();
-        else
-            ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
-    });
-    if (!failed)
+    if (InSubtransaction([&] { *written = WriteBack(destination, resolutions); }, &error))
         return true;
     ereport(LOG,
             (errcode(error.sqlerrcode),

@@ -32,8 +32,10 @@
 
 extern "C" {
 #include "postgres.h"
+#include "access/xact.h"
 #include "utils/elog.h"
 #include "utils/palloc.h"
+#include "utils/resowner.h"
 }
 
 namespace outbox::pg {
@@ -227,6 +229,33 @@ template <typename Body, typename Cleanup>
     run_cleanup();
     if (cxx_failed)
         RaiseCaughtError(&error);
+}
+
+// Runs C++ code `body` (which calls PostgreSQL through PgTry) in a subtransaction of the
+// current transaction: released when it returns, rolled back when it throws, so that only its
+// own work is undone. Returns false with *error then. The memory context and resource owner
+// are put back as they were either way.
+template <typename F>
+bool InSubtransaction(F &&body, CaughtError *error) {
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    PgTry([] { BeginInternalSubTransaction(nullptr); });
+    bool failed = false;
+    try {
+        body();
+    } catch (...) {
+        CaptureCurrentException(error);
+        failed = true;
+    }
+    PgTry([&] {
+        if (failed)
+            RollbackAndReleaseCurrentSubTransaction();
+        else
+            ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+    });
+    return !failed;
 }
 
 }  // namespace outbox::pg

@@ -69,8 +69,6 @@ class InboxConsumer {
 
     // Any subscription consumed now (the worker then waits on its driver process).
     bool Active() const { return !subscriptions_.empty(); }
-    // Subscriptions whose consumer is open, partitions owned (for the log and the tests).
-    size_t OwnedPartitions() const;
 
   private:
     struct Partition {
