@@ -26,6 +26,7 @@ extern "C" {
 #include "utils/rel.h"
 }
 
+#include "outbox/pg/config_errors.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/settings.hpp"
@@ -44,17 +45,6 @@ struct CallerPrivileges {
     bool runs_code;    // a superuser
     bool reads_files;  // a superuser or a member of pg_read_server_files
 };
-
-// Lines joined with newlines, for an errdetail.
-static std::string JoinLines(const std::vector<std::string> &lines) {
-    std::string text;
-    for (const std::string &line : lines) {
-        if (!text.empty())
-            text += '\n';
-        text += line;
-    }
-    return text;
-}
 
 // A webhook URL whose host is an address (in any spelling) or localhost that
 // outbox.webhook_allowed_networks does not allow is refused now, rather than every message
@@ -124,25 +114,9 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
         old = CheckDestinationConfig(kind, old_json, no_files);
         chosen = AddedOrChangedSettings(old.privileged, check.privileged);
     }
-    std::vector<std::string> denied;
-    bool code_denied = false;
-    for (const PrivilegedSetting &setting : chosen) {
-        bool allowed =
-            setting.access == ServerAccess::RunsCode ? caller.runs_code : caller.reads_files;
-        if (!allowed) {
-            denied.push_back(setting.problem);
-            code_denied = code_denied || setting.access == ServerAccess::RunsCode;
-        }
-    }
-    if (!denied.empty()) {
-        const bool one = denied.size() == 1;
-        std::string hint = one ? "Leave it out, or ask a superuser to set it"
-                               : "Leave them out, or ask a superuser to set them";
-        hint += code_denied ? "." : " or to grant you pg_read_server_files.";
-        hint += " Such settings that a superuser chose stay in place when you alter others.";
-        throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
-                      "permission denied to configure " + destination, JoinLines(denied), hint);
-    }
+    ThrowIfSettingsDenied(
+        destination, chosen, caller.runs_code, caller.reads_files,
+        "Such settings that a superuser chose stay in place when you alter others.");
 
     if (check.ok() && kind == DestinationKind::Webhook) {
         const WebhookConfig &webhook = check.config.webhook;
@@ -158,16 +132,7 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
             }
         }
     }
-    if (check.ok())
-        return;
-    std::string hint = check.problems.size() == 1
-                           ? "Fix the setting above; README.md lists every setting."
-                           : "Fix the " + std::to_string(check.problems.size()) +
-                                 " settings above; README.md lists every setting.";
-    for (const std::string &extra : check.hints)
-        hint += " " + extra;
-    throw PgError(ERRCODE_INVALID_PARAMETER_VALUE, "invalid configuration for " + destination,
-                  JoinLines(check.problems), hint);
+    ThrowIfConfigProblems(destination, check.problems, check.hints);
 }
 
 // A text column of `tuple`, palloc'd (nullptr when NULL).

@@ -32,6 +32,7 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include "outbox/pg/config_errors.hpp"
 #include "outbox/pg/guard.hpp"
 
 extern "C" {
@@ -49,16 +50,6 @@ const char *const kSubscriptionNameRule =
 const char *const kHandlerShape =
     "Declare it as CREATE FUNCTION name(m outbox.inbox_message) RETURNS void ... and pass "
     "'name(outbox.inbox_message)'::regprocedure.";
-
-std::string JoinLines(const std::vector<std::string> &lines) {
-    std::string text;
-    for (const std::string &line : lines) {
-        if (!text.empty())
-            text += '\n';
-        text += line;
-    }
-    return text;
-}
 
 // A text column of `tuple`, palloc'd (nullptr when NULL).
 char *TextColumn(HeapTuple tuple, TupleDesc desc, const char *column) {
@@ -112,32 +103,8 @@ void CheckConfigOrThrow(const char *name, const char *json, const char *old_json
             CheckSubscriptionConfig(SubscriptionKind::Kafka, old_json, no_files);
         chosen = AddedOrChangedSettings(old.privileged, check.privileged);
     }
-    std::vector<std::string> denied;
-    bool code_denied = false;
-    for (const PrivilegedSetting &setting : chosen) {
-        bool allowed = setting.access == ServerAccess::RunsCode ? runs_code : reads_files;
-        if (!allowed) {
-            denied.push_back(setting.problem);
-            code_denied = code_denied || setting.access == ServerAccess::RunsCode;
-        }
-    }
-    if (!denied.empty()) {
-        std::string hint = denied.size() == 1 ? "Leave it out, or ask a superuser to set it"
-                                              : "Leave them out, or ask a superuser to set them";
-        hint += code_denied ? "." : " or to grant you pg_read_server_files.";
-        throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
-                      "permission denied to configure " + subscription, JoinLines(denied), hint);
-    }
-    if (check.ok())
-        return;
-    std::string hint = check.problems.size() == 1
-                           ? "Fix the setting above; README.md lists every setting."
-                           : "Fix the " + std::to_string(check.problems.size()) +
-                                 " settings above; README.md lists every setting.";
-    for (const std::string &extra : check.hints)
-        hint += " " + extra;
-    throw PgError(ERRCODE_INVALID_PARAMETER_VALUE, "invalid configuration for " + subscription,
-                  JoinLines(check.problems), hint);
+    ThrowIfSettingsDenied(subscription, chosen, runs_code, reads_files);
+    ThrowIfConfigProblems(subscription, check.problems, check.hints);
 }
 
 // What the handler's catalog row says, read in one PgTry.
