@@ -27,6 +27,7 @@ extern "C" {
 #include "utils/rel.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/itemptr.h"
 #include "storage/proc.h"
 #include "utils/array.h"
@@ -60,12 +61,13 @@ namespace {
 const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id, c.available_at AS was_due FROM outbox.messages AS c"
-    "   WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
+    "   WHERE c.destination = $1 AND c.available_at <= statement_timestamp()"
+    "     AND c.order_key IS NULL"
     "     AND (c.available_at, c.id) > ($6, $7) AND " CONFIG_UNCHANGED("$5")
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
-    "    SET lease_token = $2, available_at = now() + $3 * interval '1 millisecond',"
+    "    SET lease_token = $2, available_at = statement_timestamp() + $3 * interval '1 millisecond',"
     "        attempts = m.attempts + 1"
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
@@ -79,7 +81,8 @@ const char *const kLockSql =
     "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid, c.first_failed_at"
     "  FROM outbox.messages AS c"
-    " WHERE c.destination = $1 AND c.available_at <= now() AND c.order_key IS NULL"
+    " WHERE c.destination = $1 AND c.available_at <= statement_timestamp()"
+    "   AND c.order_key IS NULL"
     "   AND (c.available_at, c.id) > ($3, $4) AND " CONFIG_UNCHANGED("$5")
     " ORDER BY c.available_at, c.id LIMIT $2"
     "   FOR UPDATE SKIP LOCKED";
@@ -87,7 +90,7 @@ const char *const kLockSql =
 // The fast path ran out of time: rows locked by this transaction become leased instead.
 const char *const kLeaseLockedSql =
     "UPDATE outbox.messages"
-    "   SET lease_token = $2, available_at = now() + $3 * interval '1 millisecond',"
+    "   SET lease_token = $2, available_at = statement_timestamp() + $3 * interval '1 millisecond',"
     "       attempts = attempts + 1"
     " WHERE id = ANY ($1)";
 
@@ -109,7 +112,7 @@ const char *const kLeaseLockedSql =
     "WITH k AS (" KEYS "),"                                                                       \
     " h AS MATERIALIZED ("                                                                        \
     "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"                        \
-    "         x.id, x.tid, x.available_at, x.available_at <= now() AS due, x.in_flight,"          \
+    "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due, x.in_flight,"          \
     "         x.id IS NOT NULL AND $5"                                                            \
     "           AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"                         \
     "                 WHERE d.destination = $1 AND d.skipped_at IS NULL"                          \
@@ -130,7 +133,7 @@ const char *const kLeaseLockedSql =
     "         m.first_failed_at"                                                                  \
     "    FROM outbox.messages AS m"                                                               \
     "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"            \
-    "     AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= now()"         \
+    "     AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= statement_timestamp()"\
     "     AND " CONFIG_UNCHANGED("$2") "   FOR UPDATE OF m SKIP LOCKED)"                          \
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \
@@ -144,7 +147,8 @@ const char *const kLeaseLockedSql =
 const char *const kHeadsScanSql = HEADS_CLAIM(
     "SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at"
     "  FROM outbox.ordered_keys AS k"
-    " WHERE k.destination = $1 AND k.due_at <= now() AND (k.due_at, k.order_key) > ($3, $4)"
+    " WHERE k.destination = $1 AND k.due_at <= statement_timestamp()"
+    "   AND (k.due_at, k.order_key) > ($3, $4)"
     "   AND (k.due_at, k.order_key) <= ($7, $8)"
     " ORDER BY k.due_at, k.order_key LIMIT $6");
 
@@ -328,7 +332,7 @@ std::unordered_map<std::string, DuePosition> due_hints;
 // This transaction's unordered claims of one destination.
 struct DueScan {
     TimestampTz oldest_open;  // read before its first claim
-    TimestampTz claim_now;    // the claims' now(): rows not due then were not looked at
+    TimestampTz claim_now;    // the first claim's clock: rows not due then were not looked at
     DuePosition last;         // after the last row claimed
     bool found = false;
 };
@@ -348,6 +352,10 @@ TimestampTz OldestOpenTransaction() {
     if (read_at != 0 && now - read_at < kOpenTransactionCacheUs && now >= read_at)
         return cached;
     TimestampTz oldest = PgTry([now] {
+        // pg_stat_activity is read from a copy taken at its first use in a transaction: a copy
+        // older than `now` would miss the transactions begun since, and the hint could pass
+        // their rows. Always a fresh one.
+        pgstat_clear_snapshot();
         static SPIPlanPtr plan = nullptr;
         const char *sql =
             "SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
@@ -375,7 +383,7 @@ void PositionClaim(ClaimRequest *request) {
         return;
     DueScan scan;
     scan.oldest_open = OldestOpenTransaction();
-    scan.claim_now = GetCurrentTransactionStartTimestamp();
+    scan.claim_now = GetCurrentStatementStartTimestamp();
     due_scans[request->destination] = scan;
     auto hint = due_hints.find(request->destination);
     if (!request->from_start && hint != due_hints.end() &&
@@ -1007,6 +1015,11 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
 std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t lease_token) {
     if (request.hold_locks)
         lease_token = 0;
+    // The claims' clock (statement_timestamp() in their SQL): what is due now, not at the start
+    // of the transaction. A fast batch claims for up to kFastClaimMs in one transaction; with
+    // the transaction's now(), a message committed meanwhile was "not yet due" and waited for
+    // the batch's acknowledgements and the next transaction.
+    SetCurrentStatementStartTimestamp();
     std::vector<Message> messages;
     messages.reserve(size_t(std::max(request.limit, 0)));
     if (request.ordered)
@@ -1237,6 +1250,7 @@ void TransactionEnded(bool committed) {
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {
     if (ids.empty())
         return;
+    SetCurrentStatementStartTimestamp();  // the lease runs from now, not from the batch's start
     PgTry([&] {
         Oid types[3] = {INT8ARRAYOID, INT8OID, INT8OID};
         Datum args[3] = {Int8Array(ids), Int64GetDatum(lease_token), Int64GetDatum(lease_ms)};

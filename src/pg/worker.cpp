@@ -711,9 +711,13 @@ void Worker::Run() {
         CaughtError error;
         bool failed = false;
         ErrorStackState entry = SaveErrorStack();
+        // A latch the fast path consumed while it waited (woken_) counts as a wake-up of the
+        // next turn: the commit that set it may have come too late for the batch's claims, and
+        // nothing else would claim its rows before the next commit or poll.
+        bool woken = latch_set || poll_due || woken_;
+        woken_ = false;
         try {
-            more = Turn(latch_set || poll_due || woken_, poll_due);
-            woken_ = false;
+            more = Turn(woken, poll_due);
             consecutive_errors_ = 0;
         } catch (...) {
             CaptureCurrentException(&error);
@@ -741,7 +745,7 @@ void Worker::Run() {
             SetState(kWorkerBackingOff);
             timeout =
                 std::min<int64>(kErrorBackoffMaxMs, int64(250) << std::min(consecutive_errors_, 7));
-        } else if (more) {
+        } else if (more || woken_) {
             timeout = 0;
         } else {
             now = NowMs();
