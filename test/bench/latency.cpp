@@ -2,6 +2,7 @@
 //
 //   latency --mode relay  --conninfo C --bootstrap B --topic T --destination D
 //           [--rate R] [--connections N] [--duration S] [--warmup S] [--backlog] [--dump FILE]
+//           [--fetch-wait-ms MS]
 //   latency --mode direct --bootstrap B --topic T [--rate R] [--connections N] [--duration S]
 //
 // relay: N producer connections each run single-row transactions
@@ -12,8 +13,10 @@
 //        producer (linger.ms=1, as the relay's producer) and note the time just before
 //        produce(), per message id (carried, like the relay's, in the ce_id header).
 // Both: a librdkafka consumer assigned to every partition of T at the current end offsets
-// (fetch.wait.max.ms small) notes when each ce_id arrives; latency = arrival - commit (or
-// produce). Sending is paced to R messages/s over all connections (a global schedule; a late
+// (fetch.wait.max.ms 1, or --fetch-wait-ms: a real cluster holds a fetch until data arrives or
+// the wait passes, so it is asked with a long wait rather than polled every millisecond, which
+// costs its brokers CPU the figures would show) notes when each ce_id arrives; latency =
+// arrival - commit (or produce). Sending is paced to R messages/s over all connections (a global schedule; a late
 // sender catches up without sleeping), or unpaced with R = 0. Messages sent during the first
 // --warmup seconds are delivered but not counted. With --backlog (relay), a separate connection
 // samples SELECT count(*) FROM outbox.messages every second. --dump writes one line per counted
@@ -65,6 +68,7 @@ struct Options {
     int connections = 4;
     double duration = 10;
     double warmup = 1;
+    std::string fetch_wait_ms = "1";
     bool backlog = false;
     double drain_timeout = 120;
     std::string dump;
@@ -97,6 +101,8 @@ Options Parse(int argc, char **argv) {
             o.duration = std::atof(value().c_str());
         else if (a == "--warmup")
             o.warmup = std::atof(value().c_str());
+        else if (a == "--fetch-wait-ms")
+            o.fetch_wait_ms = value();
         else if (a == "--backlog")
             o.backlog = true;
         else if (a == "--dump")
@@ -175,7 +181,7 @@ class Consumer {
         set("group.id", "outbox-bench-latency");
         set("enable.auto.commit", "false");
         set("enable.partition.eof", "false");
-        set("fetch.wait.max.ms", "1");
+        set("fetch.wait.max.ms", o.fetch_wait_ms.c_str());
         set("fetch.min.bytes", "1");
         set("fetch.error.backoff.ms", "1");
         set("client.id", "outbox-bench-consumer");
@@ -312,7 +318,8 @@ class DirectProducer {
         set("bootstrap.servers", o.bootstrap.c_str());
         set("enable.idempotence", "true");
         set("acks", "all");
-        set("linger.ms", "1");  // the relay's default
+        set("linger.ms", "1");  // the relay's defaults
+        set("socket.nagle.disable", "true");
         set("client.id", "outbox-bench-direct");
         rd_kafka_conf_set_dr_msg_cb(conf, [](rd_kafka_t *, const rd_kafka_message_t *m, void *) {
             if (m->err)
