@@ -48,13 +48,16 @@ namespace outbox::pg {
 namespace {
 
 // Every claim takes rows only while the destination's config is the one the worker loaded
-// (ClaimRequest::config_json), checked in the claim's own snapshot: a change committed together
-// with messages (alter_destination and requeue in one transaction) is then either not visible
-// to the claim, or visible along with them, and the claim takes nothing; the change's wake-up
-// (the reload flag) makes the worker load the new config first. (An InitPlan: read once per
-// claim.)
-#define CONFIG_UNCHANGED(param) \
-    "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1) = " param "::text"
+// (ClaimRequest::config_json) and the destination is not paused, checked in the claim's own
+// snapshot: a change committed together with messages (alter_destination and requeue in one
+// transaction) is then either not visible to the claim, or visible along with them, and the
+// claim takes nothing; the change's wake-up (the reload flag) makes the worker load the new
+// config first. A pause committed before a claim's snapshot stops it even inside a transaction
+// that loaded the destination earlier (claims see what is due at their own time, so a message
+// queued after the pause would otherwise be taken). (An InitPlan: read once per claim.)
+#define CONFIG_UNCHANGED(param)                                              \
+    "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1" \
+    "   AND NOT d.paused) = " param "::text"
 
 // $6, $7: where to start (ClaimRequest::after_available_at). Column 11 is where the row was due
 // before its lease moved it.
