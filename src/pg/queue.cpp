@@ -70,7 +70,8 @@ const char *const kClaimSql =
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
-    "    SET lease_token = $2, available_at = statement_timestamp() + $3 * interval '1 millisecond',"
+    "    SET lease_token = $2,"
+    "        available_at = statement_timestamp() + $3 * interval '1 millisecond',"
     "        attempts = m.attempts + 1"
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
@@ -93,7 +94,8 @@ const char *const kLockSql =
 // The fast path ran out of time: rows locked by this transaction become leased instead.
 const char *const kLeaseLockedSql =
     "UPDATE outbox.messages"
-    "   SET lease_token = $2, available_at = statement_timestamp() + $3 * interval '1 millisecond',"
+    "   SET lease_token = $2,"
+    "       available_at = statement_timestamp() + $3 * interval '1 millisecond',"
     "       attempts = attempts + 1"
     " WHERE id = ANY ($1)";
 
@@ -115,7 +117,8 @@ const char *const kLeaseLockedSql =
     "WITH k AS (" KEYS "),"                                                                       \
     " h AS MATERIALIZED ("                                                                        \
     "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"                        \
-    "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due, x.in_flight,"          \
+    "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"       \
+    "         x.in_flight,"                                                                       \
     "         x.id IS NOT NULL AND $5"                                                            \
     "           AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"                         \
     "                 WHERE d.destination = $1 AND d.skipped_at IS NULL"                          \
@@ -136,7 +139,8 @@ const char *const kLeaseLockedSql =
     "         m.first_failed_at"                                                                  \
     "    FROM outbox.messages AS m"                                                               \
     "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"            \
-    "     AND m.order_key IS NOT NULL AND m.destination = $1 AND m.available_at <= statement_timestamp()"\
+    "     AND m.order_key IS NOT NULL AND m.destination = $1"                                     \
+    "     AND m.available_at <= statement_timestamp()"                                            \
     "     AND " CONFIG_UNCHANGED("$2") "   FOR UPDATE OF m SKIP LOCKED)"                          \
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \

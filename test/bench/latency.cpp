@@ -16,8 +16,8 @@
 // (fetch.wait.max.ms 1, or --fetch-wait-ms: a real cluster holds a fetch until data arrives or
 // the wait passes, so it is asked with a long wait rather than polled every millisecond, which
 // costs its brokers CPU the figures would show) notes when each ce_id arrives; latency =
-// arrival - commit (or produce). Sending is paced to R messages/s over all connections (a global schedule; a late
-// sender catches up without sleeping), or unpaced with R = 0. Messages sent during the first
+// arrival - commit (or produce). Sending is paced to R messages/s over all connections (a
+// global schedule; a late sender catches up without sleeping), or unpaced with R = 0. Messages sent during the first
 // --warmup seconds are delivered but not counted. With --backlog (relay), a separate connection
 // samples SELECT count(*) FROM outbox.messages every second. --dump writes one line per counted
 // message, "<ms since the start> <latency ms>" in commit order, to look at outliers.
