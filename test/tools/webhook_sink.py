@@ -323,7 +323,22 @@ def write_file_atomic(path, content):
     os.replace(tmp, path)
 
 
+def exit_with_parent():
+    """SIGTERM when the process that started the sink exits, however it exits: a test that
+    dies or forgets to stop its sink must not leave it running (and holding the fds it
+    inherited, such as a root's lock file)."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: the test's own cleanup stops it
+    if os.getppid() == 1:  # the parent is gone already
+        sys.exit(0)
+
+
 def main():
+    exit_with_parent()
     ap = argparse.ArgumentParser(description="Local webhook sink for outbox tests.")
     ap.add_argument("--port-file", required=True, help="file to receive the chosen port")
     ap.add_argument("--log", required=True, help="JSON-lines request log (appended)")
