@@ -55,7 +55,7 @@ namespace {
 // config first. A pause committed before a claim's snapshot stops it even inside a transaction
 // that loaded the destination earlier (claims see what is due at their own time, so a message
 // queued after the pause would otherwise be taken). (An InitPlan: read once per claim.)
-#define CONFIG_UNCHANGED(param)                                              \
+#define DESTINATION_AS_LOADED(param)                                         \
     "(SELECT d.config::text FROM outbox.destinations AS d WHERE d.name = $1" \
     "   AND NOT d.paused) = " param "::text"
 
@@ -66,7 +66,7 @@ const char *const kClaimSql =
     "  SELECT c.id, c.available_at AS was_due FROM outbox.messages AS c"
     "   WHERE c.destination = $1 AND c.available_at <= statement_timestamp()"
     "     AND c.order_key IS NULL"
-    "     AND (c.available_at, c.id) > ($6, $7) AND " CONFIG_UNCHANGED("$5")
+    "     AND (c.available_at, c.id) > ($6, $7) AND " DESTINATION_AS_LOADED("$5")
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -87,7 +87,7 @@ const char *const kLockSql =
     "  FROM outbox.messages AS c"
     " WHERE c.destination = $1 AND c.available_at <= statement_timestamp()"
     "   AND c.order_key IS NULL"
-    "   AND (c.available_at, c.id) > ($3, $4) AND " CONFIG_UNCHANGED("$5")
+    "   AND (c.available_at, c.id) > ($3, $4) AND " DESTINATION_AS_LOADED("$5")
     " ORDER BY c.available_at, c.id LIMIT $2"
     "   FOR UPDATE SKIP LOCKED";
 
@@ -141,7 +141,7 @@ const char *const kLeaseLockedSql =
     "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"            \
     "     AND m.order_key IS NOT NULL AND m.destination = $1"                                     \
     "     AND m.available_at <= statement_timestamp()"                                            \
-    "     AND " CONFIG_UNCHANGED("$2") "   FOR UPDATE OF m SKIP LOCKED)"                          \
+    "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"                     \
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \
     "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"     \
