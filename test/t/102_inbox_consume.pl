@@ -79,9 +79,13 @@ while ($sent < $events) {
             q{SELECT min(pid) FROM pg_stat_activity WHERE backend_type = 'outbox worker' AND datname = 'shop'});
         kill 'KILL', $pid;
         $killed++;
-        $node->poll_query_until('postgres',
-            q{SELECT count(*) >= 4 FROM pg_stat_activity WHERE backend_type = 'outbox worker'})
-          or die 'workers did not come back';
+        # Connections are refused while the server recovers from the crash (on PostgreSQL 18
+        # poll_query_until dies of that): ask again until the restarted workers are all there.
+        wait_until(sub {
+            (eval { $node->safe_psql('postgres', qq{
+                SELECT count(*) >= 4 AND bool_and(pid <> $pid) FROM pg_stat_activity
+                 WHERE backend_type = 'outbox worker'}) } // '') eq 't'
+        }, 60) or die 'workers did not come back';
     }
     if ($sent == int(3 * $events / 4)) {
         $node->stop('immediate');
