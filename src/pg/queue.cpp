@@ -33,6 +33,7 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
@@ -105,34 +106,47 @@ const char *const kLeaseLockedSql =
 // k: some keys of destination $1 — the next due ones after a cursor, or keys whose head this
 // transaction removed. h: each key's head, its first message from the key's floor on, in this
 // statement's snapshot (one descent of messages_key_order), and whether a dead letter holds the
-// key ($5: on_dead = block; looked up per key only if the destination has any). c: the heads that
-// are due and not held back, fetched by ctid all at once (one TID scan) and locked unless another
-// worker holds them. Why a key never has two messages in flight: only its head is claimed, and
-// only by locking that very row version — if the head's worker removed it since the snapshot,
-// or leased it (it is no longer due), the lock or its recheck finds it gone and the key is
-// skipped this time, never its next message; a head the fast path holds locked is skipped.
-// Every key looked at comes back (c's columns NULL when its head was not claimed), so the worker
-// can note on its row what it saw (KeyRowWrite).
+// key (HELD_BACK). c: the heads that are due and not held back, fetched by ctid all at once (one
+// TID scan) and locked unless another worker holds them. Why a key never has two messages in
+// flight: only its head is claimed, and only by locking that very row version — if the head's
+// worker removed it since the snapshot, or leased it (it is no longer due), the lock or its recheck
+// finds it gone and the key is skipped this time, never its next message; a head the fast path
+// holds locked is skipped. Every key looked at comes back (c's columns NULL when its head was not
+// claimed), so the worker can note on its row what it saw (KeyRowWrite). y: a due head's next
+// messages in the same snapshot, where the claim that follows its removal may take them from
+// (kHeadsFollowSql).
+//
+// A head held back by a dead letter of its key ($5: on_dead = block; looked up per key only if
+// the destination has any).
+#define HELD_BACK(head)                                                           \
+    "$5 AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"                 \
+    "         WHERE d.destination = $1 AND d.skipped_at IS NULL"                  \
+    "           AND d.reason IN ('rejected', 'max_attempts', 'poison')))"         \
+    " AND EXISTS (SELECT FROM outbox.dead_letters AS d"                           \
+    "         WHERE d.destination = $1 AND d.key = " head ".key AND d.id < " head \
+    ".id"                                                                         \
+    "           AND d.skipped_at IS NULL"                                         \
+    "           AND d.reason IN ('rejected', 'max_attempts', 'poison'))"
+#define FOLLOWERS "16"
 #define HEADS_CLAIM(KEYS) \
     "WITH k AS (" KEYS "),"                                                                       \
     " h AS MATERIALIZED ("                                                                        \
     "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"                        \
     "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"       \
-    "         x.in_flight,"                                                                       \
-    "         x.id IS NOT NULL AND $5"                                                            \
-    "           AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"                         \
-    "                 WHERE d.destination = $1 AND d.skipped_at IS NULL"                          \
-    "                   AND d.reason IN ('rejected', 'max_attempts', 'poison')))"                 \
-    "           AND EXISTS (SELECT FROM outbox.dead_letters AS d"                                 \
-    "                 WHERE d.destination = $1 AND d.key = x.key AND d.id < x.id"                 \
-    "                   AND d.skipped_at IS NULL"                                                 \
-    "                   AND d.reason IN ('rejected', 'max_attempts', 'poison')) AS blocked"       \
+    "         x.in_flight, y.ids, y.tids, y.xmins,"                                               \
+    "         x.id IS NOT NULL AND " HELD_BACK("x") " AS blocked"                                 \
     "    FROM k LEFT JOIN LATERAL ("                                                              \
     "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"   \
     "             m.key"                                                                          \
     "        FROM outbox.messages AS m"                                                           \
     "       WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = $1"           \
-    "       ORDER BY m.id LIMIT 1) AS x ON true),"                                                \
+    "       ORDER BY m.id LIMIT 1) AS x ON true"                                                  \
+    "    LEFT JOIN LATERAL ("                                                                     \
+    "      SELECT array_agg(n.id) AS ids, array_agg(n.ctid) AS tids, array_agg(n.xmin) AS xmins"  \
+    "        FROM (SELECT m.id, m.ctid, m.xmin FROM outbox.messages AS m"                         \
+    "               WHERE m.order_key = k.order_key AND m.id > x.id AND m.destination = $1"       \
+    "                 AND x.available_at <= statement_timestamp() AND NOT x.in_flight"            \
+    "               ORDER BY m.id LIMIT " FOLLOWERS ") AS n) AS y ON true),"                      \
     " c AS ("                                                                                     \
     "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"           \
     "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"    \
@@ -145,7 +159,7 @@ const char *const kLeaseLockedSql =
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \
     "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"     \
-    "        h.in_flight, h.blocked, c.first_failed_at"                                           \
+    "        h.in_flight, h.blocked, c.first_failed_at, h.ids, h.tids, h.xmins"                   \
     "   FROM h LEFT JOIN c ON c.id = h.id"                                                        \
     "  ORDER BY h.due_at, h.order_key"
 
@@ -168,6 +182,45 @@ const char *const kHeadsNextSql = HEADS_CLAIM(
     "       k.floor_version, k.version, k.due_at"
     "  FROM unnest($3::bigint[], $4::bigint[], $6::bigint[]) AS f(order_key, floor, floor_version)"
     "  JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key");
+
+// Keys ($3) whose head this transaction removed, where a heads claim of the same worker had found
+// the messages that followed that head (HEADS_CLAIM's y): each key's next one ($4, at $7 with
+// xmin $8, found while floor_version was $6) is claimed without looking for it again — one TID
+// scan for all, no index descent per key. Why it is the key's head now, from MVCC and the rules
+// of outbox.ordered_keys alone:
+//  - it is the very row version that snapshot saw (same ctid and xmin: a version never moves,
+//    and any change to the row, a lease by another worker or ordering switched off and on
+//    again, makes a new version);
+//  - the head before it is gone (this transaction removed it), and the messages between the two
+//    that snapshot did not see cannot exist: a producer numbers a message only in its key's
+//    turn, which it holds until it commits, so a message numbered below a visible one was
+//    committed before that one was numbered, hence visible too. The only way a message
+//    returns below (requeue, restore, ordering turned on) lowers the floor and bumps
+//    floor_version in its own transaction, and this claim takes nothing from a key whose
+//    floor_version is no longer $6.
+// Everything else is as for any head: due, not held back, not locked by another worker, the
+// destination as loaded. A key whose next message is not claimed here goes to kHeadsNextSql.
+const char *const kHeadsFollowSql =
+    "WITH ok AS MATERIALIZED ("
+    "  SELECT f.id, f.tid, f.xmin, k.order_key, k.floor_version, k.version, k.due_at"
+    "    FROM unnest($3::bigint[], $4::bigint[], $6::bigint[], $7::tid[], $8::xid[])"
+    "         AS f(order_key, id, floor_version, tid, xmin)"
+    "    JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key"
+    "   WHERE k.floor_version = f.floor_version),"
+    " c AS ("
+    "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
+    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"
+    "         m.first_failed_at, m.xmin"
+    "    FROM outbox.messages AS m"
+    "   WHERE m.ctid = ANY (ARRAY(SELECT ok.tid FROM ok))"
+    "     AND m.order_key IS NOT NULL AND m.destination = $1"
+    "     AND m.available_at <= statement_timestamp() AND NOT (" HELD_BACK("m") ")"
+    "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
+    " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
+    "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
+    "        ok.order_key, ok.floor_version, ok.version, ok.due_at, c.id, c.available_at, true,"
+    "        false, false, c.first_failed_at"
+    "   FROM c JOIN ok ON ok.id = c.id AND ok.xmin = c.xmin";
 
 // What the worker saw of its keys, written on their rows at the end of its transaction, under
 // the rules of outbox.ordered_keys: a floor raised only while floor_version is unchanged, a due
@@ -291,9 +344,9 @@ const char *const kLoadSql =
     "       coalesce((to_jsonb(d) ->> 'created_by_superuser')::boolean, false)"
     "  FROM outbox.destinations AS d ORDER BY d.name";
 
-SPIPlanPtr claim_plan, lock_plan, heads_scan_plan, heads_next_plan, key_rows_plan, sweep_keys_plan,
-    lease_locked_plan, delete_plan, delete_locked_plan, archive_plan, sweep_plan, reschedule_plan,
-    bury_plan, load_plan;
+SPIPlanPtr claim_plan, lock_plan, heads_scan_plan, heads_next_plan, heads_follow_plan,
+    key_rows_plan, sweep_keys_plan, lease_locked_plan, delete_plan, delete_locked_plan,
+    archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
 
 // The fast path: what the current transaction holds locked, valid only in that transaction
 // (forgotten when the worker says it ended, or when another one is seen).
@@ -446,6 +499,25 @@ struct HeldHead {
 };
 std::unordered_map<int64, HeldHead> held_heads;
 constexpr size_t kMaxHeldHeads = 100000;  // entries of rows whose outcome never came back
+
+// The messages that followed a head this worker claimed, as the claim's snapshot saw them
+// (HEADS_CLAIM's y): when that head is removed, the next is claimed where it lies
+// (kHeadsFollowSql), then the one after, without an index descent per message.
+struct Follower {
+    int64 id;
+    ItemPointerData tid;
+    TransactionId xmin;
+};
+struct KeyFollowers {
+    int64 after;          // the head they follow (claimed, not yet known removed)
+    int64 floor_version;  // read when they were found
+    std::vector<Follower> next;
+    size_t taken = 0;  // next[taken] follows `after`
+};
+// By destination, then order key. Kept across transactions (a leased head is removed by a later
+// one); forgotten when a transaction aborts, since what it removed came back.
+std::map<std::string, std::unordered_map<int64, KeyFollowers>> key_followers;
+constexpr size_t kMaxFollowedKeys = 20000;  // per destination; more and they are forgotten
 
 // A key whose head this transaction removed: its next message is looked for from `floor`.
 struct NextOfKey {
@@ -680,14 +752,33 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
-// One key a heads claim looked at (HEADS_CLAIM's columns 13-21).
+// One key a heads claim looked at (HEADS_CLAIM's columns 13-21), and the messages after its
+// head (columns 23-25, none from kHeadsFollowSql).
 struct KeySeen {
     int64 order_key, floor_version, version;
     TimestampTz key_due;
     bool has_head, head_due, in_flight, blocked, claimed;
     int64 head_id;
     TimestampTz head_available_at;
+    bool probed;  // found by an index descent (HEADS_CLAIM), not taken as a follower
+    int nfollowers;
+    Datum *follower_ids, *follower_tids, *follower_xmins;
 };
+
+// The elements of a one-dimensional array column of `tuple` (int8, tid or xid); 0 when NULL.
+int ArrayColumn(HeapTuple tuple, TupleDesc desc, int column, Oid type, Datum **out) {
+    bool isnull;
+    Datum d = heap_getattr(tuple, column, desc, &isnull);
+    if (isnull)
+        return 0;
+    int16 len;
+    bool byval;
+    char align;
+    get_typlenbyvalalign(type, &len, &byval, &align);
+    int n;
+    deconstruct_array(DatumGetArrayTypeP(d), type, len, byval, align, out, nullptr, &n);
+    return n;
+}
 
 // Runs a heads claim (`plan` with `args`); C-style code only (may ereport). Returns the claimed
 // heads, and in *seen every key it looked at.
@@ -722,6 +813,22 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
         k.head_due = DatumGetBool(heap_getattr(tuple, 19, desc, &isnull));
         k.in_flight = DatumGetBool(heap_getattr(tuple, 20, desc, &isnull));
         k.blocked = DatumGetBool(heap_getattr(tuple, 21, desc, &isnull));
+        k.probed = desc->natts >= 25;
+        if (k.claimed && k.probed) {
+            // In the order the subquery gave them (id order), which is checked: none is taken
+            // otherwise.
+            k.nfollowers = ArrayColumn(tuple, desc, 23, INT8OID, &k.follower_ids);
+            if (ArrayColumn(tuple, desc, 24, TIDOID, &k.follower_tids) != k.nfollowers ||
+                ArrayColumn(tuple, desc, 25, XIDOID, &k.follower_xmins) != k.nfollowers)
+                k.nfollowers = 0;
+            int64 previous = k.head_id;
+            for (int j = 0; j < k.nfollowers; j++) {
+                int64 id = DatumGetInt64(k.follower_ids[j]);
+                if (id <= previous)
+                    k.nfollowers = 0;
+                previous = id;
+            }
+        }
     }
     *nclaimed = claimed;
     *seen = keys;
@@ -743,6 +850,14 @@ Datum TidArray(const std::vector<ItemPointerData> &values) {
         datums[i] = PointerGetDatum(const_cast<ItemPointerData *>(&values[i]));
     return PointerGetDatum(construct_array(datums, int(values.size()), TIDOID,
                                            sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+}
+
+Datum XidArray(const std::vector<TransactionId> &values) {
+    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
+    for (size_t i = 0; i < values.size(); i++)
+        datums[i] = TransactionIdGetDatum(values[i]);
+    return PointerGetDatum(construct_array(datums, int(values.size()), XIDOID,
+                                           sizeof(TransactionId), true, TYPALIGN_INT));
 }
 
 Datum Int4Array(const std::vector<int> &values) {
@@ -800,6 +915,7 @@ ExtensionState InstalledExtension(std::string *version) {
 
 std::vector<DestinationSpec> LoadDestinations() {
     due_hints.clear();  // a destination changed: its queue may have too (its ordering)
+    key_followers.clear();
     struct Row {
         const char *name, *kind, *config;
         bool paused, by_superuser;
@@ -898,11 +1014,27 @@ void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n,
                   int64 lease_ms) {
     TimestampTz now = GetCurrentTimestamp();
     auto &writes = key_row_writes[destination];
+    auto &followers = key_followers[destination];
     if (held_heads.size() > kMaxHeldHeads)
         held_heads.clear();  // only floors raised later are lost
+    if (followers.size() > kMaxFollowedKeys)
+        followers.clear();  // their next messages are looked for again
     for (uint64 i = 0; i < n; i++) {
         const KeySeen &s = seen[i];
         TimestampTz due;
+        if (s.claimed && s.probed && s.nfollowers == 0) {
+            followers.erase(s.order_key);
+        } else if (s.claimed && s.probed) {
+            KeyFollowers &f = followers[s.order_key];
+            f.after = s.head_id;
+            f.floor_version = s.floor_version;
+            f.taken = 0;
+            f.next.resize(size_t(s.nfollowers));
+            for (int j = 0; j < s.nfollowers; j++)
+                f.next[j] = {DatumGetInt64(s.follower_ids[j]),
+                             *reinterpret_cast<ItemPointer>(DatumGetPointer(s.follower_tids[j])),
+                             DatumGetTransactionId(s.follower_xmins[j])};
+        }
         if (s.claimed) {
             held_heads[s.head_id] = {s.order_key, s.floor_version};
             if (!leased)
@@ -962,21 +1094,72 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
     };
     if (!scan.next.empty()) {
         size_t take = std::min(scan.next.size(), size_t(std::max(request.limit, 0)));
-        std::vector<int64_t> keys, floors, versions;
+        std::vector<NextOfKey> looked_for;  // keys whose next message is looked for
+        std::vector<NextOfKey> followed;    // keys whose next message is known
+        auto &followers = key_followers[request.destination];
         for (size_t i = scan.next.size() - take; i < scan.next.size(); i++) {
-            keys.push_back(scan.next[i].order_key);
-            floors.push_back(scan.next[i].floor);
-            versions.push_back(scan.next[i].floor_version);
+            const NextOfKey &next = scan.next[i];
+            auto f = followers.find(next.order_key);
+            bool known = f != followers.end() && f->second.after == next.floor - 1 &&
+                         f->second.floor_version == next.floor_version &&
+                         f->second.taken < f->second.next.size();
+            (known ? followed : looked_for).push_back(next);
         }
         scan.next.resize(scan.next.size() - take);
-        Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
-        Datum args[6] = {0, 0, 0, 0, 0, 0};
-        PgTry([&] {
-            args[2] = Int8Array(keys);
-            args[3] = Int8Array(floors);
-            args[5] = Int8Array(versions);
-        });
-        run(&heads_next_plan, kHeadsNextSql, 6, types, args);
+        if (!followed.empty()) {
+            std::vector<int64_t> keys, ids, versions;
+            std::vector<ItemPointerData> tids;
+            std::vector<TransactionId> xmins;
+            for (const NextOfKey &next : followed) {
+                const KeyFollowers &f = followers[next.order_key];
+                const Follower &n = f.next[f.taken];
+                keys.push_back(next.order_key);
+                ids.push_back(n.id);
+                versions.push_back(next.floor_version);
+                tids.push_back(n.tid);
+                xmins.push_back(n.xmin);
+            }
+            Oid types[8] = {TEXTOID, TEXTOID,      INT8ARRAYOID, INT8ARRAYOID,
+                            BOOLOID, INT8ARRAYOID, TIDARRAYOID,  XIDARRAYOID};
+            Datum args[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            PgTry([&] {
+                args[2] = Int8Array(keys);
+                args[3] = Int8Array(ids);
+                args[5] = Int8Array(versions);
+                args[6] = TidArray(tids);
+                args[7] = XidArray(xmins);
+            });
+            auto [seen, nseen] = run(&heads_follow_plan, kHeadsFollowSql, 8, types, args);
+            std::unordered_set<int64> claimed;
+            for (uint64 i = 0; i < nseen; i++) {
+                claimed.insert(seen[i].order_key);
+                KeyFollowers &f = followers[seen[i].order_key];
+                f.after = seen[i].head_id;
+                f.taken++;
+            }
+            for (const NextOfKey &next : followed) {
+                if (claimed.count(next.order_key) == 0) {
+                    followers.erase(next.order_key);
+                    looked_for.push_back(next);
+                }
+            }
+        }
+        if (!looked_for.empty()) {
+            std::vector<int64_t> keys, floors, versions;
+            for (const NextOfKey &next : looked_for) {
+                keys.push_back(next.order_key);
+                floors.push_back(next.floor);
+                versions.push_back(next.floor_version);
+            }
+            Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
+            Datum args[6] = {0, 0, 0, 0, 0, 0};
+            PgTry([&] {
+                args[2] = Int8Array(keys);
+                args[3] = Int8Array(floors);
+                args[5] = Int8Array(versions);
+            });
+            run(&heads_next_plan, kHeadsNextSql, 6, types, args);
+        }
     }
     while (!scan.done && int(out->size() - first) < request.limit) {
         int want = request.limit - int(out->size() - first);
@@ -1250,8 +1433,18 @@ void TransactionEnded(bool committed) {
     AdvanceDueHints(committed);
     // Notes not written belong to an aborted transaction: what they describe was undone.
     key_row_writes.clear();
-    heads_scans.clear();
     heads_claimed.clear();
+    // Keys whose head a committed transaction removed after its last claim: the next
+    // transaction claims their next messages first (without another scan over the keys).
+    std::unordered_map<std::string, HeadsScan> carried;
+    if (committed) {
+        for (auto &[destination, scan] : heads_scans)
+            if (!scan.next.empty())
+                carried[destination].next = std::move(scan.next);
+    } else {
+        key_followers.clear();  // the heads it removed are back
+    }
+    heads_scans = std::move(carried);
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {

@@ -1,0 +1,78 @@
+# Per-key ordering takes a key's next message where the claim that found its head saw it (the
+# same row version, while the key's floor_version is unchanged), without looking for it again.
+# Here the queue keeps changing under the worker: every 0.1 s, one transaction turns ordering
+# off, requeues every dead letter (they come back with their old, lower ids) and turns ordering
+# on again. The destination's config reads the same before and after, every queued message gets
+# a new row version, and the keys' rows are made again (floor_version starts over). 5% of
+# produce requests are rejected for good, so there are dead letters to requeue. For every key,
+# first arrivals follow id order, and nothing is lost.
+use strict;
+use warnings;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $broker = kafka_broker();
+my $node = outbox_node('followers', conf => join("\n",
+    "outbox.retry_base = '20ms'", "outbox.retry_max = '200ms'", "outbox.max_attempts = 1000"));
+my $bootstrap = $broker->bootstrap;
+my $config = qq{{"bootstrap.servers": "$bootstrap", "topic": "fo", "ordering": "key"}};
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('fo', 'kafka', '$config');
+    SELECT outbox.pause('fo');
+    CREATE TABLE sent (event_id uuid PRIMARY KEY, id bigint NOT NULL, key text NOT NULL);
+    WITH m AS (
+        INSERT INTO outbox.messages (destination, key, payload)
+        SELECT 'fo', 'k' || (g % 20), jsonb_build_object('n', g) FROM generate_series(1, 4000) g
+        RETURNING event_id, id, key)
+    INSERT INTO sent SELECT * FROM m;
+});
+my $before = $node->safe_psql('postgres', "SELECT config::text FROM outbox.destinations WHERE name = 'fo'");
+# Each produce request takes 5 ms, so the drain takes seconds: 20 keys, one message each in flight.
+$broker->ctl('rtt all 5');
+$broker->ctl('error_rate produce 5 100000 INVALID_RECORD 7');
+$node->safe_psql('postgres', "SELECT outbox.resume('fo')");
+
+# The turn updates every queued message, so it can deadlock with the worker's write-back (which
+# PostgreSQL resolves by aborting one of them): such a turn is counted, not an error.
+my ($turns, $requeued, $deadlocks) = (0, 0, 0);
+my $deadline = time + 240;
+my $drained = 0;
+while (time < $deadline) {
+    my ($rc, $out, $err) = $node->psql('postgres', q{
+        BEGIN;
+        SELECT outbox.alter_destination('fo', '{"ordering": "none"}') \g /dev/null
+        SELECT outbox.requeue(coalesce(array_agg(id), '{}')) FROM outbox.dead_letters;
+        SELECT outbox.alter_destination('fo', '{"ordering": "key"}') \g /dev/null
+        COMMIT;});
+    if ($err =~ /deadlock detected/) {
+        $deadlocks++;
+    } else {
+        is($err, '', 'a turn fails with nothing but a deadlock') if $err ne '';
+        $requeued += $out;
+        $turns++;
+    }
+    $drained = $node->safe_psql('postgres', q{
+        SELECT NOT EXISTS (SELECT FROM outbox.messages)
+           AND NOT EXISTS (SELECT FROM outbox.dead_letters)}) eq 't';
+    last if $drained;
+    sleep 0.1;
+}
+$broker->ctl('clear produce');
+$broker->ctl('rtt all 0');
+ok($drained, 'everything delivered, no dead letter left');
+is($node->safe_psql('postgres', "SELECT config::text FROM outbox.destinations WHERE name = 'fo'"),
+    $before, 'the config reads the same as before the turns');
+cmp_ok($turns, '>=', 10, "ordering went off and on again meanwhile: $turns times");
+cmp_ok($requeued, '>=', 10, "dead letters went back below their keys' next messages: $requeued");
+
+my $repeats = check_key_order($node, 'SELECT event_id, id, key FROM sent',
+    $broker->consume('fo', timeout => 120), '4,000 messages');
+diag("$turns turns ($deadlocks more ended in a deadlock), $requeued dead letters requeued, "
+    . "$repeats repeats");
+
+$node->stop;
+check_server_log($node);
+$broker->stop;
+done_testing();
