@@ -5,7 +5,8 @@
 # on again. The destination's config reads the same before and after, every queued message gets
 # a new row version, and the keys' rows are made again (floor_version starts over). 5% of
 # produce requests are rejected for good, so there are dead letters to requeue. For every key,
-# first arrivals follow id order, and nothing is lost.
+# first arrivals follow id order, and nothing is lost. Then a dead letter requeued under
+# on_dead = skip goes in front of the next messages of its key that the worker already knew.
 use strict;
 use warnings;
 use OutboxTest;
@@ -71,6 +72,65 @@ my $repeats = check_key_order($node, 'SELECT event_id, id, key FROM sent',
     $broker->consume('fo', timeout => 120), '4,000 messages');
 diag("$turns turns ($deadlocks more ended in a deadlock), $requeued dead letters requeued, "
     . "$repeats repeats");
+
+#-------------------------------------------------------------------------------------------
+# A dead letter requeued while the worker knows the next messages of its key goes in front of
+# them: with on_dead = skip the key went on without it; one key, each produce taking 5 ms, and
+# the requeue comes a quarter of the way through. None of the messages waiting then (all but the
+# one in flight) may arrive before it.
+#-------------------------------------------------------------------------------------------
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('sk', 'kafka',
+        '{"bootstrap.servers": "$bootstrap", "topic": "sk", "ordering": "key", "on_dead": "skip"}');
+    SELECT outbox.pause('sk');
+    CREATE TABLE sk_sent (event_id uuid PRIMARY KEY, id bigint NOT NULL);
+    WITH m AS (INSERT INTO outbox.messages (destination, key, payload) VALUES ('sk', 'a', '{"n": 0}')
+               RETURNING event_id, id)
+    INSERT INTO sk_sent SELECT * FROM m;
+});
+$broker->ctl('error_rate produce 100 1000 INVALID_RECORD 3');
+$node->safe_psql('postgres', "SELECT outbox.resume('sk')");
+ok(wait_until(sub { $node->safe_psql('postgres',
+        q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'sk'}) eq '1' }, 30),
+    'sk: the first message of key a is a dead letter');
+$broker->ctl('clear produce');
+$broker->ctl('rtt all 5');
+$node->safe_psql('postgres', q{
+    WITH m AS (INSERT INTO outbox.messages (destination, key, payload)
+               SELECT 'sk', 'a', jsonb_build_object('n', g) FROM generate_series(1, 400) g
+               RETURNING event_id, id)
+    INSERT INTO sk_sent SELECT * FROM m});
+ok(wait_until(sub { $node->safe_psql('postgres',
+        q{SELECT count(*) FROM outbox.messages WHERE destination = 'sk'}) < 300 }, 30),
+    'sk: the worker is a quarter of the way through key a');
+# The messages waiting at the requeue: queued, neither leased nor locked by the worker (the
+# one in flight; FOR KEY SHARE SKIP LOCKED passes the row the worker's claim locked).
+my ($dead_id, $queued) = split /\|/, $node->safe_psql('postgres', q{
+    BEGIN;
+    SELECT (SELECT id FROM outbox.dead_letters WHERE destination = 'sk'),
+           (SELECT string_agg(w.id::text, ',') FROM (
+               SELECT m.id FROM outbox.messages AS m
+                WHERE m.destination = 'sk' AND m.lease_token IS NULL
+                FOR KEY SHARE SKIP LOCKED) AS w);
+    SELECT outbox.requeue('sk') \g /dev/null
+    COMMIT;});
+my %queued = map { $_ => 1 } split /,/, $queued;
+cmp_ok(scalar(keys %queued), '>', 50, 'sk: messages waiting at the requeue');
+ok(wait_until(sub { $node->safe_psql('postgres',
+        q{SELECT count(*) FROM outbox.messages WHERE destination = 'sk'}) eq '0' }, 60),
+    'sk: everything delivered');
+$broker->ctl('rtt all 0');
+my %id_of = map { split /\|/ } split /\n/, $node->safe_psql('postgres', 'SELECT event_id, id FROM sk_sent');
+my ($before, $seen_dead) = (0, 0);
+for my $m (sort { $a->{offset} <=> $b->{offset} } @{ $broker->consume('sk', timeout => 60) }) {
+    my $id = $id_of{ $m->{headers}{ce_id} } // next;
+    if ($id == $dead_id) { $seen_dead = 1; last }
+    $before++ if $queued{$id};
+}
+ok($seen_dead, "sk: the requeued dead letter arrived");
+is($before, 0, 'sk: none of the messages waiting at the requeue arrived before it');
+diag(sprintf('sk: %d messages waiting at the requeue, %d of them arrived before the requeued one',
+    scalar(keys %queued), $before));
 
 $node->stop;
 check_server_log($node);
