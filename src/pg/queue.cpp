@@ -118,15 +118,16 @@ const char *const kLeaseLockedSql =
 //
 // A head held back by a dead letter of its key ($5: on_dead = block; looked up per key only if
 // the destination has any).
-#define HELD_BACK(head)                                                           \
-    "$5 AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"                 \
-    "         WHERE d.destination = $1 AND d.skipped_at IS NULL"                  \
-    "           AND d.reason IN ('rejected', 'max_attempts', 'poison')))"         \
-    " AND EXISTS (SELECT FROM outbox.dead_letters AS d"                           \
-    "         WHERE d.destination = $1 AND d.key = " head ".key AND d.id < " head \
-    ".id"                                                                         \
-    "           AND d.skipped_at IS NULL"                                         \
+// clang-format off
+#define HELD_BACK(KEY, ID)                                                     \
+    "$5 AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"              \
+    "         WHERE d.destination = $1 AND d.skipped_at IS NULL"               \
+    "           AND d.reason IN ('rejected', 'max_attempts', 'poison')))"      \
+    " AND EXISTS (SELECT FROM outbox.dead_letters AS d"                        \
+    "         WHERE d.destination = $1 AND d.key = " KEY                       \
+    "           AND d.id < " ID " AND d.skipped_at IS NULL"                    \
     "           AND d.reason IN ('rejected', 'max_attempts', 'poison'))"
+// clang-format on
 #define FOLLOWERS "16"
 #define HEADS_CLAIM(KEYS) \
     "WITH k AS (" KEYS "),"                                                                       \
@@ -134,7 +135,7 @@ const char *const kLeaseLockedSql =
     "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"                        \
     "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"       \
     "         x.in_flight, y.ids, y.tids, y.xmins,"                                               \
-    "         x.id IS NOT NULL AND " HELD_BACK("x") " AS blocked"                                 \
+    "         x.id IS NOT NULL AND " HELD_BACK("x.key", "x.id") " AS blocked"                     \
     "    FROM k LEFT JOIN LATERAL ("                                                              \
     "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"   \
     "             m.key"                                                                          \
@@ -183,7 +184,7 @@ const char *const kHeadsNextSql = HEADS_CLAIM(
     "  FROM unnest($3::bigint[], $4::bigint[], $6::bigint[]) AS f(order_key, floor, floor_version)"
     "  JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key");
 
-// Keys ($3) whose head this transaction removed, where a heads claim of the same worker had found
+// Keys ($3) whose head this worker removed, where a heads claim of the same worker had found
 // the messages that followed that head (HEADS_CLAIM's y): each key's next one ($4, at $7 with
 // xmin $8, found while floor_version was $6) is claimed without looking for it again — one TID
 // scan for all, no index descent per key. Why it is the key's head now, from MVCC and the rules
@@ -191,13 +192,13 @@ const char *const kHeadsNextSql = HEADS_CLAIM(
 //  - it is the very row version that snapshot saw (same ctid and xmin: a version never moves,
 //    and any change to the row, a lease by another worker or ordering switched off and on
 //    again, makes a new version);
-//  - the head before it is gone (this transaction removed it), and the messages between the two
-//    that snapshot did not see cannot exist: a producer numbers a message only in its key's
-//    turn, which it holds until it commits, so a message numbered below a visible one was
-//    committed before that one was numbered, hence visible too. The only way a message
-//    returns below (requeue, restore, ordering turned on) lowers the floor and bumps
-//    floor_version in its own transaction, and this claim takes nothing from a key whose
-//    floor_version is no longer $6.
+//  - the head before it is gone (removed by this transaction, or by this worker's previous one,
+//    which committed), and the messages between the two that snapshot did not see cannot
+//    exist: a producer numbers a message only in its key's turn, which it holds until it
+//    commits, so a message numbered below a visible one was committed before that one was
+//    numbered, hence visible too. The only way a message returns below (requeue, restore,
+//    ordering turned on) lowers the floor and bumps floor_version in its own transaction, and
+//    this claim takes nothing from a key whose floor_version is no longer $6.
 // Everything else is as for any head: due, not held back, not locked by another worker, the
 // destination as loaded. A key whose next message is not claimed here goes to kHeadsNextSql.
 const char *const kHeadsFollowSql =
@@ -214,7 +215,7 @@ const char *const kHeadsFollowSql =
     "    FROM outbox.messages AS m"
     "   WHERE m.ctid = ANY (ARRAY(SELECT ok.tid FROM ok))"
     "     AND m.order_key IS NOT NULL AND m.destination = $1"
-    "     AND m.available_at <= statement_timestamp() AND NOT (" HELD_BACK("m") ")"
+    "     AND m.available_at <= statement_timestamp() AND NOT (" HELD_BACK("m.key", "m.id") ")"
     "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
