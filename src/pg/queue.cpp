@@ -33,7 +33,6 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
@@ -766,18 +765,24 @@ struct KeySeen {
     Datum *follower_ids, *follower_tids, *follower_xmins;
 };
 
-// The elements of a one-dimensional array column of `tuple` (int8, tid or xid); 0 when NULL.
+// The elements of a one-dimensional int8[], tid[] or xid[] column of `tuple`; 0 when NULL. The
+// element types' storage is written out as Int8Array, TidArray and XidArray write it (no
+// catalog lookup per key a claim looked at).
 int ArrayColumn(HeapTuple tuple, TupleDesc desc, int column, Oid type, Datum **out) {
     bool isnull;
     Datum d = heap_getattr(tuple, column, desc, &isnull);
     if (isnull)
         return 0;
-    int16 len;
-    bool byval;
-    char align;
-    get_typlenbyvalalign(type, &len, &byval, &align);
     int n;
-    deconstruct_array(DatumGetArrayTypeP(d), type, len, byval, align, out, nullptr, &n);
+    ArrayType *array = DatumGetArrayTypeP(d);
+    if (type == INT8OID)
+        deconstruct_array(array, INT8OID, 8, true, TYPALIGN_DOUBLE, out, nullptr, &n);
+    else if (type == TIDOID)
+        deconstruct_array(array, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT, out,
+                          nullptr, &n);
+    else
+        deconstruct_array(array, XIDOID, sizeof(TransactionId), true, TYPALIGN_INT, out, nullptr,
+                          &n);
     return n;
 }
 

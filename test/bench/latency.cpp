@@ -17,10 +17,11 @@
 // the wait passes, so it is asked with a long wait rather than polled every millisecond, which
 // costs its brokers CPU the figures would show) notes when each ce_id arrives; latency =
 // arrival - commit (or produce). Sending is paced to R messages/s over all connections (a
-// global schedule; a late sender catches up without sleeping), or unpaced with R = 0. Messages sent during the first
-// --warmup seconds are delivered but not counted. With --backlog (relay), a separate connection
-// samples SELECT count(*) FROM outbox.messages every second. --dump writes one line per counted
-// message, "<ms since the start> <latency ms>" in commit order, to look at outliers.
+// global schedule; a late sender catches up without sleeping), or unpaced with R = 0. Messages
+// sent during the first --warmup seconds are delivered but not counted. With --backlog (relay), a
+// separate connection samples SELECT count(*) FROM outbox.messages every second. --dump writes
+// one line per counted message, "<ms since the start> <latency ms>" in commit order, to look at
+// outliers.
 //
 // Prints one line of key=value pairs:
 //   sent= received= missing= duplicates= seconds= rate= p50_ms= p90_ms= p99_ms= p999_ms= max_ms=
