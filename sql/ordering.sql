@@ -124,6 +124,24 @@ PREPARE TRANSACTION 'produce_committed';
 COMMIT PREPARED 'produce_committed';
 SELECT key, n, head FROM pg_temp.messages('ord') WHERE key = 'g';
 
+-- In one transaction, a key's requeued messages come before its new ones: requeueing after a
+-- new message of the same key is refused (the workers must be kept off the key first), and
+-- nothing changes; the other way round works.
+INSERT INTO outbox.dead_letters (id, event_id, destination, key, payload, created_at, attempts, reason, last_error)
+VALUES (-6, '0190a8c0-0000-7000-8000-000000000011', 'ord', 'h', '{"n": 0}', now(), 1, 'rejected', 'HTTP 400');
+BEGIN;
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'h', '{"n": 1}');
+SELECT outbox.requeue(ARRAY[-6::bigint]);
+\echo :SQLSTATE
+ROLLBACK;
+SELECT count(*) AS still_a_dead_letter FROM outbox.dead_letters WHERE id = -6;
+SELECT count(*) AS queued FROM outbox.messages WHERE key = 'h';
+BEGIN;
+SELECT outbox.requeue(ARRAY[-6::bigint]);
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('ord', 'h', '{"n": 1}');
+COMMIT;
+SELECT id, key, n, head FROM pg_temp.messages('ord') WHERE key = 'h';
+
 -- With on_dead = skip a dead letter does not hold its key.
 INSERT INTO outbox.dead_letters (id, event_id, destination, key, payload, created_at, attempts, reason, last_error)
 VALUES (-4, '0190a8c0-0000-7000-8000-00000000000f', 'skipper', 'f', '{"n": 0}', now(), 1, 'rejected', 'HTTP 400');

@@ -98,11 +98,15 @@ ALTER TABLE outbox.messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_
 -- messages. Producers of a key take turns on its row's lock (the insert check upserts it before
 -- it numbers the message, and holds it until commit), so ids follow commit order within a key.
 -- The worker reads these rows to find the keys whose head is due and where each key's messages
--- begin, and never waits for their locks. The rules every writer keeps (src/pg/key_order.cpp):
+-- begin; it claims messages of a key only while its transaction holds the key's row FOR KEY
+-- SHARE (which producers' turns do not conflict with), and never waits for a lock. The rules
+-- every writer keeps (src/pg/key_order.cpp, src/pg/queue.cpp):
 --   floor   no queued message of the key has a lower id; lowered (with floor_version + 1) only
 --           by a transaction that puts a message back with its old id (requeue, restore,
---           ordering turned on); raised by the worker past a head it removed, only while
---           floor_version is the one it read when it found that head.
+--           ordering turned on), which takes the row FOR UPDATE before it writes it (so it
+--           waits for the workers holding the key, and they skip the key until it ends); raised
+--           by the worker past a head it removed, only while floor_version is the one it read
+--           when it found that head.
 --   due_at  the key's head cannot be claimed before this ('infinity': no queued message);
 --           producers lower it, the worker sets it from what it saw of the head, only while
 --           version (bumped by every write) is the one it read.
@@ -286,7 +290,15 @@ BEGIN
         DELETE FROM outbox.ordered_keys AS k WHERE k.destination = alter_destination.name;
     ELSE
         -- A message given its order key now may lie below its key's floor: the floor goes down
-        -- with floor_version + 1 (see outbox.ordered_keys), as a requeue does.
+        -- with floor_version + 1, the key's row taken FOR UPDATE first (see
+        -- outbox.ordered_keys), as a requeue does. (Rows exist only if ordering was on.)
+        PERFORM FROM outbox.ordered_keys AS k
+         WHERE k.destination = alter_destination.name
+           AND k.order_key IN (SELECT outbox._order_key(m.destination, m.key)
+                                 FROM outbox.messages AS m
+                                WHERE m.destination = alter_destination.name
+                                  AND m.key IS NOT NULL AND m.order_key IS NULL)
+           FOR UPDATE OF k;
         WITH ordered AS (
             UPDATE outbox.messages AS m SET order_key = outbox._order_key(m.destination, m.key)
              WHERE m.destination = alter_destination.name AND m.key IS NOT NULL

@@ -67,7 +67,32 @@ static const char *const kTurnSql =
     "        floor_version = k.floor_version OPERATOR(pg_catalog.+) CASE WHEN $6 THEN 1 ELSE 0 END,"
     "        version = k.version OPERATOR(pg_catalog.+) 1";
 
-static SPIPlanPtr turn_plan = nullptr;
+// A message that keeps its own id may lie below its key's head. Its transaction takes the key's
+// row FOR UPDATE before it lowers the floor: that waits for the workers holding the row (FOR KEY
+// SHARE: they claim from the key only while they do, src/pg/queue.cpp), and workers skip the
+// key until this transaction ends. A key without a row gets one first (ON CONFLICT DO NOTHING:
+// this transaction's own, or a concurrent producer's, which the lock then waits for); the lock
+// is taken before the row is written, so a worker never meets this transaction's update of it.
+static const char *const kKeyRowSql =
+    "INSERT INTO outbox.ordered_keys (destination, order_key, key, floor, due_at)"
+    " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (destination, order_key) DO NOTHING";
+static const char *const kLockKeyRowSql =
+    "SELECT FROM outbox.ordered_keys AS k"
+    " WHERE k.destination OPERATOR(pg_catalog.=) $1 AND k.order_key OPERATOR(pg_catalog.=) $2"
+    "   FOR UPDATE";
+
+static SPIPlanPtr turn_plan = nullptr, key_row_plan = nullptr, lock_key_row_plan = nullptr;
+
+static SPIPlanPtr KeptTurnPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
+    if (*slot == nullptr) {
+        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+        if (plan == nullptr || SPI_keepplan(plan) != 0)
+            elog(ERROR, "outbox: preparing the key turn failed: %s",
+                 SPI_result_code_string(SPI_result));
+        *slot = plan;
+    }
+    return *slot;
+}
 
 // The keys whose turn this transaction holds, and the due time it gave each row: a later message
 // of the key in the same transaction needs no second write (which would also make every next
@@ -79,7 +104,8 @@ struct TurnHeld {
         char destination[NAMEDATALEN];
     } key;
     TimestampTz due_at;
-    int level;  // the subtransaction nesting level that took the turn
+    int level;    // the subtransaction nesting level that took the turn
+    bool locked;  // taken FOR UPDATE before its first write (a message that keeps its id)
 };
 static HTAB *turns_held = nullptr;  // in TopTransactionContext: gone with the transaction
 
@@ -153,11 +179,24 @@ static Oid RelationOwner(Oid relid) {
 
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id) {
-    if (!keeps_id) {
-        TurnHeld *held = FindTurn(destination, order_key, false);
-        if (held && held->due_at <= available_at)
-            return true;
-    }
+    TurnHeld *held = FindTurn(destination, order_key, false);
+    if (!keeps_id && held && held->due_at <= available_at)
+        return true;
+    // This transaction wrote the key's row without taking it FOR UPDATE first: a worker that
+    // takes the row now follows that write to the newer version, and would wait for this
+    // transaction's lock on it (FOR KEY SHARE SKIP LOCKED does not skip there).
+    if (keeps_id && held && !held->locked)
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("outbox message %lld keeps its id, but this transaction already queued a "
+                        "new message of its key",
+                        static_cast<long long>(id)),
+                 errdetail("A message that keeps its id goes back in front of the messages of its "
+                           "key, and its transaction must keep the workers off the key "
+                           "(destination \"%.*s\") before it first writes the key's row.",
+                           int(destination.size()), destination.data()),
+                 errhint("Requeue or restore a key's messages before queueing new ones of the "
+                         "key in the same transaction, or in a transaction of their own.")));
     Oid nsp = get_namespace_oid("outbox", false);
     Oid keys_relid = get_relname_relid("ordered_keys", nsp);
     if (!OidIsValid(keys_relid)) {
@@ -174,14 +213,7 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
                            save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "outbox: SPI_connect failed");
-    if (turn_plan == nullptr) {
-        Oid types[6] = {TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, BOOLOID};
-        SPIPlanPtr plan = SPI_prepare(kTurnSql, 6, types);
-        if (plan == nullptr || SPI_keepplan(plan) != 0)
-            elog(ERROR, "outbox: preparing the key turn failed: %s",
-                 SPI_result_code_string(SPI_result));
-        turn_plan = plan;
-    }
+    Oid types[6] = {TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, BOOLOID};
     Datum args[6] = {
         PointerGetDatum(cstring_to_text_with_len(destination.data(), int(destination.size()))),
         Int64GetDatum(order_key),
@@ -189,16 +221,32 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
         Int64GetDatum(keeps_id ? id : 0),
         TimestampTzGetDatum(available_at),
         BoolGetDatum(keeps_id)};
-    int rc = SPI_execute_plan(turn_plan, args, nullptr, false, 0);
+    int rc;
+    while (keeps_id) {
+        rc = SPI_execute_plan(KeptTurnPlan(&lock_key_row_plan, kLockKeyRowSql, 2, types), args,
+                              nullptr, false, 0);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: locking the key's row failed: %s", SPI_result_code_string(rc));
+        if (SPI_processed > 0)
+            break;
+        rc = SPI_execute_plan(KeptTurnPlan(&key_row_plan, kKeyRowSql, 5, types), args, nullptr,
+                              false, 0);
+        if (rc != SPI_OK_INSERT)
+            elog(ERROR, "outbox: making the key's row failed: %s", SPI_result_code_string(rc));
+        CHECK_FOR_INTERRUPTS();  // the row went again (swept, or ordering turned off) meanwhile
+    }
+    rc = SPI_execute_plan(KeptTurnPlan(&turn_plan, kTurnSql, 6, types), args, nullptr, false, 0);
     if (rc != SPI_OK_INSERT)
         elog(ERROR, "outbox: taking the key's turn failed: %s", SPI_result_code_string(rc));
     SPI_finish();
     SetUserIdAndSecContext(save_userid, save_sec_context);
-    if (TurnHeld *held = FindTurn(destination, order_key, true)) {
-        if (held->level < 0 || available_at < held->due_at)
-            held->due_at = available_at;
-        if (held->level < 0)
-            held->level = GetCurrentTransactionNestLevel();
+    if (TurnHeld *entry = FindTurn(destination, order_key, true)) {
+        if (entry->level < 0 || available_at < entry->due_at)
+            entry->due_at = available_at;
+        if (entry->level < 0) {
+            entry->level = GetCurrentTransactionNestLevel();
+            entry->locked = keeps_id;
+        }
     }
     return true;
 }

@@ -99,27 +99,54 @@ const char *const kLeaseLockedSql =
     "       attempts = attempts + 1"
     " WHERE id = ANY ($1)";
 
-// ordering = key: the heads claim (the rules it relies on are written above
-// outbox.ordered_keys in sql/outbox--0.2.0.sql; README "Per-key ordering").
+// ordering = key (the rules of outbox.ordered_keys are written above it in
+// sql/outbox--0.2.0.sql; README "Per-key ordering").
 //
-// k: some keys of destination $1 — the next due ones after a cursor, or keys whose head this
-// transaction removed. h: each key's head, its first message from the key's floor on, in this
-// statement's snapshot (one descent of messages_key_order), and whether a dead letter holds the
-// key (HELD_BACK). c: the heads that are due and not held back, fetched by ctid all at once (one
-// TID scan) and locked unless another worker holds them. Why a key never has two messages in
-// flight: only its head is claimed, and only by locking that very row version — if the head's
-// worker removed it since the snapshot, or leased it (it is no longer due), the lock or its recheck
-// finds it gone and the key is skipped this time, never its next message; a head the fast path
-// holds locked is skipped. Every key looked at comes back (c's columns NULL when its head was not
-// claimed), so the worker can note on its row what it saw (KeyRowWrite). y: a due head's next
-// messages in the same snapshot, where the claim that follows its removal may take them from
+// A worker claims messages of a key only while its transaction holds the key's row FOR KEY
+// SHARE, taken by one of the two statements below before the claim's own statement (whose
+// snapshot therefore sees every transaction that committed before the lock). A transaction that
+// puts a message back below a key's head (requeue, restore, ordering turned on) takes the key's
+// row FOR UPDATE before it does (src/pg/key_order.cpp, outbox.alter_destination), and the two
+// conflict: it waits for the workers that hold the key, and they skip the key while it runs. So
+// from the lock to its commit, no message can appear below a key's head unseen by a worker that
+// holds the key. The worker never waits (SKIP LOCKED): a key it could not take is found again
+// by a later scan over the keys.
+//
+// $2: keys this transaction needs and does not hold yet.
+const char *const kLockKeysSql =
+    "SELECT k.order_key, k.floor_version, k.version, k.due_at FROM outbox.ordered_keys AS k"
+    " WHERE k.destination = $1 AND k.order_key = ANY ($2)"
+    "   FOR KEY SHARE SKIP LOCKED";
+
+// The next $4 due keys after ($2, $3) and up to ($5, $6), in due order: claims go round the keys
+// from where the previous one stopped, so keys take turns.
+const char *const kLockDueKeysSql =
+    "SELECT k.order_key, k.floor_version, k.version, k.due_at FROM outbox.ordered_keys AS k"
+    " WHERE k.destination = $1 AND k.due_at <= statement_timestamp()"
+    "   AND (k.due_at, k.order_key) > ($2, $3) AND (k.due_at, k.order_key) <= ($5, $6)"
+    " ORDER BY k.due_at, k.order_key LIMIT $4"
+    "   FOR KEY SHARE SKIP LOCKED";
+
+// The heads claim, for keys ($3) this transaction holds: where a key's floor is, $4 (past a
+// head this worker removed) if its floor_version is still $6, the row's own floor otherwise.
+//
+// h: each key's head, its first message from the floor on, in this statement's snapshot (one
+// descent of messages_key_order), and whether a dead letter holds the key (HELD_BACK). c: the
+// heads that are due and not held back, fetched by ctid all at once (one TID scan) and locked
+// unless another worker holds them. Why a key never has two messages in flight: only its head
+// is claimed, and only by locking that very row version — if the head's worker removed it since
+// the snapshot, or leased it (it is no longer due), the lock or its recheck finds it gone and
+// the key is skipped this time, never its next message; a head the fast path holds locked is
+// skipped. Every key looked at comes back (c's columns NULL when its head was not claimed), so
+// the worker can note on its row what it saw (KeyRowWrite). y: a due head's next messages in
+// the same snapshot, where the claims that follow its removal may take them from
 // (kHeadsFollowSql).
 //
-// A head held back by a dead letter of its key ($5: on_dead = block; looked up per key only if
-// the destination has any).
+// A head held back by a dead letter of its key (BLOCK: on_dead = block; looked up per key only
+// if the destination has any).
 // clang-format off
-#define HELD_BACK(KEY, ID)                                                     \
-    "$5 AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"              \
+#define HELD_BACK(BLOCK, KEY, ID)                                              \
+    BLOCK " AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"              \
     "         WHERE d.destination = $1 AND d.skipped_at IS NULL"               \
     "           AND d.reason IN ('rejected', 'max_attempts', 'poison')))"      \
     " AND EXISTS (SELECT FROM outbox.dead_letters AS d"                        \
@@ -127,100 +154,76 @@ const char *const kLeaseLockedSql =
     "           AND d.id < " ID " AND d.skipped_at IS NULL"                    \
     "           AND d.reason IN ('rejected', 'max_attempts', 'poison'))"
 // clang-format on
-#define FOLLOWERS "16"
-#define HEADS_CLAIM(KEYS) \
-    "WITH k AS (" KEYS "),"                                                                       \
-    " h AS MATERIALIZED ("                                                                        \
-    "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"                        \
-    "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"       \
-    "         x.in_flight, y.ids, y.tids, y.xmins,"                                               \
-    "         x.id IS NOT NULL AND " HELD_BACK("x.key", "x.id") " AS blocked"                     \
-    "    FROM k LEFT JOIN LATERAL ("                                                              \
-    "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"   \
-    "             m.key"                                                                          \
-    "        FROM outbox.messages AS m"                                                           \
-    "       WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = $1"           \
-    "       ORDER BY m.id LIMIT 1) AS x ON true"                                                  \
-    "    LEFT JOIN LATERAL ("                                                                     \
-    "      SELECT array_agg(n.id) AS ids, array_agg(n.ctid) AS tids, array_agg(n.xmin) AS xmins"  \
-    "        FROM (SELECT m.id, m.ctid, m.xmin FROM outbox.messages AS m"                         \
-    "               WHERE m.order_key = k.order_key AND m.id > x.id AND m.destination = $1"       \
-    "                 AND x.available_at <= statement_timestamp() AND NOT x.in_flight"            \
-    "               ORDER BY m.id LIMIT " FOLLOWERS ") AS n) AS y ON true),"                      \
-    " c AS ("                                                                                     \
-    "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"           \
-    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"    \
-    "         m.first_failed_at"                                                                  \
-    "    FROM outbox.messages AS m"                                                               \
-    "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"            \
-    "     AND m.order_key IS NOT NULL AND m.destination = $1"                                     \
-    "     AND m.available_at <= statement_timestamp()"                                            \
-    "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"                     \
-    " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"            \
-    "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"                     \
-    "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"     \
-    "        h.in_flight, h.blocked, c.first_failed_at, h.ids, h.tids, h.xmins"                   \
-    "   FROM h LEFT JOIN c ON c.id = h.id"                                                        \
-    "  ORDER BY h.due_at, h.order_key"
+#define FOLLOWERS "32"
+const char *const kHeadsSql =
+    "WITH k AS ("
+    "  SELECT k.order_key,"
+    "         CASE WHEN k.floor_version = f.floor_version THEN greatest(k.floor, f.floor)"
+    "              ELSE k.floor END AS floor,"
+    "         k.floor_version, k.version, k.due_at"
+    "    FROM unnest($3::bigint[], $4::bigint[], $6::bigint[])"
+    "         AS f(order_key, floor, floor_version)"
+    "    JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key),"
+    " h AS MATERIALIZED ("
+    "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"
+    "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"
+    "         x.in_flight, y.ids, y.tids, y.xmins,"
+    "         x.id IS NOT NULL AND " HELD_BACK("$5", "x.key", "x.id") " AS blocked"
+    "    FROM k LEFT JOIN LATERAL ("
+    "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"
+    "             m.key"
+    "        FROM outbox.messages AS m"
+    "       WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = $1"
+    "       ORDER BY m.id LIMIT 1) AS x ON true"
+    "    LEFT JOIN LATERAL ("
+    "      SELECT array_agg(n.id) AS ids, array_agg(n.ctid) AS tids, array_agg(n.xmin) AS xmins"
+    "        FROM (SELECT m.id, m.ctid, m.xmin FROM outbox.messages AS m"
+    "               WHERE m.order_key = k.order_key AND m.id > x.id AND m.destination = $1"
+    "                 AND x.available_at <= statement_timestamp() AND NOT x.in_flight"
+    "               ORDER BY m.id LIMIT " FOLLOWERS ") AS n) AS y ON true),"
+    " c AS ("
+    "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
+    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"
+    "         m.first_failed_at"
+    "    FROM outbox.messages AS m"
+    "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"
+    "     AND m.order_key IS NOT NULL AND m.destination = $1"
+    "     AND m.available_at <= statement_timestamp()"
+    "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
+    " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
+    "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
+    "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"
+    "        h.in_flight, h.blocked, c.first_failed_at, h.ids, h.tids, h.xmins"
+    "   FROM h LEFT JOIN c ON c.id = h.id";
 
-// The next $6 due keys after ($3, $4) and up to ($7, $8), in due order: claims go round the keys
-// from where the previous one stopped, so keys take turns.
-const char *const kHeadsScanSql = HEADS_CLAIM(
-    "SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at"
-    "  FROM outbox.ordered_keys AS k"
-    " WHERE k.destination = $1 AND k.due_at <= statement_timestamp()"
-    "   AND (k.due_at, k.order_key) > ($3, $4)"
-    "   AND (k.due_at, k.order_key) <= ($7, $8)"
-    " ORDER BY k.due_at, k.order_key LIMIT $6");
-
-// Keys ($3) whose head this transaction removed: their floor is past it ($4) while
-// floor_version is the one read when the head was found ($6).
-const char *const kHeadsNextSql = HEADS_CLAIM(
-    "SELECT k.order_key,"
-    "       CASE WHEN k.floor_version = f.floor_version THEN greatest(k.floor, f.floor)"
-    "            ELSE k.floor END AS floor,"
-    "       k.floor_version, k.version, k.due_at"
-    "  FROM unnest($3::bigint[], $4::bigint[], $6::bigint[]) AS f(order_key, floor, floor_version)"
-    "  JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key");
-
-// Keys ($3) whose head this worker removed, where a heads claim of the same worker had found
-// the messages that followed that head (HEADS_CLAIM's y): each key's next one ($4, at $7 with
-// xmin $8, found while floor_version was $6) is claimed without looking for it again — one TID
-// scan for all, no index descent per key. Why it is the key's head now, from MVCC and the rules
-// of outbox.ordered_keys alone:
-//  - it is the very row version that snapshot saw (same ctid and xmin: a version never moves,
-//    and any change to the row, a lease by another worker or ordering switched off and on
-//    again, makes a new version);
+// Keys this transaction holds, whose head this worker removed, where a heads claim of the same
+// worker had found the messages that followed that head (kHeadsSql's y): each key's next one
+// is claimed where that snapshot saw it ($3: their ctids; one TID scan for all, no index descent
+// per key), and taken only if it is the very row version that snapshot saw: the worker checks
+// its id and xmin (ClaimHeads; a row now at that place that is not is left alone, locked until
+// the transaction ends). Why it is the key's head now, from MVCC and the locking rules
+// above alone:
+//  - the same version: a version never moves, and any change to the row (a lease by another
+//    worker, ordering switched off and on again) makes a new one;
 //  - the head before it is gone (removed by this transaction, or by this worker's previous one,
 //    which committed), and the messages between the two that snapshot did not see cannot
 //    exist: a producer numbers a message only in its key's turn, which it holds until it
 //    commits, so a message numbered below a visible one was committed before that one was
 //    numbered, hence visible too. The only way a message returns below (requeue, restore,
-//    ordering turned on) lowers the floor and bumps floor_version in its own transaction, and
-//    this claim takes nothing from a key whose floor_version is no longer $6.
+//    ordering turned on) bumps floor_version; the worker checked, when it took the key's row in
+//    this transaction, that floor_version was still the one read with the followers, and none
+//    can commit while it holds the row.
 // Everything else is as for any head: due, not held back, not locked by another worker, the
-// destination as loaded. A key whose next message is not claimed here goes to kHeadsNextSql.
+// destination as loaded. A key whose next message is not claimed here goes to kHeadsSql.
 const char *const kHeadsFollowSql =
-    "WITH ok AS MATERIALIZED ("
-    "  SELECT f.id, f.tid, f.xmin, k.order_key, k.floor_version, k.version, k.due_at"
-    "    FROM unnest($3::bigint[], $4::bigint[], $6::bigint[], $7::tid[], $8::xid[])"
-    "         AS f(order_key, id, floor_version, tid, xmin)"
-    "    JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key"
-    "   WHERE k.floor_version = f.floor_version),"
-    " c AS ("
-    "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
-    "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"
-    "         m.first_failed_at, m.xmin"
-    "    FROM outbox.messages AS m"
-    "   WHERE m.ctid = ANY (ARRAY(SELECT ok.tid FROM ok))"
-    "     AND m.order_key IS NOT NULL AND m.destination = $1"
-    "     AND m.available_at <= statement_timestamp() AND NOT (" HELD_BACK("m.key", "m.id") ")"
-    "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
-    " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
-    "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
-    "        ok.order_key, ok.floor_version, ok.version, ok.due_at, c.id, c.available_at, true,"
-    "        false, false, c.first_failed_at"
-    "   FROM c JOIN ok ON ok.id = c.id AND ok.xmin = c.xmin";
+    "SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
+    "       m.created_at, m.expires_at, m.attempts + 1, m.available_at, m.ctid,"
+    "       m.first_failed_at, m.order_key, m.xmin"
+    "  FROM outbox.messages AS m"
+    " WHERE m.ctid = ANY ($3) AND m.order_key IS NOT NULL AND m.destination = $1"
+    "   AND m.available_at <= statement_timestamp()"
+    "   AND NOT (" HELD_BACK("$4", "m.key", "m.id") ")"
+    "   AND " DESTINATION_AS_LOADED("$2") " FOR UPDATE OF m SKIP LOCKED";
 
 // What the worker saw of its keys, written on their rows at the end of its transaction, under
 // the rules of outbox.ordered_keys: a floor raised only while floor_version is unchanged, a due
@@ -344,7 +347,7 @@ const char *const kLoadSql =
     "       coalesce((to_jsonb(d) ->> 'created_by_superuser')::boolean, false)"
     "  FROM outbox.destinations AS d ORDER BY d.name";
 
-SPIPlanPtr claim_plan, lock_plan, heads_scan_plan, heads_next_plan, heads_follow_plan,
+SPIPlanPtr claim_plan, lock_plan, lock_keys_plan, lock_due_keys_plan, heads_plan, heads_follow_plan,
     key_rows_plan, sweep_keys_plan, lease_locked_plan, delete_plan, delete_locked_plan,
     archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
 
@@ -501,7 +504,7 @@ std::unordered_map<int64, HeldHead> held_heads;
 constexpr size_t kMaxHeldHeads = 100000;  // entries of rows whose outcome never came back
 
 // The messages that followed a head this worker claimed, as the claim's snapshot saw them
-// (HEADS_CLAIM's y): when that head is removed, the next is claimed where it lies
+// (kHeadsSql's y): when that head is removed, the next is claimed where it lies
 // (kHeadsFollowSql), then the one after, without an index descent per message.
 struct Follower {
     int64 id;
@@ -544,6 +547,12 @@ std::unordered_map<std::string, HeadsScan> heads_scans;
 // The heads claimed in this transaction: a key's row can move in due order while the
 // transaction runs, and a claim of this transaction's own locked head would not skip it.
 std::unordered_set<int64> heads_claimed;
+// The key rows this transaction holds FOR KEY SHARE (kLockKeysSql, kLockDueKeysSql), by
+// destination, then order key: what each said when the transaction took it.
+struct KeyHeld {
+    int64 floor_version, version;
+};
+std::map<std::string, std::unordered_map<int64, KeyHeld>> keys_held;
 
 // A held head of `destination` was removed (delivered, buried, expired): its key's floor goes
 // past it and the key is due now; a claim later in this transaction looks for its next message
@@ -752,22 +761,22 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
-// One key a heads claim looked at (HEADS_CLAIM's columns 13-21), and the messages after its
-// head (columns 23-25, none from kHeadsFollowSql).
+// One key a heads claim looked at (kHeadsSql's columns 13-21, or a follower ClaimHeads took),
+// and the messages after its head (columns 23-25).
 struct KeySeen {
     int64 order_key, floor_version, version;
     TimestampTz key_due;
     bool has_head, head_due, in_flight, blocked, claimed;
     int64 head_id;
     TimestampTz head_available_at;
-    bool probed;  // found by an index descent (HEADS_CLAIM), not taken as a follower
+    bool probed;  // found by an index descent (kHeadsSql), not taken as a follower
     int nfollowers;
     Datum *follower_ids, *follower_tids, *follower_xmins;
 };
 
 // The elements of a one-dimensional int8[], tid[] or xid[] column of `tuple`; 0 when NULL. The
-// element types' storage is written out as Int8Array, TidArray and XidArray write it (no
-// catalog lookup per key a claim looked at).
+// element types' storage is written out, as Int8Array and TidArray write it (no catalog lookup
+// per key a claim looked at).
 int ArrayColumn(HeapTuple tuple, TupleDesc desc, int column, Oid type, Datum **out) {
     bool isnull;
     Datum d = heap_getattr(tuple, column, desc, &isnull);
@@ -842,6 +851,31 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
     return rows;
 }
 
+// A row kHeadsFollowSql claimed: its key and row version (columns 14 and 15).
+struct FollowedRow {
+    int64 order_key;
+    TransactionId xmin;
+};
+
+// Runs the follow claim (`plan` with `args`); C-style code only (may ereport).
+RawRow *FollowRaw(SPIPlanPtr plan, Datum *args, uint64 *count, FollowedRow **found) {
+    int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "outbox: claiming the next messages of keys failed: %s",
+             SPI_result_code_string(rc));
+    RawRow *rows = ReadClaimedRows(count);
+    auto *out = static_cast<FollowedRow *>(palloc0(sizeof(FollowedRow) * (*count + 1)));
+    for (uint64 i = 0; i < *count; i++) {
+        bool isnull;
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        out[i].order_key = DatumGetInt64(heap_getattr(tuple, 14, SPI_tuptable->tupdesc, &isnull));
+        out[i].xmin =
+            DatumGetTransactionId(heap_getattr(tuple, 15, SPI_tuptable->tupdesc, &isnull));
+    }
+    *found = out;
+    return rows;
+}
+
 Datum Int8Array(const std::vector<int64_t> &values) {
     Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
     for (size_t i = 0; i < values.size(); i++)
@@ -856,14 +890,6 @@ Datum TidArray(const std::vector<ItemPointerData> &values) {
         datums[i] = PointerGetDatum(const_cast<ItemPointerData *>(&values[i]));
     return PointerGetDatum(construct_array(datums, int(values.size()), TIDOID,
                                            sizeof(ItemPointerData), false, TYPALIGN_SHORT));
-}
-
-Datum XidArray(const std::vector<TransactionId> &values) {
-    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
-    for (size_t i = 0; i < values.size(); i++)
-        datums[i] = TransactionIdGetDatum(values[i]);
-    return PointerGetDatum(construct_array(datums, int(values.size()), XIDOID,
-                                           sizeof(TransactionId), true, TYPALIGN_INT));
 }
 
 Datum Int4Array(const std::vector<int> &values) {
@@ -1064,9 +1090,46 @@ void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n,
     }
 }
 
+// One key row a key lock took (kLockKeysSql, kLockDueKeysSql).
+struct KeyTaken {
+    int64 order_key, floor_version, version;
+    TimestampTz due_at;
+};
+
+// Runs a key lock (`sql` with `args`, $1 the destination) and notes the rows it took in
+// keys_held. Returns them in the statement's order.
+std::vector<KeyTaken> TakeKeys(const std::string &destination, SPIPlanPtr *slot, const char *sql,
+                               int nargs, Oid *types, Datum *args) {
+    uint64 n = 0;
+    KeyTaken *rows = PgTry([&] {
+        args[0] = CStringGetTextDatum(destination.c_str());
+        int rc = SPI_execute_plan(KeptPlan(slot, sql, nargs, types), args, nullptr, false, 0);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: taking the rows of ordered keys failed: %s",
+                 SPI_result_code_string(rc));
+        n = SPI_processed;
+        auto *out = static_cast<KeyTaken *>(palloc0(sizeof(KeyTaken) * (n + 1)));
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        for (uint64 i = 0; i < n; i++) {
+            HeapTuple tuple = SPI_tuptable->vals[i];
+            bool isnull;
+            out[i].order_key = DatumGetInt64(heap_getattr(tuple, 1, desc, &isnull));
+            out[i].floor_version = DatumGetInt64(heap_getattr(tuple, 2, desc, &isnull));
+            out[i].version = DatumGetInt64(heap_getattr(tuple, 3, desc, &isnull));
+            out[i].due_at = DatumGetTimestampTz(heap_getattr(tuple, 4, desc, &isnull));
+        }
+        return out;
+    });
+    auto &held = keys_held[destination];
+    std::vector<KeyTaken> taken(rows, rows + n);
+    for (const KeyTaken &k : taken)
+        held[k.order_key] = {k.floor_version, k.version};
+    return taken;
+}
+
 // The heads of a destination's keys: first the next messages of keys whose head this
 // transaction removed, then the due keys in due order from where this transaction's scan got
-// to. At most request.limit.
+// to. At most request.limit. Only keys whose row this transaction holds (kLockKeysSql).
 void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 std::vector<Message> *out) {
     if (std::find(ordered_destinations.begin(), ordered_destinations.end(), request.destination) ==
@@ -1079,16 +1142,30 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         if (cursor != key_cursors.end())
             scan.start = scan.after = cursor->second;
     }
+    auto &held = keys_held[request.destination];
     size_t first = out->size();
-    auto run = [&](SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args) {
+    // The heads of held keys, each from its floor (kHeadsSql).
+    auto probe = [&](const std::vector<NextOfKey> &keys) {
+        if (keys.empty())
+            return;
+        std::vector<int64_t> order_keys, floors, versions;
+        for (const NextOfKey &next : keys) {
+            order_keys.push_back(next.order_key);
+            floors.push_back(next.floor);
+            versions.push_back(next.floor_version);
+        }
         uint64 nclaimed = 0, nseen = 0;
         KeySeen *seen = nullptr;
         RawRow *rows = PgTry([&] {
-            SPIPlanPtr plan = KeptPlan(slot, sql, nargs, types);
-            args[0] = CStringGetTextDatum(request.destination.c_str());
-            args[1] = CStringGetTextDatum(request.config_json.c_str());
-            args[4] = BoolGetDatum(request.block_on_dead);
-            return HeadsRaw(plan, args, &nclaimed, &seen, &nseen);
+            Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
+            Datum args[6] = {CStringGetTextDatum(request.destination.c_str()),
+                             CStringGetTextDatum(request.config_json.c_str()),
+                             Int8Array(order_keys),
+                             Int8Array(floors),
+                             BoolGetDatum(request.block_on_dead),
+                             Int8Array(versions)};
+            return HeadsRaw(KeptPlan(&heads_plan, kHeadsSql, 6, types), args, &nclaimed, &seen,
+                            &nseen);
         });
         uint64 kept = 0;
         for (uint64 i = 0; i < nclaimed; i++)
@@ -1096,53 +1173,78 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 rows[kept++] = rows[i];
         AppendMessages(rows, kept, request.hold_locks, lease_token, out);
         NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
-        return std::make_pair(seen, nseen);
     };
     if (!scan.next.empty()) {
         size_t take = std::min(scan.next.size(), size_t(std::max(request.limit, 0)));
+        std::vector<NextOfKey> next(scan.next.end() - ptrdiff_t(take), scan.next.end());
+        scan.next.resize(scan.next.size() - take);
+        std::vector<int64_t> not_held;
+        for (const NextOfKey &n : next)
+            if (held.count(n.order_key) == 0)
+                not_held.push_back(n.order_key);
+        if (!not_held.empty()) {
+            Oid types[2] = {TEXTOID, INT8ARRAYOID};
+            Datum args[2] = {0, 0};
+            PgTry([&] { args[1] = Int8Array(not_held); });
+            TakeKeys(request.destination, &lock_keys_plan, kLockKeysSql, 2, types, args);
+        }
         std::vector<NextOfKey> looked_for;  // keys whose next message is looked for
         std::vector<NextOfKey> followed;    // keys whose next message is known
         auto &followers = key_followers[request.destination];
-        for (size_t i = scan.next.size() - take; i < scan.next.size(); i++) {
-            const NextOfKey &next = scan.next[i];
-            auto f = followers.find(next.order_key);
-            bool known = f != followers.end() && f->second.after == next.floor - 1 &&
-                         f->second.floor_version == next.floor_version &&
+        for (const NextOfKey &n : next) {
+            auto h = held.find(n.order_key);
+            if (h == held.end())
+                continue;  // a transaction that lowers its floor holds it: a later scan finds it
+            auto f = followers.find(n.order_key);
+            bool known = f != followers.end() && f->second.after == n.floor - 1 &&
+                         f->second.floor_version == n.floor_version &&
+                         f->second.floor_version == h->second.floor_version &&
                          f->second.taken < f->second.next.size();
-            (known ? followed : looked_for).push_back(next);
+            (known ? followed : looked_for).push_back(n);
         }
-        scan.next.resize(scan.next.size() - take);
         if (!followed.empty()) {
-            std::vector<int64_t> keys, ids, versions;
             std::vector<ItemPointerData> tids;
-            std::vector<TransactionId> xmins;
-            for (const NextOfKey &next : followed) {
-                const KeyFollowers &f = followers[next.order_key];
-                const Follower &n = f.next[f.taken];
-                keys.push_back(next.order_key);
-                ids.push_back(n.id);
-                versions.push_back(next.floor_version);
-                tids.push_back(n.tid);
-                xmins.push_back(n.xmin);
+            for (const NextOfKey &n : followed) {
+                const KeyFollowers &f = followers[n.order_key];
+                tids.push_back(f.next[f.taken].tid);
             }
-            Oid types[8] = {TEXTOID, TEXTOID,      INT8ARRAYOID, INT8ARRAYOID,
-                            BOOLOID, INT8ARRAYOID, TIDARRAYOID,  XIDARRAYOID};
-            Datum args[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            PgTry([&] {
-                args[2] = Int8Array(keys);
-                args[3] = Int8Array(ids);
-                args[5] = Int8Array(versions);
-                args[6] = TidArray(tids);
-                args[7] = XidArray(xmins);
+            uint64 n = 0;
+            FollowedRow *found = nullptr;
+            RawRow *rows = PgTry([&] {
+                Oid types[4] = {TEXTOID, TEXTOID, TIDARRAYOID, BOOLOID};
+                Datum args[4] = {CStringGetTextDatum(request.destination.c_str()),
+                                 CStringGetTextDatum(request.config_json.c_str()), TidArray(tids),
+                                 BoolGetDatum(request.block_on_dead)};
+                return FollowRaw(KeptPlan(&heads_follow_plan, kHeadsFollowSql, 4, types), args, &n,
+                                 &found);
             });
-            auto [seen, nseen] = run(&heads_follow_plan, kHeadsFollowSql, 8, types, args);
+            // Taken: the rows that are the very versions the followers' snapshot saw.
+            std::vector<KeySeen> seen;
             std::unordered_set<int64> claimed;
-            for (uint64 i = 0; i < nseen; i++) {
-                claimed.insert(seen[i].order_key);
-                KeyFollowers &f = followers[seen[i].order_key];
-                f.after = seen[i].head_id;
-                f.taken++;
+            uint64 kept = 0;
+            for (uint64 i = 0; i < n; i++) {
+                auto f = followers.find(found[i].order_key);
+                if (f == followers.end() || f->second.taken >= f->second.next.size())
+                    continue;
+                const Follower &expected = f->second.next[f->second.taken];
+                if (expected.id != rows[i].id || expected.xmin != found[i].xmin ||
+                    !heads_claimed.insert(rows[i].id).second)
+                    continue;
+                KeySeen k = {};
+                k.order_key = found[i].order_key;
+                k.floor_version = f->second.floor_version;
+                k.version = held[k.order_key].version;
+                k.has_head = k.head_due = k.claimed = true;
+                k.head_id = rows[i].id;
+                seen.push_back(k);
+                claimed.insert(k.order_key);
+                f->second.after = rows[i].id;
+                f->second.taken++;
+                rows[kept++] = rows[i];
             }
+            AppendMessages(rows, kept, request.hold_locks, lease_token, out);
+            NoteKeysSeen(request.destination, seen.data(), seen.size(), !request.hold_locks,
+                         lease_ms);
             for (const NextOfKey &next : followed) {
                 if (claimed.count(next.order_key) == 0) {
                     followers.erase(next.order_key);
@@ -1150,43 +1252,30 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 }
             }
         }
-        if (!looked_for.empty()) {
-            std::vector<int64_t> keys, floors, versions;
-            for (const NextOfKey &next : looked_for) {
-                keys.push_back(next.order_key);
-                floors.push_back(next.floor);
-                versions.push_back(next.floor_version);
-            }
-            Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
-            Datum args[6] = {0, 0, 0, 0, 0, 0};
-            PgTry([&] {
-                args[2] = Int8Array(keys);
-                args[3] = Int8Array(floors);
-                args[5] = Int8Array(versions);
-            });
-            run(&heads_next_plan, kHeadsNextSql, 6, types, args);
-        }
+        probe(looked_for);
     }
     while (!scan.done && int(out->size() - first) < request.limit) {
         int want = request.limit - int(out->size() - first);
         // First from where the last scan stopped to the end, then from the beginning to there.
         KeyPosition until = scan.wrapped ? scan.start : KeyPosition{DT_NOEND, PG_INT64_MAX};
-        Oid types[8] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID,
-                        BOOLOID, INT4OID, TIMESTAMPTZOID, INT8OID};
-        Datum args[8] = {0,
-                         0,
+        Oid types[6] = {TEXTOID, TIMESTAMPTZOID, INT8OID, INT4OID, TIMESTAMPTZOID, INT8OID};
+        Datum args[6] = {0,
                          TimestampTzGetDatum(scan.after.due),
                          Int64GetDatum(scan.after.key),
-                         0,
                          Int32GetDatum(want),
                          TimestampTzGetDatum(until.due),
                          Int64GetDatum(until.key)};
-        auto [seen, nseen] = run(&heads_scan_plan, kHeadsScanSql, 8, types, args);
-        if (nseen > 0) {
-            scan.after = {seen[nseen - 1].key_due, seen[nseen - 1].order_key};
+        std::vector<KeyTaken> taken =
+            TakeKeys(request.destination, &lock_due_keys_plan, kLockDueKeysSql, 6, types, args);
+        if (!taken.empty()) {
+            scan.after = {taken.back().due_at, taken.back().order_key};
             key_cursors[request.destination] = scan.after;
         }
-        if (int(nseen) < want) {  // this pass is over
+        std::vector<NextOfKey> keys;
+        for (const KeyTaken &k : taken)
+            keys.push_back({k.order_key, 0, k.floor_version});
+        probe(keys);
+        if (int(taken.size()) < want) {  // this pass is over
             bool from_beginning = scan.start.due == DT_NOBEGIN && scan.start.key == PG_INT64_MIN;
             if (scan.wrapped || from_beginning) {
                 scan.done = true;
@@ -1440,6 +1529,7 @@ void TransactionEnded(bool committed) {
     // Notes not written belong to an aborted transaction: what they describe was undone.
     key_row_writes.clear();
     heads_claimed.clear();
+    keys_held.clear();  // its row locks are gone
     // Keys whose head a committed transaction removed after its last claim: the next
     // transaction claims their next messages first (without another scan over the keys).
     std::unordered_map<std::string, HeadsScan> carried;

@@ -104,15 +104,19 @@ ok(wait_until(sub { $node->safe_psql('postgres',
         q{SELECT count(*) FROM outbox.messages WHERE destination = 'sk'}) < 300 }, 30),
     'sk: the worker is a quarter of the way through key a');
 # The messages waiting at the requeue: queued, neither leased nor locked by the worker (the
-# one in flight; FOR KEY SHARE SKIP LOCKED passes the row the worker's claim locked).
-my ($dead_id, $queued) = split /\|/, $node->safe_psql('postgres', q{
+# one in flight; FOR KEY SHARE SKIP LOCKED passes the row the worker's claim locked), read
+# after outbox.requeue in its transaction. The requeue holds the key until it commits, half a
+# second later: the worker takes nothing of the key meanwhile, and none of them goes first.
+my $dead_id = $node->safe_psql('postgres',
+    q{SELECT id FROM outbox.dead_letters WHERE destination = 'sk'});
+my $queued = $node->safe_psql('postgres', qq{
     BEGIN;
-    SELECT (SELECT id FROM outbox.dead_letters WHERE destination = 'sk'),
-           (SELECT string_agg(w.id::text, ',') FROM (
-               SELECT m.id FROM outbox.messages AS m
-                WHERE m.destination = 'sk' AND m.lease_token IS NULL
-                FOR KEY SHARE SKIP LOCKED) AS w);
-    SELECT outbox.requeue('sk') \g /dev/null
+    SELECT outbox.requeue('sk') \\g /dev/null
+    SELECT string_agg(w.id::text, ',') FROM (
+        SELECT m.id FROM outbox.messages AS m
+         WHERE m.destination = 'sk' AND m.lease_token IS NULL AND m.id <> $dead_id
+         FOR KEY SHARE SKIP LOCKED) AS w;
+    SELECT pg_sleep(0.5) \\g /dev/null
     COMMIT;});
 my %queued = map { $_ => 1 } split /,/, $queued;
 cmp_ok(scalar(keys %queued), '>', 50, 'sk: messages waiting at the requeue');
@@ -121,16 +125,16 @@ ok(wait_until(sub { $node->safe_psql('postgres',
     'sk: everything delivered');
 $broker->ctl('rtt all 0');
 my %id_of = map { split /\|/ } split /\n/, $node->safe_psql('postgres', 'SELECT event_id, id FROM sk_sent');
-my ($before, $seen_dead) = (0, 0);
+my ($early, $seen_dead) = (0, 0);
 for my $m (sort { $a->{offset} <=> $b->{offset} } @{ $broker->consume('sk', timeout => 60) }) {
     my $id = $id_of{ $m->{headers}{ce_id} } // next;
     if ($id == $dead_id) { $seen_dead = 1; last }
-    $before++ if $queued{$id};
+    $early++ if $queued{$id};
 }
 ok($seen_dead, "sk: the requeued dead letter arrived");
-is($before, 0, 'sk: none of the messages waiting at the requeue arrived before it');
+is($early, 0, 'sk: none of the messages waiting at the requeue arrived before it');
 diag(sprintf('sk: %d messages waiting at the requeue, %d of them arrived before the requeued one',
-    scalar(keys %queued), $before));
+    scalar(keys %queued), $early));
 
 $node->stop;
 check_server_log($node);
