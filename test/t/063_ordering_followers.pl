@@ -103,19 +103,18 @@ $node->safe_psql('postgres', q{
 ok(wait_until(sub { $node->safe_psql('postgres',
         q{SELECT count(*) FROM outbox.messages WHERE destination = 'sk'}) < 300 }, 30),
     'sk: the worker is a quarter of the way through key a');
-# The messages waiting at the requeue: queued, neither leased nor locked by the worker (the
-# one in flight; FOR KEY SHARE SKIP LOCKED passes the row the worker's claim locked), read
-# after outbox.requeue in its transaction. The requeue holds the key until it commits, half a
-# second later: the worker takes nothing of the key meanwhile, and none of them goes first.
+# The messages waiting at the requeue, read right after outbox.requeue in its transaction: the
+# requeue took the key's row FOR UPDATE, which waited for the worker's transactions that held
+# the key, so what is queued and not leased then waits. (Read without locking them: a row lock
+# of this transaction would keep the worker off them by itself.) The requeue holds the key half
+# a second more: the worker must take nothing of it meanwhile, and none of them goes first.
 my $dead_id = $node->safe_psql('postgres',
     q{SELECT id FROM outbox.dead_letters WHERE destination = 'sk'});
 my $queued = $node->safe_psql('postgres', qq{
     BEGIN;
     SELECT outbox.requeue('sk') \\g /dev/null
-    SELECT string_agg(w.id::text, ',') FROM (
-        SELECT m.id FROM outbox.messages AS m
-         WHERE m.destination = 'sk' AND m.lease_token IS NULL AND m.id <> $dead_id
-         FOR KEY SHARE SKIP LOCKED) AS w;
+    SELECT string_agg(m.id::text, ',') FROM outbox.messages AS m
+     WHERE m.destination = 'sk' AND m.lease_token IS NULL AND m.id <> $dead_id;
     SELECT pg_sleep(0.5) \\g /dev/null
     COMMIT;});
 my %queued = map { $_ => 1 } split /,/, $queued;
