@@ -25,8 +25,10 @@ int64_t OrderKey(std::string_view destination, std::string_view key);
 // Takes the key's turn for a message about to be queued: inserts or updates the key's row of
 // outbox.ordered_keys (locked until this transaction ends) so that its head is due no later than
 // `available_at`. A message that goes back with its own id (`keeps_id`: a requeued dead letter,
-// a restored dump) may lie below the key's floor: the floor goes down to `id`, with
-// floor_version + 1. C-style code: may ereport. Returns false, having taken the turn the way
+// a restored dump) may lie below the key's floor: the row is first taken FOR UPDATE (which waits
+// for the workers holding the key), then the floor goes down to `id`, with floor_version + 1;
+// refused (55000) after this transaction queued a new message of the key. C-style code: may
+// ereport. Returns false, having taken the turn the way
 // outbox 0.1.0 did (a transaction-scoped lock of the order key), when the database's schema is
 // still 0.1.0 (no outbox.ordered_keys yet: the module was installed before ALTER EXTENSION
 // outbox UPDATE ran).
