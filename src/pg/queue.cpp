@@ -1273,7 +1273,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         }
         std::vector<NextOfKey> keys;
         for (const KeyTaken &k : taken)
-            keys.push_back({k.order_key, 0, k.floor_version});
+            keys.push_back({k.order_key, PG_INT64_MIN, k.floor_version});  // from the row's floor
         probe(keys);
         if (int(taken.size()) < want) {  // this pass is over
             bool from_beginning = scan.start.due == DT_NOBEGIN && scan.start.key == PG_INT64_MIN;

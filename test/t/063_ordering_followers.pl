@@ -6,7 +6,8 @@
 # a new row version, and the keys' rows are made again (floor_version starts over). 5% of
 # produce requests are rejected for good, so there are dead letters to requeue. For every key,
 # first arrivals follow id order, and nothing is lost. Then a dead letter requeued under
-# on_dead = skip goes in front of the next messages of its key that the worker already knew.
+# on_dead = skip goes in front of the next messages of its key that the worker already knew,
+# and a prepared requeue holds its key, and only its key, until COMMIT PREPARED.
 use strict;
 use warnings;
 use OutboxTest;
@@ -16,7 +17,8 @@ use Time::HiRes qw(time sleep);
 
 my $broker = kafka_broker();
 my $node = outbox_node('followers', conf => join("\n",
-    "outbox.retry_base = '20ms'", "outbox.retry_max = '200ms'", "outbox.max_attempts = 1000"));
+    "outbox.retry_base = '20ms'", "outbox.retry_max = '200ms'", "outbox.max_attempts = 1000",
+    "max_prepared_transactions = 2"));
 my $bootstrap = $broker->bootstrap;
 my $config = qq{{"bootstrap.servers": "$bootstrap", "topic": "fo", "ordering": "key"}};
 $node->safe_psql('postgres', qq{
@@ -134,6 +136,63 @@ ok($seen_dead, "sk: the requeued dead letter arrived");
 is($early, 0, 'sk: none of the messages waiting at the requeue arrived before it');
 diag(sprintf('sk: %d messages waiting at the requeue, %d of them arrived before the requeued one',
     scalar(keys %queued), $early));
+
+#-------------------------------------------------------------------------------------------
+# A prepared requeue keeps its key until COMMIT PREPARED: the worker leaves that key alone (it
+# never waits for the prepared transaction: the other key goes on meanwhile), and then the
+# requeued message goes first.
+#-------------------------------------------------------------------------------------------
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('pr', 'kafka',
+        '{"bootstrap.servers": "$bootstrap", "topic": "pr", "ordering": "key", "on_dead": "skip"}');
+    SELECT outbox.pause('pr');
+    CREATE TABLE pr_sent (event_id uuid PRIMARY KEY, id bigint NOT NULL, key text NOT NULL);
+    INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload, created_at,
+                                     attempts, reason, last_error)
+    VALUES (-100, gen_random_uuid(), 'pr', 'pr', 'p', '{"n": -100}', now(), 1, 'rejected', 'test');
+    INSERT INTO pr_sent SELECT event_id, id, key FROM outbox.dead_letters WHERE id = -100;
+    WITH m AS (INSERT INTO outbox.messages (destination, key, payload)
+               SELECT 'pr', k, jsonb_build_object('n', g)
+                 FROM generate_series(1, 300) g, (VALUES ('p'), ('q')) AS v(k)
+               RETURNING event_id, id, key)
+    INSERT INTO pr_sent SELECT * FROM m;
+});
+$broker->ctl('rtt all 5');
+$node->safe_psql('postgres', "SELECT outbox.resume('pr')");
+my $left = sub { $node->safe_psql('postgres',
+    "SELECT count(*) FROM outbox.messages WHERE destination = 'pr' AND key = '$_[0]'") };
+ok(wait_until(sub { $left->('p') < 250 }, 30), 'pr: the worker is delivering key p');
+$node->safe_psql('postgres', q{
+    BEGIN;
+    SELECT outbox.requeue(ARRAY[-100::bigint]) \\g /dev/null
+    PREPARE TRANSACTION 'requeue_p';});
+my %waiting = map { $_ => 1 } split /\n/, $node->safe_psql('postgres',
+    q{SELECT id FROM outbox.messages WHERE destination = 'pr' AND key = 'p' AND lease_token IS NULL});
+my ($p0, $q0) = ($left->('p'), $left->('q'));
+sleep 1.5;
+my ($p1, $q1) = ($left->('p'), $left->('q'));
+is($p1, $p0, "pr: nothing of key p went while its requeue was prepared ($p0 queued)");
+cmp_ok($q1, '<', $q0, "pr: key q went on meanwhile ($q0 -> $q1 queued)");
+$node->safe_psql('postgres', "COMMIT PREPARED 'requeue_p'");
+ok(wait_until(sub { $node->safe_psql('postgres',
+        q{SELECT count(*) FROM outbox.messages WHERE destination = 'pr'}) eq '0' }, 60),
+    'pr: everything delivered after COMMIT PREPARED') or diag($node->safe_psql('postgres', q{
+    SELECT key, count(*), min(id), max(id), count(lease_token), count(order_key), min(available_at)::text
+      FROM outbox.messages WHERE destination = 'pr' GROUP BY key;
+    SELECT key, floor, floor_version, due_at::text, version, idle_since, now() FROM outbox.ordered_keys
+     WHERE destination = 'pr';
+    SELECT id, key, reason FROM outbox.dead_letters WHERE destination = 'pr'}));
+$broker->ctl('rtt all 0');
+my %pr_id = map { split /\|/ } split /\n/, $node->safe_psql('postgres', 'SELECT event_id, id FROM pr_sent');
+my ($pr_early, $pr_seen) = (0, 0);
+for my $m (sort { $a->{offset} <=> $b->{offset} } @{ $broker->consume('pr', timeout => 60) }) {
+    my $id = $pr_id{ $m->{headers}{ce_id} } // next;
+    if ($id == -100) { $pr_seen = 1; last }
+    $pr_early++ if $waiting{$id};
+}
+ok($pr_seen, 'pr: the requeued dead letter arrived') or diag($node->safe_psql('postgres',
+    q{SELECT id, key, reason, last_error FROM outbox.dead_letters WHERE destination = 'pr'}));
+is($pr_early, 0, 'pr: none of the messages of p waiting at the requeue arrived before it');
 
 $node->stop;
 check_server_log($node);
