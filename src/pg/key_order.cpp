@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include "outbox/pg/key_order.hpp"
+#include "outbox/pg/queue.hpp"
 
 extern "C" {
 PGDLLEXPORT Datum outbox_order_key(PG_FUNCTION_ARGS);
@@ -82,17 +83,6 @@ static const char *const kLockKeyRowSql =
     "   FOR UPDATE";
 
 static SPIPlanPtr turn_plan = nullptr, key_row_plan = nullptr, lock_key_row_plan = nullptr;
-
-static SPIPlanPtr KeptTurnPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
-    if (*slot == nullptr) {
-        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-        if (plan == nullptr || SPI_keepplan(plan) != 0)
-            elog(ERROR, "outbox: preparing the key turn failed: %s",
-                 SPI_result_code_string(SPI_result));
-        *slot = plan;
-    }
-    return *slot;
-}
 
 // The keys whose turn this transaction holds, and the due time it gave each row: a later message
 // of the key in the same transaction needs no second write (which would also make every next
@@ -223,19 +213,19 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
         BoolGetDatum(keeps_id)};
     int rc;
     while (keeps_id) {
-        rc = SPI_execute_plan(KeptTurnPlan(&lock_key_row_plan, kLockKeyRowSql, 2, types), args,
-                              nullptr, false, 0);
+        rc = SPI_execute_plan(KeptPlan(&lock_key_row_plan, kLockKeyRowSql, 2, types), args, nullptr,
+                              false, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: locking the key's row failed: %s", SPI_result_code_string(rc));
         if (SPI_processed > 0)
             break;
-        rc = SPI_execute_plan(KeptTurnPlan(&key_row_plan, kKeyRowSql, 5, types), args, nullptr,
-                              false, 0);
+        rc = SPI_execute_plan(KeptPlan(&key_row_plan, kKeyRowSql, 5, types), args, nullptr, false,
+                              0);
         if (rc != SPI_OK_INSERT)
             elog(ERROR, "outbox: making the key's row failed: %s", SPI_result_code_string(rc));
         CHECK_FOR_INTERRUPTS();  // the row went again (swept, or ordering turned off) meanwhile
     }
-    rc = SPI_execute_plan(KeptTurnPlan(&turn_plan, kTurnSql, 6, types), args, nullptr, false, 0);
+    rc = SPI_execute_plan(KeptPlan(&turn_plan, kTurnSql, 6, types), args, nullptr, false, 0);
     if (rc != SPI_OK_INSERT)
         elog(ERROR, "outbox: taking the key's turn failed: %s", SPI_result_code_string(rc));
     SPI_finish();

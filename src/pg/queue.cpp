@@ -146,7 +146,7 @@ const char *const kLockDueKeysSql =
 // if the destination has any).
 // clang-format off
 #define HELD_BACK(BLOCK, KEY, ID)                                              \
-    BLOCK " AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"              \
+    BLOCK " AND (SELECT EXISTS (SELECT FROM outbox.dead_letters AS d"          \
     "         WHERE d.destination = $1 AND d.skipped_at IS NULL"               \
     "           AND d.reason IN ('rejected', 'max_attempts', 'poison')))"      \
     " AND EXISTS (SELECT FROM outbox.dead_letters AS d"                        \
@@ -160,12 +160,12 @@ const char *const kHeadsSql =
     "  SELECT k.order_key,"
     "         CASE WHEN k.floor_version = f.floor_version THEN greatest(k.floor, f.floor)"
     "              ELSE k.floor END AS floor,"
-    "         k.floor_version, k.version, k.due_at"
+    "         k.floor_version, k.version"
     "    FROM unnest($3::bigint[], $4::bigint[], $6::bigint[])"
     "         AS f(order_key, floor, floor_version)"
     "    JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key),"
     " h AS MATERIALIZED ("
-    "  SELECT k.order_key, k.floor, k.floor_version, k.version, k.due_at,"
+    "  SELECT k.order_key, k.floor, k.floor_version, k.version,"
     "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"
     "         x.in_flight, y.ids, y.tids, y.xmins,"
     "         x.id IS NOT NULL AND " HELD_BACK("$5", "x.key", "x.id") " AS blocked"
@@ -192,7 +192,7 @@ const char *const kHeadsSql =
     "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
-    "        h.order_key, h.floor_version, h.version, h.due_at, h.id, h.available_at, h.due,"
+    "        h.order_key, h.floor_version, h.version, h.id, h.available_at, h.due,"
     "        h.in_flight, h.blocked, c.first_failed_at, h.ids, h.tids, h.xmins"
     "   FROM h LEFT JOIN c ON c.id = h.id";
 
@@ -761,11 +761,10 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
-// One key a heads claim looked at (kHeadsSql's columns 13-21, or a follower ClaimHeads took),
-// and the messages after its head (columns 23-25).
+// One key a heads claim looked at (kHeadsSql's columns 13-20, or a follower ClaimHeads took),
+// and the messages after its head (columns 22-24).
 struct KeySeen {
     int64 order_key, floor_version, version;
-    TimestampTz key_due;
     bool has_head, head_due, in_flight, blocked, claimed;
     int64 head_id;
     TimestampTz head_available_at;
@@ -818,23 +817,22 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
         k.order_key = DatumGetInt64(heap_getattr(tuple, 13, desc, &isnull));
         k.floor_version = DatumGetInt64(heap_getattr(tuple, 14, desc, &isnull));
         k.version = DatumGetInt64(heap_getattr(tuple, 15, desc, &isnull));
-        k.key_due = DatumGetTimestampTz(heap_getattr(tuple, 16, desc, &isnull));
-        Datum head = heap_getattr(tuple, 17, desc, &isnull);
+        Datum head = heap_getattr(tuple, 16, desc, &isnull);
         k.has_head = !isnull;
         if (!k.has_head)
             continue;
         k.head_id = DatumGetInt64(head);
-        k.head_available_at = DatumGetTimestampTz(heap_getattr(tuple, 18, desc, &isnull));
-        k.head_due = DatumGetBool(heap_getattr(tuple, 19, desc, &isnull));
-        k.in_flight = DatumGetBool(heap_getattr(tuple, 20, desc, &isnull));
-        k.blocked = DatumGetBool(heap_getattr(tuple, 21, desc, &isnull));
-        k.probed = desc->natts >= 25;
+        k.head_available_at = DatumGetTimestampTz(heap_getattr(tuple, 17, desc, &isnull));
+        k.head_due = DatumGetBool(heap_getattr(tuple, 18, desc, &isnull));
+        k.in_flight = DatumGetBool(heap_getattr(tuple, 19, desc, &isnull));
+        k.blocked = DatumGetBool(heap_getattr(tuple, 20, desc, &isnull));
+        k.probed = true;
         if (k.claimed && k.probed) {
             // In the order the subquery gave them (id order), which is checked: none is taken
             // otherwise.
-            k.nfollowers = ArrayColumn(tuple, desc, 23, INT8OID, &k.follower_ids);
-            if (ArrayColumn(tuple, desc, 24, TIDOID, &k.follower_tids) != k.nfollowers ||
-                ArrayColumn(tuple, desc, 25, XIDOID, &k.follower_xmins) != k.nfollowers)
+            k.nfollowers = ArrayColumn(tuple, desc, 22, INT8OID, &k.follower_ids);
+            if (ArrayColumn(tuple, desc, 23, TIDOID, &k.follower_tids) != k.nfollowers ||
+                ArrayColumn(tuple, desc, 24, XIDOID, &k.follower_xmins) != k.nfollowers)
                 k.nfollowers = 0;
             int64 previous = k.head_id;
             for (int j = 0; j < k.nfollowers; j++) {
