@@ -42,6 +42,15 @@ constexpr const char *kDefaults[][2] = {
     {"reconnect.backoff.max.ms", "1000"},
 };
 
+// How long Submit or Poll waits for the cluster to say whether a topic exists: only after
+// librdkafka reported the topic unknown (see TopicExistsNow).
+constexpr int kTopicQueryMs = 2000;
+
+bool IsUnknownTopic(rd_kafka_resp_err_t err) {
+    return err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+           err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+}
+
 std::string ErrorText(rd_kafka_resp_err_t err) {
     return std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
 }
@@ -86,7 +95,9 @@ class KafkaDriver final : public Driver {
         rd_kafka_msg_status_t status;
         int32_t partition;
         int64_t offset;
+        std::string topic;  // only for an unknown topic (see TopicExistsNow)
     };
+    enum class TopicAnswer { NotAsked, Exists, Missing, NoAnswer };
 
     static void OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque);
     static void OnError(rd_kafka_t *, int err, const char *reason, void *opaque);
@@ -94,6 +105,7 @@ class KafkaDriver final : public Driver {
     void AddLog(std::string line);
     void PurgeIfStalled();
     std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
+    TopicAnswer TopicExistsNow(const std::string &topic, std::map<std::string, TopicAnswer> &asked);
 
     rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *main_queue_ = nullptr;
@@ -249,6 +261,41 @@ std::string KafkaDriver::Explain(rd_kafka_resp_err_t err, size_t message_bytes) 
     return hint.empty() ? std::string() : " " + hint;
 }
 
+// "Unknown topic" is permanent only if the cluster still says so when asked afresh. librdkafka
+// fails a message at once while the metadata it last had said the topic was missing (it asks
+// again about once a second), and a broker can answer from metadata older than a topic created
+// a moment ago: a DBA who creates the topic and requeues at once must get the messages
+// delivered, not dead-lettered again. The answer also updates librdkafka's view of the topic.
+// Asked once per topic per Submit or Poll (`asked`); brokers that do not answer cost a call
+// kTopicQueryMs once (well below the supervisor's answer timeout).
+KafkaDriver::TopicAnswer KafkaDriver::TopicExistsNow(const std::string &topic,
+                                                     std::map<std::string, TopicAnswer> &asked) {
+    auto found = asked.find(topic);
+    if (found != asked.end())
+        return found->second;
+    // Brokers that did not answer for one topic are not waited for again in the same call.
+    if (std::any_of(asked.begin(), asked.end(),
+                    [](const auto &a) { return a.second == TopicAnswer::NoAnswer; }))
+        return TopicAnswer::NoAnswer;
+    TopicAnswer answer = TopicAnswer::NoAnswer;
+    if (rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk_, topic.c_str(), nullptr)) {
+        const rd_kafka_metadata_t *md = nullptr;
+        if (rd_kafka_metadata(rk_, 0, rkt, &md, kTopicQueryMs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+            md->topic_cnt == 1) {
+            const rd_kafka_metadata_topic_t &t = md->topics[0];
+            if (t.err == RD_KAFKA_RESP_ERR_NO_ERROR && t.partition_cnt > 0)
+                answer = TopicAnswer::Exists;
+            else if (IsUnknownTopic(t.err))
+                answer = TopicAnswer::Missing;
+        }
+        if (md != nullptr)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+    }
+    asked.emplace(topic, answer);
+    return answer;
+}
+
 void KafkaDriver::AddLog(std::string line) {
     // Consecutive repeats (a broker that stays down) are logged once.
     if (!log_.empty() && log_.back() == line)
@@ -259,8 +306,10 @@ void KafkaDriver::AddLog(std::string line) {
 void KafkaDriver::OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque) {
     auto *self = static_cast<KafkaDriver *>(opaque);
     try {
-        self->reports_.push_back(Report{reinterpret_cast<uintptr_t>(msg->_private), msg->err,
-                                        rd_kafka_message_status(msg), msg->partition, msg->offset});
+        self->reports_.push_back(
+            Report{reinterpret_cast<uintptr_t>(msg->_private), msg->err,
+                   rd_kafka_message_status(msg), msg->partition, msg->offset,
+                   IsUnknownTopic(msg->err) ? rd_kafka_topic_name(msg->rkt) : std::string()});
     } catch (...) {
         self->record_failed_ = true;
     }
@@ -302,6 +351,7 @@ void KafkaDriver::OnLog(const rd_kafka_t *rk, int level, const char *fac, const 
 }
 
 void KafkaDriver::Submit(std::vector<Message> batch) {
+    std::map<std::string, TopicAnswer> asked;
     for (Message &m : batch) {
         auto refuse = [&](OutcomeKind kind, std::string error) {
             immediate_.push_back(Outcome{m.id, m.lease_token, kind, std::move(error), -1});
@@ -322,23 +372,38 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
         // A tombstone's value is null (no pointer), not empty: compaction deletes its key.
         void *value = record.null_value ? nullptr : record.value.data();
         size_t value_size = record.null_value ? 0 : record.value.size();
-        rd_kafka_resp_err_t err;
-        if (m.key)
-            err = rd_kafka_producev(
-                rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_KEY(m.key->data(), m.key->size()), RD_KAFKA_V_VALUE(value, value_size),
-                RD_KAFKA_V_TIMESTAMP(m.created_at_ms), RD_KAFKA_V_HEADERS(headers),
-                RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
-        else
-            err = rd_kafka_producev(
+        auto produce = [&] {
+            if (m.key)
+                return rd_kafka_producev(
+                    rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
+                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                    RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
+                    RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
+                    RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)),
+                    RD_KAFKA_V_END);
+            return rd_kafka_producev(
                 rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                 RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
                 RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)),
                 RD_KAFKA_V_END);
+        };
+        rd_kafka_resp_err_t err = produce();
+        // librdkafka last saw the topic missing: produce again if the cluster knows it now.
+        TopicAnswer answer = TopicAnswer::NotAsked;
+        if (err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC) {
+            answer = TopicExistsNow(m.topic, asked);
+            if (answer == TopicAnswer::Exists)
+                err = produce();
+        }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_headers_destroy(headers);  // only taken over on success
-            refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
-                   ErrorText(err) + Explain(err, bytes));
+            if (answer == TopicAnswer::NoAnswer)
+                refuse(OutcomeKind::Defer, ErrorText(err) +
+                                               " (no broker answered whether the topic exists "
+                                               "now; trying again later)");
+            else
+                refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
+                       ErrorText(err) + Explain(err, bytes));
             continue;
         }
         in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs(), bytes});
@@ -346,6 +411,7 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
 }
 
 void KafkaDriver::Poll(std::vector<Outcome> &out) {
+    std::map<std::string, TopicAnswer> asked;
     // Drain the pipe first: an event queued after this point writes to it again.
     char buf[256];
     while (read(pipe_[0], buf, sizeof buf) > 0) {
@@ -374,6 +440,14 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
             o.kind = OutcomeKind::Retry;
             o.error = "acknowledged as a duplicate without an offset; delivering again";
         }
+        // Unknown to the broker that answered, or to librdkafka's last metadata: dead only if
+        // the cluster says so now (see TopicExistsNow).
+        TopicAnswer answer =
+            IsUnknownTopic(r.err) ? TopicExistsNow(r.topic, asked) : TopicAnswer::NotAsked;
+        if (answer == TopicAnswer::Exists)
+            o.kind = OutcomeKind::Retry;
+        else if (answer == TopicAnswer::NoAnswer)
+            o.kind = OutcomeKind::Defer;
         if (o.kind == OutcomeKind::Delivered) {
             all_down_since_ms_ = 0;
             last_broker_error_.clear();
@@ -398,6 +472,12 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
                       : (purged || timed_out) && !last_broker_error_.empty()
                           ? std::string(timed_out ? "timed out" : "not acknowledged") +
                                 "; last broker error " + last_broker_error_
+                      : answer == TopicAnswer::Exists
+                          ? ErrorText(r.err) + " (the topic exists now; sending again)"
+                      : answer == TopicAnswer::NoAnswer
+                          ? ErrorText(r.err) +
+                                " (no broker answered whether the topic exists now; "
+                                "trying again later)"
                       : r.err != RD_KAFKA_RESP_ERR_NO_ERROR
                           ? ErrorText(r.err) + Explain(r.err, it->second.bytes)
                           : "delivery not confirmed (status POSSIBLY_PERSISTED)";

@@ -53,7 +53,7 @@ sub requeue_and_deliver {
     is(sql("SELECT outbox.requeue('$dest')"), $count, "$dest: requeue moves the $count back");
     ok(wait_until(sub { queued($dest) == 0 }, 60), "$dest: $what, they are delivered")
       or diag(explain(stats_row($node, $dest)), explain(dead($dest)));
-    is(scalar(@{ dead($dest) }), 0, "$dest: no dead letter left");
+    is(scalar(@{ dead($dest) }), 0, "$dest: no dead letter left") or diag(explain(dead($dest)));
     push @{ $expect{$topic} }, @keys ? @keys : map { "$dest-$_" } 1 .. $count;
 }
 

@@ -354,6 +354,39 @@ TEST_F(DriverSupervisorTest, TheHelperRunsAloneWithItsLimit) {
     EXPECT_NE(kill(pid, 0), 0);
 }
 
+// A topic that does not exist rejects its messages (dead letters); once it is created, a
+// message sent at once (a requeue right after the DBA created it) is delivered. librdkafka
+// still holds "topic missing" from its last metadata for up to a second and would fail the
+// message on the spot; the driver asks the cluster before it calls that permanent.
+TEST_F(DriverSupervisorTest, ATopicCreatedAfterARejectionIsUsedAtOnce) {
+    // The mock cluster creates a topic when asked about it; this one answers "unknown" until
+    // its error is cleared, as a broker does for a topic created later.
+    rd_kafka_mock_topic_set_error(mock_, "late", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+    KafkaDriverOptions k = Kafka();
+    k.lease_timeout_ms = 4000;  // "unknown topic" is reported after 1 s, not 15 s
+    DriverProcess p(Options());
+    std::string error;
+    auto d = p.Open("kafka", "orders", protocol::EncodeOptions(k), &error);
+    ASSERT_NE(d, nullptr) << error;
+    auto late = [](int64_t id) {
+        Message m = Msg(id);
+        m.topic = "late";
+        return m;
+    };
+    d->Submit({late(1)});
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 1; })) << log_;
+    ASSERT_EQ(got_[1].back().kind, OutcomeKind::Dead) << Outcomes();
+    EXPECT_NE(got_[1].back().error.find("UNKNOWN_TOPIC_OR_PART"), std::string::npos) << Outcomes();
+
+    rd_kafka_mock_topic_set_error(mock_, "late", RD_KAFKA_RESP_ERR_NO_ERROR);
+    got_.clear();
+    d->Submit({late(1), late(2)});
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 2; })) << log_;
+    EXPECT_EQ(Resolved(OutcomeKind::Delivered), 2u) << Outcomes();
+    for (const auto &[id, list] : got_)
+        EXPECT_EQ(list.size(), 1u) << Outcomes();  // no attempt spent on the stale "missing"
+}
+
 TEST_F(DriverSupervisorTest, ARefusedConfigIsReportedAsInProcess) {
     DriverProcess p(Options());
     KafkaDriverOptions k = Kafka();
