@@ -164,5 +164,56 @@ SELECT outbox.create_destination('plain', 'kafka', '{"bootstrap.servers": "b:909
 SELECT destination, pending, waiting, blocked_keys FROM outbox.stats()
  WHERE destination IN ('quiet', 'plain') ORDER BY destination;
 
+-- A key's turn on a row that exists is written without a statement (UpdateKeyRow in
+-- src/pg/key_order.cpp, which notes where each row is for the session's next turn of its key):
+-- the rows, their versions and both indexes must be what UPDATE would leave. Keys made, found
+-- through the primary key, found where they were noted, updated by others meanwhile (a due
+-- time moved: a new index entry, so the noted place leads nowhere), drained keys due again
+-- (the same), a key's row swept and made again, and everything after TRUNCATE.
+CREATE EXTENSION amcheck;
+SELECT outbox.create_destination('turns', 'kafka', '{"bootstrap.servers": "b:9092", "topic": "t", "ordering": "key"}');
+CREATE FUNCTION pg_temp.produce_turns() RETURNS void LANGUAGE sql AS $$
+    INSERT INTO outbox.messages (destination, key, payload)
+    SELECT 'turns', 'k' || g % 50, jsonb_build_object('n', g) FROM generate_series(1, 200) AS g
+$$;
+CREATE FUNCTION pg_temp.check_turns() RETURNS TABLE (keys bigint, min_version bigint, max_version bigint,
+                                                     due_by_index bigint, indexes_checked bigint,
+                                                     heap_corruption bigint) LANGUAGE sql AS $$
+    SELECT (SELECT count(*) FROM outbox.ordered_keys WHERE destination = 'turns'),
+           (SELECT min(version) FROM outbox.ordered_keys WHERE destination = 'turns'),
+           (SELECT max(version) FROM outbox.ordered_keys WHERE destination = 'turns'),
+           (SELECT count(*) FROM outbox.ordered_keys
+             WHERE destination = 'turns' AND due_at <= statement_timestamp()),
+           (SELECT count(*) FROM pg_index AS i, LATERAL (SELECT bt_index_check(i.indexrelid, true)) AS c
+             WHERE i.indrelid = 'outbox.ordered_keys'::regclass),
+           (SELECT count(*) FROM verify_heapam('outbox.ordered_keys'))
+$$;
+SET enable_seqscan = off;  -- due_by_index reads ordered_keys_due
+SELECT pg_temp.produce_turns();  -- makes the 50 rows (version 0)
+SELECT pg_temp.produce_turns();  -- through the primary key (1)
+SELECT pg_temp.produce_turns();  -- where they were noted (2)
+SELECT * FROM pg_temp.check_turns();
+UPDATE outbox.ordered_keys SET due_at = 'infinity' WHERE destination = 'turns' AND key < 'k2';
+SELECT count(*) AS drained FROM outbox.ordered_keys WHERE destination = 'turns' AND due_at = 'infinity';
+SELECT pg_temp.produce_turns();  -- 12 keys due again, 38 where they were noted (3)
+SELECT * FROM pg_temp.check_turns();
+SELECT pg_temp.produce_turns();  -- (4)
+SELECT * FROM pg_temp.check_turns();
+-- A key's row swept (nothing of it queued) and made again by the next message of the key.
+DELETE FROM outbox.messages WHERE destination = 'turns' AND key = 'k7';
+DELETE FROM outbox.ordered_keys WHERE destination = 'turns' AND key = 'k7';
+INSERT INTO outbox.messages (destination, key, payload) VALUES ('turns', 'k7', '{"n": 0}');
+SELECT version, floor <= (SELECT min(id) FROM outbox.messages WHERE destination = 'turns' AND key = 'k7') AS floor_ok,
+       due_at <= now() AS due
+  FROM outbox.ordered_keys WHERE destination = 'turns' AND key = 'k7';
+TRUNCATE outbox.messages, outbox.ordered_keys;
+SELECT pg_temp.produce_turns();  -- (0)
+SELECT pg_temp.produce_turns();  -- (1)
+SELECT * FROM pg_temp.check_turns();
+RESET enable_seqscan;
+-- What is queued, with the right order keys.
+SELECT count(*) AS messages, bool_and(order_key = outbox._order_key(destination, key)) AS order_keys
+  FROM outbox.messages WHERE destination = 'turns';
+
 SET outbox.drop_nonempty = on;  -- what the test left queued goes with it
 DROP EXTENSION outbox;

@@ -4,7 +4,8 @@
 // file in src/ or include/ other than this one tests PG_VERSION_NUM; code that needs a
 // version-specific call uses the name here. Each entry says from which major on the newer form
 // applies, checked against that major's installed server headers (test/pg_root builds them).
-// 16 has no Debian package to test against; it takes the same branches as 15 everywhere.
+// 16 has no Debian package to test against; it takes the same branches as 15, except where an
+// entry says the change came in 16 (then from its release notes and 17's headers).
 //
 // What the majors change for us (major: change -> our name):
 //   17: CreateWaitEventSet takes a ResourceOwner, not a MemoryContext -> CreateSessionWaitEventSet
@@ -12,7 +13,12 @@
 //   17: PGPROC.lxid moved into PGPROC.vxid -> CurrentLocalTransactionId
 //   17: custom wait events (WaitEventExtensionNew): pg_stat_activity shows outbox's own names
 //       instead of the generic "Extension" -> NewWaitEvent
-//   19: table_beginscan takes a flags argument -> BeginTableScan
+//   16: table_tuple_update says which indexes a new tuple version needs (all, summarizing
+//       ones only, none) instead of a bool; 19: it takes an options argument
+//       -> UpdateTableTuple, IndexTakesUpdate
+//   18: index_beginscan takes an instrumentation argument; 19: and flags -> BeginIndexScan
+//   19: table_beginscan and table_index_fetch_begin take a flags argument -> BeginTableScan,
+//       BeginIndexFetch
 //   19: shared memory is requested through RegisterShmemCallbacks, ShmemRequestStruct and
 //       ShmemRequestHash (the hooks remain, as legacy), and ShmemInitHash lost its init_size
 //       argument -> RegisterSharedMemory, RequestSharedStruct, RequestSharedHash
@@ -32,7 +38,9 @@
 
 extern "C" {
 #include "postgres.h"
+#include "access/genam.h"
 #include "access/tableam.h"
+#include "nodes/execnodes.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -106,6 +114,66 @@ inline TableScanDesc BeginTableScan(Relation rel, Snapshot snapshot) {
     return table_beginscan(rel, snapshot, 0, nullptr, SO_NONE);
 #else
     return table_beginscan(rel, snapshot, 0, nullptr);
+#endif
+}
+
+// Which indexes a tuple version written by UpdateTableTuple needs entries in.
+enum class IndexUpdate { None, All, Summarizing };
+
+// table_tuple_update, waiting for a concurrent writer, with no crosscheck snapshot.
+inline TM_Result UpdateTableTuple(Relation rel, ItemPointer otid, TupleTableSlot *slot,
+                                  CommandId cid, Snapshot snapshot, TM_FailureData *tmfd,
+                                  IndexUpdate *indexes) {
+    LockTupleMode lockmode;
+#if PG_VERSION_NUM >= 160000
+    TU_UpdateIndexes update = TU_None;
+#if PG_VERSION_NUM >= 190000
+    TM_Result result = table_tuple_update(rel, otid, slot, cid, 0, snapshot, InvalidSnapshot, true,
+                                          tmfd, &lockmode, &update);
+#else
+    TM_Result result = table_tuple_update(rel, otid, slot, cid, snapshot, InvalidSnapshot, true,
+                                          tmfd, &lockmode, &update);
+#endif
+    *indexes = update == TU_All           ? IndexUpdate::All
+               : update == TU_Summarizing ? IndexUpdate::Summarizing
+                                          : IndexUpdate::None;
+#else
+    bool update = false;
+    TM_Result result = table_tuple_update(rel, otid, slot, cid, snapshot, InvalidSnapshot, true,
+                                          tmfd, &lockmode, &update);
+    *indexes = update ? IndexUpdate::All : IndexUpdate::None;
+#endif
+    return result;
+}
+
+// Whether an index needs an entry for a tuple version UpdateTableTuple wrote.
+inline bool IndexTakesUpdate(const IndexInfo *index, IndexUpdate indexes) {
+#if PG_VERSION_NUM >= 160000
+    return indexes == IndexUpdate::All ||
+           (indexes == IndexUpdate::Summarizing && index->ii_Summarizing);
+#else
+    (void)index;
+    return indexes == IndexUpdate::All;
+#endif
+}
+
+// A scan of `index` (on `heap`) with `nkeys` keys (index_rescan sets them), not instrumented.
+inline IndexScanDesc BeginIndexScan(Relation heap, Relation index, Snapshot snapshot, int nkeys) {
+#if PG_VERSION_NUM >= 190000
+    return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0, SO_NONE);
+#elif PG_VERSION_NUM >= 180000
+    return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0);
+#else
+    return index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+}
+
+// Fetches of a table's rows by the TIDs an index holds (table_index_fetch_tuple).
+inline IndexFetchTableData *BeginIndexFetch(Relation rel) {
+#if PG_VERSION_NUM >= 190000
+    return table_index_fetch_begin(rel, SO_NONE);
+#else
+    return table_index_fetch_begin(rel);
 #endif
 }
 
