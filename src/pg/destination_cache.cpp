@@ -104,6 +104,7 @@ static void LoadCache() {
     AttrNumber att_name = get_attnum(relid, "name");
     AttrNumber att_kind = get_attnum(relid, "kind");
     AttrNumber att_config = get_attnum(relid, "config");
+    AttrNumber att_paused = get_attnum(relid, "paused");
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
     TableScanDesc scan = BeginTableScan(rel, snapshot);
     HeapTuple tuple;
@@ -132,6 +133,8 @@ static void LoadCache() {
         entry->max_pending = 0;
         entry->ttl_ms = 0;
         entry->compacting = false;
+        Datum paused = att_paused > 0 ? heap_getattr(tuple, att_paused, desc, &isnull) : 0;
+        entry->paused = att_paused > 0 && !isnull && DatumGetBool(paused);
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);

@@ -840,8 +840,11 @@ Datum outbox_messages_check(PG_FUNCTION_ARGS) {
     replace_values[nreplace++] = TimestampTzGetDatum(now);
 
     // Counted once inserted (outbox._messages_inserted, after the statement): a row that an ON
-    // CONFLICT clause or a later trigger leaves out is not in the queue.
-    WakeAtCommit();
+    // CONFLICT clause or a later trigger leaves out is not in the queue. A paused destination's
+    // messages wait for outbox.resume, which wakes the workers itself (one committed just as
+    // the destination is resumed may wait for the next poll).
+    if (!dest.paused)
+        WakeAtCommit();
 
     if (nreplace == 0)
         return PointerGetDatum(tuple);

@@ -117,6 +117,29 @@ is(sql(q{SELECT count(*) FROM outbox.dead_letters}), '5', 'dead letters are neve
 ok(wait_until(sub { sql(q{SELECT state || ':' || (delivered > 0)::int FROM outbox.workers()}) eq 'idle:1' }, 10),
     'outbox.workers() shows the worker, idle, and what it delivered');
 
+# 9. Producers of a paused destination do not wake the worker (it would wake for each commit
+# and find nothing to claim); outbox.resume wakes it, and what was queued goes at once.
+# Measured as the worker's voluntary context switches over 1,000 one-row transactions (each
+# wake is one; its own polls add about one a second).
+sub worker_switches {
+    my $pid = sql(q{SELECT pid FROM outbox.workers() WHERE database = 'postgres'});
+    return PostgreSQL::Test::Utils::slurp_file("/proc/$pid/status") =~ /^voluntary_ctxt_switches:\s+(\d+)/m
+      ? $1 : die "no context switches for worker $pid";
+}
+sql(q{SELECT outbox.pause('k')});
+my $switches = worker_switches();
+my $t0 = time;
+sql(join("\n", map { "INSERT INTO outbox.messages (destination, payload) VALUES ('k', '{\"p\": $_}');" } 1 .. 1000));
+my $woken = worker_switches() - $switches;
+my $took = time - $t0;
+diag(sprintf('1,000 commits to a paused destination in %.1f s: the worker switched %d times', $took, $woken));
+cmp_ok($woken, '<', 50 + 5 * $took, 'producers of a paused destination do not wake the worker');
+is(queued(), '1000', 'the 1,000 wait while it is paused');
+$t0 = time;
+sql(q{SELECT outbox.resume('k')});
+ok(wait_until(sub { queued() eq '0' }, 10), 'outbox.resume wakes the worker: they go');
+diag(sprintf('delivered %.2f s after the resume', time - $t0));
+
 $node->stop;
 check_server_log($node);
 $broker->stop;

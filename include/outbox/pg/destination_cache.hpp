@@ -33,6 +33,7 @@ struct CachedDestination {
     // Policies (issue 26).
     int64 ttl_ms;  // "ttl": expires_at = available_at + ttl when the producer gives none; 0 = none
     bool compacting;  // "compaction": "key": a new message supersedes its key's older queued one
+    bool paused;      // outbox.pause: a new message need not wake the workers (resume does)
 };
 
 // librdkafka's message.max.bytes default, and what a Kafka record takes besides the producer's
