@@ -46,6 +46,10 @@ constexpr const char *kDefaults[][2] = {
 // librdkafka reported the topic unknown (see TopicExistsNow).
 constexpr int kTopicQueryMs = 2000;
 
+// What a message to a topic the cluster would not say anything about is told.
+constexpr const char *kTopicNoAnswer =
+    " (no broker answered whether the topic exists now; trying again later)";
+
 bool IsUnknownTopic(rd_kafka_resp_err_t err) {
     return err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
            err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
@@ -398,9 +402,7 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_headers_destroy(headers);  // only taken over on success
             if (answer == TopicAnswer::NoAnswer)
-                refuse(OutcomeKind::Defer, ErrorText(err) +
-                                               " (no broker answered whether the topic exists "
-                                               "now; trying again later)");
+                refuse(OutcomeKind::Defer, ErrorText(err) + kTopicNoAnswer);
             else
                 refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
                        ErrorText(err) + Explain(err, bytes));
@@ -474,10 +476,7 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
                                 "; last broker error " + last_broker_error_
                       : answer == TopicAnswer::Exists
                           ? ErrorText(r.err) + " (the topic exists now; sending again)"
-                      : answer == TopicAnswer::NoAnswer
-                          ? ErrorText(r.err) +
-                                " (no broker answered whether the topic exists now; "
-                                "trying again later)"
+                      : answer == TopicAnswer::NoAnswer ? ErrorText(r.err) + kTopicNoAnswer
                       : r.err != RD_KAFKA_RESP_ERR_NO_ERROR
                           ? ErrorText(r.err) + Explain(r.err, it->second.bytes)
                           : "delivery not confirmed (status POSSIBLY_PERSISTED)";

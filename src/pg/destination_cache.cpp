@@ -133,8 +133,8 @@ static void LoadCache() {
         entry->max_pending = 0;
         entry->ttl_ms = 0;
         entry->compacting = false;
-        Datum paused = att_paused > 0 ? heap_getattr(tuple, att_paused, desc, &isnull) : 0;
-        entry->paused = att_paused > 0 && !isnull && DatumGetBool(paused);
+        Datum paused = heap_getattr(tuple, att_paused, desc, &isnull);
+        entry->paused = !isnull && DatumGetBool(paused);
         Datum config = heap_getattr(tuple, att_config, desc, &isnull);
         if (!isnull) {
             Jsonb *jb = DatumGetJsonbP(config);

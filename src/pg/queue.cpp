@@ -827,7 +827,7 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
         k.in_flight = DatumGetBool(heap_getattr(tuple, 19, desc, &isnull));
         k.blocked = DatumGetBool(heap_getattr(tuple, 20, desc, &isnull));
         k.probed = true;
-        if (k.claimed && k.probed) {
+        if (k.claimed) {
             // In the order the subquery gave them (id order), which is checked: none is taken
             // otherwise.
             k.nfollowers = ArrayColumn(tuple, desc, 22, INT8OID, &k.follower_ids);
