@@ -403,6 +403,7 @@ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, p
 DECLARE
     moved_count bigint;
     missing text;
+    deadlocks int := 0;
 BEGIN
     IF ids IS NULL THEN
         RAISE EXCEPTION 'outbox.requeue needs an array of dead letter ids'
@@ -419,16 +420,33 @@ BEGIN
     END IF;
     -- The rows keep their id: only the owner of outbox.messages (this function's) may insert
     -- rows that carry one (src/pg/producer.cpp).
-    WITH moved AS (
-        DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
-    )
-    INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload, payload_bytes,
-                                 headers, created_at)
-    SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key, moved.payload,
-           moved.payload_bytes, moved.headers, moved.created_at
-      FROM moved ORDER BY moved.id;
-    GET DIAGNOSTICS moved_count = ROW_COUNT;
-    RETURN moved_count;
+    --
+    -- An ordered key's row is taken FOR UPDATE, key after key, and a worker's FOR KEY SHARE
+    -- SKIP LOCKED can wait on it all the same: PostgreSQL locks the newer versions of a row a
+    -- producer has just updated without SKIP LOCKED. A worker that holds another key of this
+    -- call then closes a deadlock; PostgreSQL aborts this call's side (the worker waits longer
+    -- before it looks for deadlocks), and the call starts again from where this block began,
+    -- after a pause that lets the worker take the key and finish its batch (about 0.3 s).
+    LOOP
+        BEGIN
+            WITH moved AS (
+                DELETE FROM outbox.dead_letters AS dl WHERE dl.id = ANY (ids) RETURNING dl.*
+            )
+            INSERT INTO outbox.messages (id, event_id, destination, topic, key, payload,
+                                         payload_bytes, headers, created_at)
+            SELECT moved.id, moved.event_id, moved.destination, moved.topic, moved.key,
+                   moved.payload, moved.payload_bytes, moved.headers, moved.created_at
+              FROM moved ORDER BY moved.id;
+            GET DIAGNOSTICS moved_count = ROW_COUNT;
+            RETURN moved_count;
+        EXCEPTION WHEN deadlock_detected THEN
+            deadlocks := deadlocks + 1;
+            IF deadlocks >= 5 THEN
+                RAISE;
+            END IF;
+            PERFORM pg_sleep(0.05 * deadlocks);
+        END;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION outbox.requeue(bigint[]) IS

@@ -109,8 +109,10 @@ const char *const kLeaseLockedSql =
 // row FOR UPDATE before it does (src/pg/key_order.cpp, outbox.alter_destination), and the two
 // conflict: it waits for the workers that hold the key, and they skip the key while it runs. So
 // from the lock to its commit, no message can appear below a key's head unseen by a worker that
-// holds the key. The worker never waits (SKIP LOCKED): a key it could not take is found again
-// by a later scan over the keys.
+// holds the key. The worker does not wait (SKIP LOCKED): a key it could not take is found again
+// by a later scan over the keys. (Except that PostgreSQL locks the newer versions of a row
+// updated since the statement's snapshot without SKIP LOCKED: that wait can close a deadlock
+// with outbox.requeue, which is then the side aborted and starts again.)
 //
 // $2: keys this transaction needs and does not hold yet.
 const char *const kLockKeysSql =

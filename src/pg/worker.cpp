@@ -848,6 +848,10 @@ void outbox_worker_main(Datum arg) {
     SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Never wait on a lock for long: a SIGTERM is noticed between transactions.
     SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
+    // The worker's one wait (FOR KEY SHARE following a key row's newer versions, which ignores
+    // SKIP LOCKED) can close a deadlock with outbox.requeue: the other side, which looks for it
+    // after the default 1 s, is the one aborted, and requeue starts again (sql/outbox--0.2.0.sql).
+    SetConfigOption("deadlock_timeout", "4s", PGC_SUSET, PGC_S_OVERRIDE);
     // Settings a database or role owner may set (ALTER DATABASE ... SET) that would stop or
     // change the worker's transactions: it runs with the defaults.
     static const char *const kDefaults[][2] = {

@@ -6,7 +6,9 @@
 #   error meanwhile; everything is delivered, and every key's row goes idle;
 # - a prepared transaction keeps its keys' turns: a producer of the same key waits until COMMIT
 #   PREPARED (and its message gets the higher id), one of another key does not wait;
-#   ROLLBACK PREPARED leaves nothing behind; the delivered order follows the ids.
+#   ROLLBACK PREPARED leaves nothing behind; the delivered order follows the ids;
+# - a requeue that closes a deadlock with a session holding its keys FOR KEY SHARE, as a worker
+#   does, is the side aborted and starts again: every dead letter goes back, in key order.
 use strict;
 use warnings;
 use OutboxTest;
@@ -17,7 +19,8 @@ use Time::HiRes qw(time sleep);
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 my $node = outbox_node('turns', conf => join("\n",
-    'max_prepared_transactions = 4', 'max_locks_per_transaction = 64', 'log_statement = none'));
+    'max_prepared_transactions = 4', 'max_locks_per_transaction = 64', 'log_statement = none',
+    'log_lock_waits = on'));
 $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('many', 'kafka',
         '{"bootstrap.servers": "$bootstrap", "topic": "many", "ordering": "key"}');
@@ -125,6 +128,62 @@ my @a = map { $_->{payload} } grep { $_->{key} eq 'a' } @{ $broker->consume('tur
 is(join(',', map { /"n":\s*(\d+)/ ? $1 : '?' } @a), '1,2,3', 'key a arrived in id order');
 is($node->safe_psql('postgres', q{SELECT balance FROM outbox.conservation() WHERE destination = 'turns'}), '0',
     'every message is accounted for (prepared ones included)');
+
+#-------------------------------------------------------------------------------------------
+# A requeue that closes a deadlock starts again. Session X stands in for a worker: it holds
+# key y FOR KEY SHARE; the requeue lowers key x's floor (x's row FOR UPDATE, then updated) and
+# waits for y; X then asks for x and waits on the requeue. The requeue, waiting first, finds
+# the deadlock and is the side PostgreSQL aborts; it starts again and moves every dead letter.
+#-------------------------------------------------------------------------------------------
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('dl', 'kafka',
+        '{"bootstrap.servers": "$bootstrap", "topic": "dl", "ordering": "key"}');
+    SELECT outbox.pause('dl');
+    INSERT INTO outbox.messages (destination, key, payload)
+    SELECT 'dl', k, jsonb_build_object('n', n) FROM (VALUES ('x'), ('y')) AS v(k), generate_series(1, 3) AS n
+     ORDER BY n, k;
+    WITH gone AS (
+        DELETE FROM outbox.messages WHERE id IN (
+            SELECT min(id) FROM outbox.messages WHERE destination = 'dl' GROUP BY key)
+        RETURNING *)
+    INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload, payload_bytes,
+                                     headers, created_at, attempts, reason, last_error)
+    SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, created_at,
+           1, 'rejected', 'a test' FROM gone;
+});
+my $x = $node->background_psql('postgres');
+$x->query_safe(q{BEGIN; SELECT FROM outbox.ordered_keys
+    WHERE destination = 'dl' AND order_key = outbox._order_key('dl', 'y') FOR KEY SHARE});
+my $rq = $node->background_psql('postgres');
+$rq->query_safe(q{SET application_name = 'requeue_dl'});
+$rq->query_until(qr/started/, q{
+    \echo started
+    SELECT outbox.requeue(ARRAY(SELECT id FROM outbox.dead_letters WHERE destination = 'dl'));
+});
+ok(wait_until(sub { $node->safe_psql('postgres',
+        q{SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'requeue_dl'}) eq 'Lock' }, 10),
+    'the requeue waits for key y, which X holds');
+$x->query_safe(q{SELECT FROM outbox.ordered_keys
+    WHERE destination = 'dl' AND order_key = outbox._order_key('dl', 'x') FOR KEY SHARE});
+$x->query_safe('COMMIT');
+$x->quit;
+ok(wait_until(sub { $node->safe_psql('postgres',
+        q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'dl'}) eq '0' }, 20),
+    'the requeue, aborted by the deadlock, started again and moved both dead letters');
+$rq->quit;
+my @deadlocks = slurp_file($node->logfile) =~ /(detected deadlock while waiting for ShareLock)/g;
+is(scalar(@deadlocks), 1, 'PostgreSQL found the deadlock once: the requeue started again after it, '
+    . 'once X had taken the key');
+is($node->safe_psql('postgres', q{
+    SELECT string_agg(key || (payload->>'n'), ',' ORDER BY key, id) FROM outbox.messages WHERE destination = 'dl'}),
+    'x1,x2,x3,y1,y2,y3', 'both dead letters are back at the front of their keys, nothing else changed');
+$node->safe_psql('postgres', q{SELECT outbox.resume('dl')});
+ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'dl'}) eq '0' }, 30),
+    'the requeued messages are delivered');
+my %by_key;
+push @{ $by_key{ $_->{key} } }, $_->{payload} =~ /"n":\s*(\d+)/ ? $1 : '?' for @{ $broker->consume('dl') };
+is(join(';', map { "$_:" . join(',', @{ $by_key{$_} }) } sort keys %by_key), 'x:1,2,3;y:1,2,3',
+    'each key arrived in id order');
 
 $node->stop;
 check_server_log($node);
