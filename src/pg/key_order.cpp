@@ -1,6 +1,8 @@
 // Per-key ordering, the producer's side: order keys and a producer's turn on its key's row of
-// outbox.ordered_keys (see include/outbox/pg/key_order.hpp). The worker's side (finding each
-// key's head) is the heads claim in src/pg/queue.cpp.
+// outbox.ordered_keys (see include/outbox/pg/key_order.hpp); and the worker's notes on those
+// rows, written the same way. The worker's side (finding each key's head) is the heads claim in
+// src/pg/queue.cpp.
+#include <algorithm>
 #include <string_view>
 
 extern "C" {
@@ -117,7 +119,7 @@ constexpr long kTurnsKept = 1024;
 struct KeyRowLayout {
     Oid relid = InvalidOid;
     Oid pk = InvalidOid;  // its primary key
-    AttrNumber due_at = 0, version = 0;
+    AttrNumber due_at = 0, version = 0, floor = 0, floor_version = 0, idle_since = 0;
     // Every index on plain columns, without a predicate, and the primary key on (destination,
     // order_key), the table's first two columns (FindKeyRow and IsKeyRow read them there).
     bool usable = false;
@@ -253,9 +255,13 @@ static const KeyRowLayout &LayoutOf(Relation rel) {
         KeyRowLayout layout;
         layout.due_at = get_attnum(relid, "due_at");
         layout.version = get_attnum(relid, "version");
+        layout.floor = get_attnum(relid, "floor");
+        layout.floor_version = get_attnum(relid, "floor_version");
+        layout.idle_since = get_attnum(relid, "idle_since");
         List *indexes = RelationGetIndexList(rel);
         layout.pk = rel->rd_pkindex;  // set by RelationGetIndexList
         layout.usable = OidIsValid(layout.pk) && layout.due_at > 0 && layout.version > 0 &&
+                        layout.floor > 0 && layout.floor_version > 0 && layout.idle_since > 0 &&
                         get_attnum(relid, "destination") == 1 &&
                         get_attnum(relid, "order_key") == 2;
         ListCell *lc;
@@ -361,6 +367,74 @@ static void NoteKeyRowRoot(std::string_view destination, int64_t order_key, Item
     known->root = *root;
 }
 
+// Writes values/nulls as the new version of the key's row at `tid`, as UPDATE would: waiting for
+// a transaction that holds the row FOR UPDATE or NO KEY UPDATE (none, if the caller holds it
+// locked), with the new version's index entries when the update is not HOT; notes where the row
+// is found from now on (`root`: where its primary-key entry points). Returns false, having
+// written nothing, if another transaction changed the row after `snapshot`.
+static bool WriteKeyRow(Relation rel, ItemPointer tid, ItemPointer root, Datum *values, bool *nulls,
+                        Snapshot snapshot, std::string_view destination, int64_t order_key) {
+    TupleDesc desc = RelationGetDescr(rel);
+    TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+    ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, true);
+    TM_FailureData failure;
+    IndexUpdate indexes;
+    bool written = UpdateTableTuple(rel, tid, slot, GetCurrentCommandId(true), snapshot, &failure,
+                                    &indexes) == TM_Ok;
+    if (written && indexes != IndexUpdate::None) {
+        // Not a HOT update: the new version needs its index entries, as ExecInsertIndexTuples
+        // makes them, and is the root of its own chain.
+        List *ids = RelationGetIndexList(rel);
+        ListCell *lc;
+        foreach (lc, ids) {
+            Relation index = index_open(lfirst_oid(lc), RowExclusiveLock);
+            IndexInfo *info = BuildIndexInfo(index);
+            if (info->ii_ReadyForInserts && IndexTakesUpdate(info, indexes)) {
+                Datum index_values[INDEX_MAX_KEYS];
+                bool index_nulls[INDEX_MAX_KEYS];
+                FormIndexDatum(info, slot, nullptr, index_values, index_nulls);
+                index_insert(index, index_values, index_nulls, &slot->tts_tid, rel,
+                             index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+                             false, info);
+            }
+            index_close(index, NoLock);
+        }
+        list_free(ids);
+        if (indexes == IndexUpdate::All)
+            *root = slot->tts_tid;
+    }
+    if (written)
+        NoteKeyRowRoot(destination, order_key, root);
+    ExecDropSingleTupleTableSlot(slot);
+    return written;
+}
+
+// outbox.ordered_keys, opened to write rows of `destination` with the calls below, and its
+// layout (a copy: an invalidation may reset the noted one); nullptr when it is gone since its oid
+// was noted or is not laid out as this code expects (the callers then use a statement).
+static Relation OpenKeyRows(Oid relid, std::string_view destination, KeyRowLayout *layout) {
+    if (destination.size() >= NAMEDATALEN || !OidIsValid(relid))
+        return nullptr;
+    Relation rel = try_table_open(relid, RowExclusiveLock);
+    if (rel == nullptr)
+        return nullptr;
+    ForgetKeyRowRoots(false);  // if the table changed: the open took the invalidations in
+    *layout = LayoutOf(rel);
+    if (!layout->usable) {
+        table_close(rel, NoLock);
+        return nullptr;
+    }
+    return rel;
+}
+
+// outbox.ordered_keys, or InvalidOid before 0.2.0's schema.
+static Oid KeyRowsRelid() {
+    Oid relid = key_row_layout.relid;  // known since the last change of the table
+    return OidIsValid(relid)
+               ? relid
+               : get_relname_relid("ordered_keys", get_namespace_oid("outbox", false));
+}
+
 // The turn of a key whose row exists, for a message that does not keep its id: kTurnSql's DO
 // UPDATE arm (due_at lowered to the message's if later, version + 1), written with the table and
 // index access methods' own calls instead of a statement (the statement took about an eighth of
@@ -374,17 +448,10 @@ static void NoteKeyRowRoot(std::string_view destination, int64_t order_key, Item
 // expression or with a predicate needs an executor): kTurnSql then takes the turn.
 static bool UpdateKeyRow(Oid keys_relid, std::string_view destination, int64_t order_key,
                          TimestampTz available_at) {
-    if (destination.size() >= NAMEDATALEN)
-        return false;
-    Relation rel = try_table_open(keys_relid, RowExclusiveLock);
+    KeyRowLayout layout;
+    Relation rel = OpenKeyRows(keys_relid, destination, &layout);
     if (rel == nullptr)
-        return false;          // dropped since its oid was noted: kTurnSql names it again
-    ForgetKeyRowRoots(false);  // if the table changed: the open took the invalidations in
-    const KeyRowLayout layout = LayoutOf(rel);  // a copy: an invalidation may reset the noted one
-    if (!layout.usable) {
-        table_close(rel, NoLock);
         return false;
-    }
     TupleDesc desc = RelationGetDescr(rel);
     Datum *values = static_cast<Datum *>(palloc(sizeof(Datum) * desc->natts));
     bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * desc->natts));
@@ -397,43 +464,93 @@ static bool UpdateKeyRow(Oid keys_relid, std::string_view destination, int64_t o
         if (available_at < DatumGetTimestampTz(values[d]))
             values[d] = TimestampTzGetDatum(available_at);
         values[v] = Int64GetDatum(DatumGetInt64(values[v]) + 1);
-        TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
-        ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, true);
-        TM_FailureData failure;
-        IndexUpdate indexes;
-        if (UpdateTableTuple(rel, &tid, slot, GetCurrentCommandId(true), snapshot, &failure,
-                             &indexes) == TM_Ok) {
-            written = true;
-            if (indexes != IndexUpdate::None) {
-                // Not a HOT update: the new version needs its index entries, as
-                // ExecInsertIndexTuples makes them, and is the root of its own chain.
-                List *ids = RelationGetIndexList(rel);
-                ListCell *lc;
-                foreach (lc, ids) {
-                    Relation index = index_open(lfirst_oid(lc), RowExclusiveLock);
-                    IndexInfo *info = BuildIndexInfo(index);
-                    if (info->ii_ReadyForInserts && IndexTakesUpdate(info, indexes)) {
-                        Datum index_values[INDEX_MAX_KEYS];
-                        bool index_nulls[INDEX_MAX_KEYS];
-                        FormIndexDatum(info, slot, nullptr, index_values, index_nulls);
-                        index_insert(
-                            index, index_values, index_nulls, &slot->tts_tid, rel,
-                            index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
-                            false, info);
-                    }
-                    index_close(index, NoLock);
-                }
-                list_free(ids);
-                if (indexes == IndexUpdate::All)
-                    root = slot->tts_tid;
-            }
-            NoteKeyRowRoot(destination, order_key, &root);
-        }
-        ExecDropSingleTupleTableSlot(slot);
+        written = WriteKeyRow(rel, &tid, &root, values, nulls, snapshot, destination, order_key);
     }
     UnregisterSnapshot(snapshot);
     table_close(rel, NoLock);  // locked until the transaction ends, as a statement's would be
     return written;
+}
+
+bool WriteKeyRowNotes(std::string_view destination, const std::vector<KeyRowNote> &notes) {
+    KeyRowLayout layout;
+    Relation rel = OpenKeyRows(KeyRowsRelid(), destination, &layout);
+    if (rel == nullptr)
+        return false;
+    TupleDesc desc = RelationGetDescr(rel);
+    Datum *values = static_cast<Datum *>(palloc(sizeof(Datum) * desc->natts));
+    bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * desc->natts));
+    TupleTableSlot *locked = table_slot_create(rel, nullptr);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TimestampTz now = GetCurrentTransactionStartTimestamp();
+    int f = layout.floor - 1, fv = layout.floor_version - 1, d = layout.due_at - 1,
+        v = layout.version - 1, idle = layout.idle_since - 1;
+    for (const KeyRowNote &note : notes) {
+        ItemPointerData tid, root;
+        if (!FindKeyRow(rel, layout.pk, snapshot, destination, note.order_key, values, nulls, &tid,
+                        &root) ||
+            nulls[f] || nulls[fv] || nulls[d] || nulls[v])
+            continue;
+        // No flags: the lock does not follow the row to a newer version (nor wait for whoever
+        // holds one). TM_Ok only for the version just read, which nobody else holds FOR (NO KEY)
+        // UPDATE until this transaction ends; the workers' FOR KEY SHARE does not conflict.
+        TM_FailureData failure;
+        if (table_tuple_lock(rel, &tid, snapshot, locked, GetCurrentCommandId(false),
+                             LockTupleNoKeyExclusive, LockWaitSkip, 0, &failure) != TM_Ok)
+            continue;
+        ExecClearTuple(locked);  // its buffer pin: values are a copy of the same version
+        bool same_version = DatumGetInt64(values[v]) == note.version;
+        if (note.floor > DatumGetInt64(values[f]) &&
+            DatumGetInt64(values[fv]) == note.floor_version)
+            values[f] = Int64GetDatum(note.floor);
+        if (note.head_removed) {
+            values[d] = TimestampTzGetDatum(std::min(DatumGetTimestampTz(values[d]), now));
+        } else if (note.has_due_at && same_version) {
+            values[d] = TimestampTzGetDatum(note.due_at);
+            if (note.due_at == DT_NOEND) {
+                values[idle] = TimestampTzGetDatum(now);
+                nulls[idle] = false;
+            }
+        }
+        values[v] = Int64GetDatum(DatumGetInt64(values[v]) + 1);
+        WriteKeyRow(rel, &tid, &root, values, nulls, snapshot, destination, note.order_key);
+    }
+    ExecDropSingleTupleTableSlot(locked);
+    UnregisterSnapshot(snapshot);
+    table_close(rel, NoLock);
+    return true;
+}
+
+int64_t DeleteIdleKeyRows(std::string_view destination, const std::vector<ItemPointerData> &tids,
+                          TimestampTz idle_before) {
+    KeyRowLayout layout;
+    Relation rel = OpenKeyRows(KeyRowsRelid(), destination, &layout);
+    if (rel == nullptr)
+        return 0;  // the table altered by hand: its rows stay
+    TupleTableSlot *locked = table_slot_create(rel, nullptr);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    int64_t deleted = 0;
+    for (ItemPointerData tid : tids) {
+        TM_FailureData failure;
+        if (table_tuple_lock(rel, &tid, snapshot, locked, GetCurrentCommandId(false),
+                             LockTupleExclusive, LockWaitSkip, 0, &failure) != TM_Ok)
+            continue;
+        // The version locked, which nobody can change now: a row of the destination, still idle?
+        slot_getallattrs(locked);
+        const Datum *values = locked->tts_values;
+        const bool *nulls = locked->tts_isnull;
+        int d = layout.due_at - 1, idle_since = layout.idle_since - 1;
+        bool idle = !nulls[1] && IsKeyRow(values, nulls, destination, DatumGetInt64(values[1])) &&
+                    !nulls[d] && DatumGetTimestampTz(values[d]) == DT_NOEND && !nulls[idle_since] &&
+                    DatumGetTimestampTz(values[idle_since]) < idle_before;
+        ExecClearTuple(locked);
+        if (idle &&
+            DeleteTableTuple(rel, &tid, GetCurrentCommandId(true), snapshot, &failure) == TM_Ok)
+            deleted++;
+    }
+    ExecDropSingleTupleTableSlot(locked);
+    UnregisterSnapshot(snapshot);
+    table_close(rel, NoLock);
+    return deleted;
 }
 
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
@@ -456,9 +573,7 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
                            int(destination.size()), destination.data()),
                  errhint("Requeue or restore a key's messages before queueing new ones of the "
                          "key in the same transaction, or in a transaction of their own.")));
-    Oid keys_relid = key_row_layout.relid;  // known since the last change of the table
-    if (!OidIsValid(keys_relid))
-        keys_relid = get_relname_relid("ordered_keys", get_namespace_oid("outbox", false));
+    Oid keys_relid = KeyRowsRelid();
     if (!OidIsValid(keys_relid)) {
         LegacyLockOrderKey(order_key);
         return false;

@@ -40,6 +40,7 @@ extern "C" {
 #include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/key_order.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/queue.hpp"
 
@@ -140,7 +141,7 @@ const char *const kLockDueKeysSql =
 // the snapshot, or leased it (it is no longer due), the lock or its recheck finds it gone and
 // the key is skipped this time, never its next message; a head the fast path holds locked is
 // skipped. Every key looked at comes back (c's columns NULL when its head was not claimed), so
-// the worker can note on its row what it saw (KeyRowWrite). y: a due head's next messages in
+// the worker can note on its row what it saw (KeyRowNote). y: a due head's next messages in
 // the same snapshot, where the claims that follow its removal may take them from
 // (kHeadsFollowSql).
 //
@@ -231,9 +232,12 @@ const char *const kHeadsFollowSql =
 // the rules of outbox.ordered_keys: a floor raised only while floor_version is unchanged, a due
 // time set only while version is unchanged — except that a key whose head was removed is due
 // now at the latest ($7; that is never later than its next message can go). Rows a producer
-// holds are skipped (the worker never waits for a producer); what was not written is seen again.
-// A key that stays due keeps its due_at, so the write changes no indexed column: a HOT update,
-// pruned in place (the table's fillfactor leaves room for it).
+// holds are skipped; what was not written is seen again. A key that stays due keeps its due_at,
+// so the write changes no indexed column: a HOT update, pruned in place (the table's fillfactor
+// leaves room for it). The worker writes them with WriteKeyRowNotes (src/pg/key_order.cpp),
+// which never waits; this statement, the same rules, only where that cannot (the table altered
+// by hand): its FOR NO KEY UPDATE SKIP LOCKED follows a row updated since its snapshot to the
+// newest version and waits for a producer holding that one.
 const char *const kKeyRowsSql =
     "WITH w AS ("
     "  SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],"
@@ -256,14 +260,13 @@ const char *const kKeyRowsSql =
     "   FROM l WHERE k.ctid = l.tid";
 
 // Keys without a queued message for a while go (a producer's next message of the key makes a
-// new row, from floor 0: by then VACUUM has removed the entries a floor saved claims from).
-const char *const kSweepKeysSql =
-    "DELETE FROM outbox.ordered_keys AS k"
-    " WHERE k.ctid = ANY (ARRAY("
-    "   SELECT s.ctid FROM outbox.ordered_keys AS s"
-    "    WHERE s.destination = $1 AND s.due_at = 'infinity'"
-    "      AND s.idle_since < now() - $2 * interval '1 second'"
-    "    LIMIT $3 FOR UPDATE SKIP LOCKED))";
+// new row, from floor 0: by then VACUUM has removed the entries a floor saved claims from). The
+// rows are deleted by DeleteIdleKeyRows, which locks them without waiting (see WriteKeyRowNotes).
+const char *const kIdleKeysSql =
+    "SELECT k.ctid FROM outbox.ordered_keys AS k"
+    " WHERE k.destination = $1 AND k.due_at = 'infinity'"
+    "   AND k.idle_since < now() - $2 * interval '1 second'"
+    " LIMIT $3";
 
 // Delivered rows that this transaction holds locked (the fast path) are deleted where they
 // are: nobody else can move a locked row, so its ctid from the claim still names it, and a
@@ -350,8 +353,8 @@ const char *const kLoadSql =
     "  FROM outbox.destinations AS d ORDER BY d.name";
 
 SPIPlanPtr claim_plan, lock_plan, lock_keys_plan, lock_due_keys_plan, heads_plan, heads_follow_plan,
-    key_rows_plan, sweep_keys_plan, lease_locked_plan, delete_plan, delete_locked_plan,
-    archive_plan, sweep_plan, reschedule_plan, bury_plan, load_plan;
+    key_rows_plan, idle_keys_plan, lease_locked_plan, delete_plan, delete_locked_plan, archive_plan,
+    sweep_plan, reschedule_plan, bury_plan, load_plan;
 
 // The fast path: what the current transaction holds locked, valid only in that transaction
 // (forgotten when the worker says it ended, or when another one is seen).
@@ -483,17 +486,8 @@ void AdvanceDueHints(bool committed) {
 }
 
 // ordering = key. What the worker saw of a key's row in this transaction, written on it at the
-// end (WriteKeyRows, kKeyRowsSql).
-struct KeyRowWrite {
-    int64 floor = 0;          // raise the floor to this (0: leave it)...
-    int64 floor_version = 0;  // ... if floor_version is still this
-    int64 version = 0;        // set due_at (below) only if version is still this
-    TimestampTz due_at = 0;   // 0: leave it; DT_NOEND: no queued message
-    bool has_due_at = false;
-    bool head_removed = false;  // the key is due now
-};
-// By destination, then order key.
-std::map<std::string, std::unordered_map<int64, KeyRowWrite>> key_row_writes;
+// end (WriteKeyRows). By destination, then order key.
+std::map<std::string, std::unordered_map<int64, KeyRowNote>> key_row_writes;
 
 // Heads this worker holds (claimed by lock in this transaction, or leased): their key, and the
 // floor_version read when the claim found them. Needed when their outcome is written back,
@@ -565,7 +559,7 @@ void HeadRemoved(const std::string &destination, int64 id) {
         return;
     HeldHead held = found->second;
     held_heads.erase(found);
-    KeyRowWrite &w = key_row_writes[destination][held.order_key];
+    KeyRowNote &w = key_row_writes[destination][held.order_key];
     if (id + 1 > w.floor) {
         w.floor = id + 1;
         w.floor_version = held.floor_version;
@@ -1082,7 +1076,7 @@ void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n,
         } else {
             continue;  // due, but another worker holds it
         }
-        KeyRowWrite &w = writes[s.order_key];
+        KeyRowNote &w = writes[s.order_key];
         w.version = s.version;
         w.due_at = due;
         w.has_due_at = true;
@@ -1456,31 +1450,33 @@ WriteBackCounts WriteBack(const std::string &destination,
 
 void WriteKeyRows() {
     for (auto &[destination, keys] : key_row_writes) {
-        std::vector<int64_t> order_keys, floors, floor_versions, versions;
-        std::vector<TimestampTz> due;
-        std::vector<bool> due_null, removed;
-        for (const auto &[order_key, w] : keys) {
+        std::vector<KeyRowNote> notes;
+        for (auto &[order_key, w] : keys) {
             if (w.floor == 0 && !w.has_due_at && !w.head_removed)
                 continue;
-            order_keys.push_back(order_key);
-            floors.push_back(w.floor);
-            floor_versions.push_back(w.floor_version);
-            versions.push_back(w.version);
-            due.push_back(w.due_at);
-            due_null.push_back(!w.has_due_at);
-            removed.push_back(w.head_removed);
+            w.order_key = order_key;
+            notes.push_back(w);
         }
-        if (order_keys.empty())
+        if (notes.empty() || PgTry([&] { return WriteKeyRowNotes(destination, notes); }))
             continue;
+        // The table altered by hand (an index on an expression or with a predicate): the
+        // statement, which may wait for a producer (see WriteKeyRowNotes).
+        std::vector<int64_t> order_keys, floors, floor_versions, versions;
+        for (const KeyRowNote &note : notes) {
+            order_keys.push_back(note.order_key);
+            floors.push_back(note.floor);
+            floor_versions.push_back(note.floor_version);
+            versions.push_back(note.version);
+        }
         PgTry([&] {
-            size_t n = order_keys.size();
+            size_t n = notes.size();
             Datum *due_datums = static_cast<Datum *>(palloc(sizeof(Datum) * n));
             bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * n));
             Datum *removed_datums = static_cast<Datum *>(palloc(sizeof(Datum) * n));
             for (size_t i = 0; i < n; i++) {
-                due_datums[i] = TimestampTzGetDatum(due[i]);
-                nulls[i] = due_null[i];
-                removed_datums[i] = BoolGetDatum(removed[i]);
+                due_datums[i] = TimestampTzGetDatum(notes[i].due_at);
+                nulls[i] = !notes[i].has_due_at;
+                removed_datums[i] = BoolGetDatum(notes[i].head_removed);
             }
             int dims[1] = {int(n)};
             int lbs[1] = {1};
@@ -1508,16 +1504,23 @@ void WriteKeyRows() {
 
 int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
     int64_t swept = 0;
+    TimestampTz idle_before = GetCurrentTransactionStartTimestamp() - older_than_s * USECS_PER_SEC;
     for (const std::string &destination : ordered_destinations)
         swept += PgTry([&] {
             Oid types[3] = {TEXTOID, INT8OID, INT4OID};
             Datum args[3] = {CStringGetTextDatum(destination.c_str()), Int64GetDatum(older_than_s),
                              Int32GetDatum(limit)};
-            int rc = SPI_execute_plan(KeptPlan(&sweep_keys_plan, kSweepKeysSql, 3, types), args,
-                                      nullptr, false, 0);
-            if (rc != SPI_OK_DELETE)
-                elog(ERROR, "outbox: sweeping idle keys failed: %s", SPI_result_code_string(rc));
-            return int64(SPI_processed);
+            int rc = SPI_execute_plan(KeptPlan(&idle_keys_plan, kIdleKeysSql, 3, types), args,
+                                      nullptr, true, 0);
+            if (rc != SPI_OK_SELECT)
+                elog(ERROR, "outbox: looking for idle keys failed: %s", SPI_result_code_string(rc));
+            std::vector<ItemPointerData> tids;
+            for (uint64 i = 0; i < SPI_processed; i++) {
+                bool isnull;
+                Datum tid = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+                tids.push_back(*reinterpret_cast<ItemPointer>(DatumGetPointer(tid)));
+            }
+            return DeleteIdleKeyRows(destination, tids, idle_before);
         });
     return swept;
 }

@@ -65,8 +65,11 @@ namespace {
 constexpr int64 kShutdownGraceMs = 2000;
 constexpr int64 kErrorBackoffMaxMs = 30000;
 // ordering = key: a key's row stays this long after its last queued message went (it keeps the
-// key's floor for the next message), then the poll sweeps it.
+// key's floor for the next message), then a poll sweeps it: the first poll after every
+// kKeySweepEveryMs (sooner while there are more than a batch).
 constexpr int64 kIdleKeySeconds = 300;
+constexpr int64 kKeySweepEveryMs = 10000;
+constexpr int kKeySweepBatch = 1000;
 
 volatile sig_atomic_t shutdown_requested = false;
 
@@ -147,6 +150,7 @@ class Worker {
                            std::vector<ClaimRequest> *fast, bool sweep = false);
     void SweepArchiveOnce();
     void SweepInboxOnce();
+    void SweepKeysOnce();
     bool WriteBackOne(const std::string &destination, const std::vector<Resolution> &resolutions,
                       WriteBackCounts *written);
     template <typename F>
@@ -180,6 +184,8 @@ class Worker {
     bool full_scan_ = false;      // this turn is a poll: claims start at the beginning
     bool archive_empty_ = false;  // nothing left to sweep while retention is 0
     bool sweep_inbox_ = false;    // this turn sweeps outbox.inbox (a poll, inbox_retention > 0)
+    bool sweep_keys_ = false;     // this turn sweeps idle keys' rows (SweepKeysOnce)
+    int64 next_key_sweep_ms_ = 0;
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
@@ -284,10 +290,10 @@ void Worker::WriteBackAndClaim(bool claim,
             pending_.erase(destination);
         if (!pending_.empty())
             DebugPause("write-back");
-        if (sweep) {
+        if (sweep)
             SweepArchiveOnce();
-            SweepIdleKeys(kIdleKeySeconds, 1000);
-        }
+        if (sweep_keys_)
+            SweepKeysOnce();
         if (sweep_inbox_)
             SweepInboxOnce();
         if (!claim)
@@ -436,6 +442,12 @@ void Worker::SweepInboxOnce() {
         SweepInbox(setting_inbox_retention_s, kInboxSweepBatch);
 }
 
+// ordering = key: one bounded batch of idle keys' rows (kIdleKeySeconds).
+void Worker::SweepKeysOnce() {
+    int64 swept = SweepIdleKeys(kIdleKeySeconds, kKeySweepBatch);
+    next_key_sweep_ms_ = swept < kKeySweepBatch ? NowMs() + kKeySweepEveryMs : 0;
+}
+
 bool Worker::Turn(bool woken, bool poll_due) {
     int64 now = NowMs();
     dispatcher_->Poll(now, pending_);
@@ -454,7 +466,8 @@ bool Worker::Turn(bool woken, bool poll_due) {
     bool sweep = poll_due && !(setting_retention_s == 0 && archive_empty_);
     // The inbox's dedup rows are swept on polls too (WriteBackAndClaim).
     sweep_inbox_ = poll_due && setting_inbox_retention_s > 0;
-    if (pending_.empty() && !claim && !sweep && !sweep_inbox_)
+    sweep_keys_ = poll_due && now >= next_key_sweep_ms_;
+    if (pending_.empty() && !claim && !sweep && !sweep_inbox_ && !sweep_keys_)
         return ConsumeInbox(false);
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
@@ -470,8 +483,8 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // The crash tests pause in the phases of the leased path, which they need deterministic.
     bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
-        !debug_pause && !sweep && !sweep_inbox_ && pending_.empty() && destinations_loaded_ &&
-        seen_generation_ == destinations_generation && !plan.empty() &&
+        !debug_pause && !sweep && !sweep_inbox_ && !sweep_keys_ && pending_.empty() &&
+        destinations_loaded_ && seen_generation_ == destinations_generation && !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
     if (fast_only)
         fast = std::move(plan);
@@ -848,9 +861,11 @@ void outbox_worker_main(Datum arg) {
     SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Never wait on a lock for long: a SIGTERM is noticed between transactions.
     SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
-    // The worker's one wait (FOR KEY SHARE following a key row's newer versions, which ignores
-    // SKIP LOCKED) can close a deadlock with outbox.requeue: the other side, which looks for it
-    // after the default 1 s, is the one aborted, and requeue starts again (sql/outbox--0.2.0.sql).
+    // The worker's one wait for a session (FOR KEY SHARE following a key row's newer versions,
+    // which ignores SKIP LOCKED, to one a requeue holds FOR UPDATE) can close a deadlock with
+    // outbox.requeue: the other side, which looks for it after the default 1 s, is the one
+    // aborted, and requeue starts again (sql/outbox--0.2.0.sql). The worker's writes of key rows
+    // never wait (WriteKeyRowNotes).
     SetConfigOption("deadlock_timeout", "4s", PGC_SUSET, PGC_S_OVERRIDE);
     // Settings a database or role owner may set (ALTER DATABASE ... SET) that would stop or
     // change the worker's transactions: it runs with the defaults.

@@ -16,6 +16,7 @@
 //   16: table_tuple_update says which indexes a new tuple version needs (all, summarizing
 //       ones only, none) instead of a bool; 19: it takes an options argument
 //       -> UpdateTableTuple, IndexTakesUpdate
+//   19: table_tuple_delete takes an options argument (changingPart became one) -> DeleteTableTuple
 //   18: index_beginscan takes an instrumentation argument; 19: and flags -> BeginIndexScan
 //   19: table_beginscan and table_index_fetch_begin take a flags argument -> BeginTableScan,
 //       BeginIndexFetch
@@ -144,6 +145,16 @@ inline TM_Result UpdateTableTuple(Relation rel, ItemPointer otid, TupleTableSlot
     *indexes = update ? IndexUpdate::All : IndexUpdate::None;
 #endif
     return result;
+}
+
+// table_tuple_delete, waiting for a concurrent writer, with no crosscheck snapshot.
+inline TM_Result DeleteTableTuple(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot,
+                                  TM_FailureData *tmfd) {
+#if PG_VERSION_NUM >= 190000
+    return table_tuple_delete(rel, tid, cid, 0, snapshot, InvalidSnapshot, true, tmfd);
+#else
+    return table_tuple_delete(rel, tid, cid, snapshot, InvalidSnapshot, true, tmfd, false);
+#endif
 }
 
 // Whether an index needs an entry for a tuple version UpdateTableTuple wrote.

@@ -1,5 +1,5 @@
-// Per-key ordering, the producer's side (see README "Per-key ordering" and the comments on
-// outbox.ordered_keys in sql/outbox--0.2.0.sql).
+// Per-key ordering: the producer's side, and the notes the worker writes on the keys' rows (see
+// README "Per-key ordering" and the comments on outbox.ordered_keys in sql/outbox--0.2.0.sql).
 //
 // A message of an ordering = key destination carries its order key: the destination's 32-bit
 // hash in the high half, its key's in the low half (two keys whose hashes collide share one
@@ -12,10 +12,12 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 extern "C" {
 #include "postgres.h"
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 }
 
 namespace outbox::pg {
@@ -34,6 +36,33 @@ int64_t OrderKey(std::string_view destination, std::string_view key);
 // outbox UPDATE ran).
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id);
+
+// What a worker saw of a key in its transaction, noted on the key's row at the end of it
+// (src/pg/queue.cpp, WriteKeyRows), under the rules of outbox.ordered_keys.
+struct KeyRowNote {
+    int64_t order_key = 0;
+    int64_t floor = 0;          // raise the floor to this (0: leave it)...
+    int64_t floor_version = 0;  // ... if floor_version is still this
+    int64_t version = 0;        // set due_at (below) only if version is still this
+    TimestampTz due_at = 0;     // DT_NOEND: no queued message
+    bool has_due_at = false;
+    bool head_removed = false;  // the key is due now at the latest
+};
+
+// Writes the notes on the keys' rows, each only if its row can be locked at once: a row that
+// another transaction holds, or changed after this call's snapshot, is skipped (a producer's
+// turn makes its key due by itself; what was not written is seen again). The worker never waits
+// here: the row is locked with the table access method's call, which does not follow a row's
+// newer versions (FOR NO KEY UPDATE SKIP LOCKED does, and waits for whoever holds the newest
+// one). Returns false, having written nothing, when the table is not laid out as this code
+// expects (see UpdateKeyRow); the caller then writes them with a statement.
+bool WriteKeyRowNotes(std::string_view destination, const std::vector<KeyRowNote> &notes);
+
+// Deletes the rows at `tids` (found by a scan for idle keys) that still have nothing queued and
+// have been idle since before `idle_before`, each only if it can be locked at once, as
+// WriteKeyRowNotes locks. Returns how many went.
+int64_t DeleteIdleKeyRows(std::string_view destination, const std::vector<ItemPointerData> &tids,
+                          TimestampTz idle_before);
 
 // Registers the transaction callbacks that forget the turns a (sub)transaction held. Called
 // once from _PG_init.
