@@ -13,6 +13,9 @@ extern "C" {
 #include "access/table.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_opfamily.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -28,6 +31,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
+#include "utils/relcache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -218,12 +222,27 @@ static void OnTurnSubtransaction(SubXactEvent event, SubTransactionId, SubTransa
     }
 }
 
-// outbox.ordered_keys or its indexes changed (or every relation: InvalidOid): look again.
+// What FindNextMessages needs to know of outbox.messages, looked up once per backend (again
+// after the table or its indexes change).
+struct MessagesLayout {
+    Oid relid = InvalidOid;
+    Oid key_order = InvalidOid;  // messages_key_order
+    AttrNumber id = 0, destination = 0;
+    // messages_key_order is a btree on (order_key, id), both int8 in ascending order, of every
+    // row with an order key: its scan yields each key's messages in id order, all of them.
+    bool usable = false;
+};
+static MessagesLayout messages_layout;
+
+// outbox.ordered_keys, outbox.messages or their indexes changed (or every relation: InvalidOid):
+// look again.
 static void OnRelcacheInvalidation(Datum, Oid relid) {
     if (relid == InvalidOid || relid == key_row_layout.relid) {
         key_row_layout.relid = InvalidOid;
         key_row_roots_stale = true;  // dropped by the next UpdateKeyRow, not while in use
     }
+    if (relid == InvalidOid || relid == messages_layout.relid)
+        messages_layout.relid = InvalidOid;
 }
 
 void RegisterKeyTurnCallbacks() {
@@ -283,13 +302,16 @@ static const KeyRowLayout &LayoutOf(Relation rel) {
     return key_row_layout;
 }
 
+static std::string_view TextView(text *t) {
+    return std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
 // Whether the row in `values` is the key's (a TID from key_row_roots may hold another row now).
 static bool IsKeyRow(const Datum *values, const bool *nulls, std::string_view destination,
                      int64_t order_key) {
     if (nulls[0] || nulls[1] || DatumGetInt64(values[1]) != order_key)
         return false;
-    text *name = DatumGetTextPP(values[0]);
-    return std::string_view(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name)) == destination;
+    return TextView(DatumGetTextPP(values[0])) == destination;
 }
 
 // The key's row in `snapshot`, deformed into values/nulls, and where it is: its TID and the
@@ -553,6 +575,95 @@ int64_t DeleteIdleKeyRows(std::string_view destination, const std::vector<ItemPo
     return deleted;
 }
 
+// Whether `predicate` (an index's, as RelationGetIndexPredicate gives it) is `column IS NOT NULL`.
+static bool IsNotNullOf(List *predicate, AttrNumber column) {
+    if (list_length(predicate) != 1 || !IsA(linitial(predicate), NullTest))
+        return false;
+    auto *test = static_cast<NullTest *>(linitial(predicate));
+    return test->nulltesttype == IS_NOT_NULL && !test->argisrow && IsA(test->arg, Var) &&
+           reinterpret_cast<Var *>(test->arg)->varattno == column;
+}
+
+static const MessagesLayout &MessagesLayoutOf(Relation rel) {
+    Oid relid = RelationGetRelid(rel);
+    if (messages_layout.relid != relid) {
+        MessagesLayout layout;
+        layout.id = get_attnum(relid, "id");
+        layout.destination = get_attnum(relid, "destination");
+        AttrNumber order_key = get_attnum(relid, "order_key");
+        layout.key_order = get_relname_relid("messages_key_order", RelationGetNamespace(rel));
+        layout.usable =
+            layout.id > 0 && layout.destination > 0 && order_key > 0 &&
+            get_atttype(relid, layout.id) == INT8OID && get_atttype(relid, order_key) == INT8OID &&
+            get_atttype(relid, layout.destination) == TEXTOID && OidIsValid(layout.key_order);
+        if (layout.usable) {
+            Relation index = index_open(layout.key_order, AccessShareLock);
+            Form_pg_index form = index->rd_index;
+            layout.usable = form->indrelid == relid && form->indisvalid &&
+                            index->rd_rel->relam == BTREE_AM_OID && form->indnkeyatts == 2 &&
+                            form->indkey.values[0] == order_key &&
+                            form->indkey.values[1] == layout.id &&
+                            index->rd_opfamily[0] == INTEGER_BTREE_FAM_OID &&
+                            index->rd_opfamily[1] == INTEGER_BTREE_FAM_OID &&
+                            (index->rd_indoption[0] & INDOPTION_DESC) == 0 &&
+                            (index->rd_indoption[1] & INDOPTION_DESC) == 0 &&
+                            RelationGetIndexExpressions(index) == NIL &&
+                            IsNotNullOf(RelationGetIndexPredicate(index), order_key);
+            index_close(index, AccessShareLock);
+        }
+        layout.relid = relid;
+        messages_layout = layout;
+    }
+    return messages_layout;
+}
+
+bool FindNextMessages(std::string_view destination,
+                      const std::vector<std::pair<int64_t, int64_t>> &keys, int limit,
+                      std::vector<NextMessage> *out) {
+    Oid relid = OidIsValid(messages_layout.relid)
+                    ? messages_layout.relid
+                    : get_relname_relid("messages", get_namespace_oid("outbox", false));
+    Relation rel = OidIsValid(relid) ? try_table_open(relid, AccessShareLock) : nullptr;
+    if (rel == nullptr)
+        return false;
+    MessagesLayout layout = MessagesLayoutOf(rel);  // a copy: an invalidation may reset it
+    if (!layout.usable) {
+        table_close(rel, AccessShareLock);
+        return false;
+    }
+    Relation index = index_open(layout.key_order, AccessShareLock);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TupleTableSlot *slot = table_slot_create(rel, nullptr);
+    IndexScanDesc scan = BeginIndexScan(rel, index, snapshot, 2);
+    for (const auto &[order_key, after] : keys) {
+        ScanKeyData bounds[2];
+        ScanKeyInit(&bounds[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(order_key));
+        ScanKeyInit(&bounds[1], 2, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(after));
+        ExecClearTuple(slot);
+        index_rescan(scan, bounds, 2, nullptr, 0);
+        int found = 0;
+        while (found < limit && index_getnext_slot(scan, ForwardScanDirection, slot)) {
+            bool isnull;
+            Datum d = slot_getattr(slot, layout.destination, &isnull);
+            if (isnull || TextView(DatumGetTextPP(d)) != destination)
+                continue;  // another destination's key with the same order key
+            Datum id = slot_getattr(slot, layout.id, &isnull);
+            if (isnull)
+                continue;
+            Datum xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+            out->push_back(
+                {order_key, DatumGetInt64(id), slot->tts_tid, DatumGetTransactionId(xmin)});
+            found++;
+        }
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(slot);
+    UnregisterSnapshot(snapshot);
+    index_close(index, AccessShareLock);
+    table_close(rel, AccessShareLock);
+    return true;
+}
+
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id) {
     TurnHeld *held = FindTurn(destination, order_key, false);
@@ -626,10 +737,6 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
 }  // namespace outbox::pg
 
 using namespace outbox::pg;
-
-static std::string_view TextView(text *t) {
-    return std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-}
 
 // outbox._order_key(destination, key): the order key a message of (destination, key) gets.
 Datum outbox_order_key(PG_FUNCTION_ARGS) {

@@ -141,9 +141,8 @@ const char *const kLockDueKeysSql =
 // the snapshot, or leased it (it is no longer due), the lock or its recheck finds it gone and
 // the key is skipped this time, never its next message; a head the fast path holds locked is
 // skipped. Every key looked at comes back (c's columns NULL when its head was not claimed), so
-// the worker can note on its row what it saw (KeyRowNote). y: a due head's next messages in
-// the same snapshot, where the claims that follow its removal may take them from
-// (kHeadsFollowSql).
+// the worker can note on its row what it saw (KeyRowNote). (The messages after a head it
+// claimed, which the claims that follow the head's removal take, are found by FindNextMessages.)
 //
 // A head held back by a dead letter of its key (BLOCK: on_dead = block; looked up per key only
 // if the destination has any).
@@ -157,7 +156,6 @@ const char *const kLockDueKeysSql =
     "           AND d.id < " ID " AND d.skipped_at IS NULL"                    \
     "           AND d.reason IN ('rejected', 'max_attempts', 'poison'))"
 // clang-format on
-#define FOLLOWERS "32"
 const char *const kHeadsSql =
     "WITH k AS ("
     "  SELECT k.order_key,"
@@ -170,20 +168,14 @@ const char *const kHeadsSql =
     " h AS MATERIALIZED ("
     "  SELECT k.order_key, k.floor, k.floor_version, k.version,"
     "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"
-    "         x.in_flight, y.ids, y.tids, y.xmins,"
+    "         x.in_flight,"
     "         x.id IS NOT NULL AND " HELD_BACK("$5", "x.key", "x.id") " AS blocked"
     "    FROM k LEFT JOIN LATERAL ("
     "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"
     "             m.key"
     "        FROM outbox.messages AS m"
     "       WHERE m.order_key = k.order_key AND m.id >= k.floor AND m.destination = $1"
-    "       ORDER BY m.id LIMIT 1) AS x ON true"
-    "    LEFT JOIN LATERAL ("
-    "      SELECT array_agg(n.id) AS ids, array_agg(n.ctid) AS tids, array_agg(n.xmin) AS xmins"
-    "        FROM (SELECT m.id, m.ctid, m.xmin FROM outbox.messages AS m"
-    "               WHERE m.order_key = k.order_key AND m.id > x.id AND m.destination = $1"
-    "                 AND x.available_at <= statement_timestamp() AND NOT x.in_flight"
-    "               ORDER BY m.id LIMIT " FOLLOWERS ") AS n) AS y ON true),"
+    "       ORDER BY m.id LIMIT 1) AS x ON true),"
     " c AS ("
     "  SELECT m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
     "         m.created_at, m.expires_at, m.attempts + 1 AS attempts, m.available_at, m.ctid,"
@@ -196,13 +188,14 @@ const char *const kHeadsSql =
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
     "        h.order_key, h.floor_version, h.version, h.id, h.available_at, h.due,"
-    "        h.in_flight, h.blocked, c.first_failed_at, h.ids, h.tids, h.xmins"
+    "        h.in_flight, h.blocked, c.first_failed_at"
     "   FROM h LEFT JOIN c ON c.id = h.id";
 
-// Keys this transaction holds, whose head this worker removed, where a heads claim of the same
-// worker had found the messages that followed that head (kHeadsSql's y): each key's next one
-// is claimed where that snapshot saw it ($3: their ctids; one TID scan for all, no index descent
-// per key), and taken only if it is the very row version that snapshot saw: the worker checks
+// Keys this transaction holds, whose head this worker removed, where the worker had found the
+// messages that followed that head when it claimed it (FindNextMessages, in a snapshot taken
+// while its transaction held the key's row): each key's next one is claimed where that
+// snapshot saw it ($3: their ctids; one TID scan for all, no index descent per key), and
+// taken only if it is the very row version that snapshot saw: the worker checks
 // its id and xmin (ClaimHeads; a row now at that place that is not is left alone, locked until
 // the transaction ends). Why it is the key's head now, from MVCC and the locking rules
 // above alone:
@@ -499,18 +492,13 @@ struct HeldHead {
 std::unordered_map<int64, HeldHead> held_heads;
 constexpr size_t kMaxHeldHeads = 100000;  // entries of rows whose outcome never came back
 
-// The messages that followed a head this worker claimed, as the claim's snapshot saw them
-// (kHeadsSql's y): when that head is removed, the next is claimed where it lies
+// The messages that followed a head this worker claimed, found right after the claim
+// (FindNextMessages): when that head is removed, the next is claimed where it lies
 // (kHeadsFollowSql), then the one after, without an index descent per message.
-struct Follower {
-    int64 id;
-    ItemPointerData tid;
-    TransactionId xmin;
-};
 struct KeyFollowers {
     int64 after;          // the head they follow (claimed, not yet known removed)
     int64 floor_version;  // read when they were found
-    std::vector<Follower> next;
+    std::vector<NextMessage> next;
     size_t taken = 0;  // next[taken] follows `after`
 };
 // By destination, then order key. Kept across transactions (a leased head is removed by a later
@@ -757,38 +745,14 @@ RawRow *LockRaw(ClaimRequest *request, int limit, uint64 *count) {
     return rows;
 }
 
-// One key a heads claim looked at (kHeadsSql's columns 13-20, or a follower ClaimHeads took),
-// and the messages after its head (columns 22-24).
+// One key a heads claim looked at (kHeadsSql's columns 13-20), or a follower ClaimHeads took.
 struct KeySeen {
     int64 order_key, floor_version, version;
     bool has_head, head_due, in_flight, blocked, claimed;
     int64 head_id;
     TimestampTz head_available_at;
     bool probed;  // found by an index descent (kHeadsSql), not taken as a follower
-    int nfollowers;
-    Datum *follower_ids, *follower_tids, *follower_xmins;
 };
-
-// The elements of a one-dimensional int8[], tid[] or xid[] column of `tuple`; 0 when NULL. The
-// element types' storage is written out, as Int8Array and TidArray write it (no catalog lookup
-// per key a claim looked at).
-int ArrayColumn(HeapTuple tuple, TupleDesc desc, int column, Oid type, Datum **out) {
-    bool isnull;
-    Datum d = heap_getattr(tuple, column, desc, &isnull);
-    if (isnull)
-        return 0;
-    int n;
-    ArrayType *array = DatumGetArrayTypeP(d);
-    if (type == INT8OID)
-        deconstruct_array(array, INT8OID, 8, true, TYPALIGN_DOUBLE, out, nullptr, &n);
-    else if (type == TIDOID)
-        deconstruct_array(array, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT, out,
-                          nullptr, &n);
-    else
-        deconstruct_array(array, XIDOID, sizeof(TransactionId), true, TYPALIGN_INT, out, nullptr,
-                          &n);
-    return n;
-}
 
 // Runs a heads claim (`plan` with `args`); C-style code only (may ereport). Returns the claimed
 // heads, and in *seen every key it looked at.
@@ -823,21 +787,6 @@ RawRow *HeadsRaw(SPIPlanPtr plan, Datum *args, uint64 *nclaimed, KeySeen **seen,
         k.in_flight = DatumGetBool(heap_getattr(tuple, 19, desc, &isnull));
         k.blocked = DatumGetBool(heap_getattr(tuple, 20, desc, &isnull));
         k.probed = true;
-        if (k.claimed) {
-            // In the order the subquery gave them (id order), which is checked: none is taken
-            // otherwise.
-            k.nfollowers = ArrayColumn(tuple, desc, 22, INT8OID, &k.follower_ids);
-            if (ArrayColumn(tuple, desc, 23, TIDOID, &k.follower_tids) != k.nfollowers ||
-                ArrayColumn(tuple, desc, 24, XIDOID, &k.follower_xmins) != k.nfollowers)
-                k.nfollowers = 0;
-            int64 previous = k.head_id;
-            for (int j = 0; j < k.nfollowers; j++) {
-                int64 id = DatumGetInt64(k.follower_ids[j]);
-                if (id <= previous)
-                    k.nfollowers = 0;
-                previous = id;
-            }
-        }
     }
     *nclaimed = claimed;
     *seen = keys;
@@ -1040,27 +989,11 @@ void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n,
                   int64 lease_ms) {
     TimestampTz now = GetCurrentTimestamp();
     auto &writes = key_row_writes[destination];
-    auto &followers = key_followers[destination];
     if (held_heads.size() > kMaxHeldHeads)
         held_heads.clear();  // only floors raised later are lost
-    if (followers.size() > kMaxFollowedKeys)
-        followers.clear();  // their next messages are looked for again
     for (uint64 i = 0; i < n; i++) {
         const KeySeen &s = seen[i];
         TimestampTz due;
-        if (s.claimed && s.probed && s.nfollowers == 0) {
-            followers.erase(s.order_key);
-        } else if (s.claimed && s.probed) {
-            KeyFollowers &f = followers[s.order_key];
-            f.after = s.head_id;
-            f.floor_version = s.floor_version;
-            f.taken = 0;
-            f.next.resize(size_t(s.nfollowers));
-            for (int j = 0; j < s.nfollowers; j++)
-                f.next[j] = {DatumGetInt64(s.follower_ids[j]),
-                             *reinterpret_cast<ItemPointer>(DatumGetPointer(s.follower_tids[j])),
-                             DatumGetTransactionId(s.follower_xmins[j])};
-        }
         if (s.claimed) {
             held_heads[s.head_id] = {s.order_key, s.floor_version};
             if (!leased)
@@ -1081,6 +1014,45 @@ void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n,
         w.due_at = due;
         w.has_due_at = true;
         w.head_removed = false;
+    }
+}
+
+// How many messages after a claimed head the worker finds at once: the claims of the next ones
+// follow without an index descent each.
+constexpr int kFollowers = 32;
+
+// The messages after each head a heads claim took (`seen`), as KeyFollowers: found while this
+// transaction holds the keys' rows, in a snapshot taken after the claim.
+void FindFollowers(const std::string &destination, const KeySeen *seen, uint64 n) {
+    auto &followers = key_followers[destination];
+    if (followers.size() > kMaxFollowedKeys)
+        followers.clear();  // their next messages are looked for again
+    std::vector<std::pair<int64_t, int64_t>> heads;
+    for (uint64 i = 0; i < n; i++) {
+        if (seen[i].claimed && seen[i].probed) {
+            heads.push_back({seen[i].order_key, seen[i].head_id});
+            followers.erase(seen[i].order_key);
+        }
+    }
+    std::vector<NextMessage> found;
+    if (heads.empty() ||
+        !PgTry([&] { return FindNextMessages(destination, heads, kFollowers, &found); }))
+        return;
+    size_t at = 0;  // found holds each key's messages together, in the order of `heads`
+    for (uint64 i = 0; i < n; i++) {
+        const KeySeen &s = seen[i];
+        if (!s.claimed || !s.probed)
+            continue;
+        size_t first = at;
+        while (at < found.size() && found[at].order_key == s.order_key)
+            at++;
+        if (at == first)
+            continue;
+        KeyFollowers &f = followers[s.order_key];
+        f.after = s.head_id;
+        f.floor_version = s.floor_version;
+        f.taken = 0;
+        f.next.assign(found.begin() + ptrdiff_t(first), found.begin() + ptrdiff_t(at));
     }
 }
 
@@ -1167,6 +1139,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 rows[kept++] = rows[i];
         AppendMessages(rows, kept, request.hold_locks, lease_token, out);
         NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
+        FindFollowers(request.destination, seen, nseen);
     };
     if (!scan.next.empty()) {
         size_t take = std::min(scan.next.size(), size_t(std::max(request.limit, 0)));
@@ -1220,7 +1193,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 auto f = followers.find(found[i].order_key);
                 if (f == followers.end() || f->second.taken >= f->second.next.size())
                     continue;
-                const Follower &expected = f->second.next[f->second.taken];
+                const NextMessage &expected = f->second.next[f->second.taken];
                 if (expected.id != rows[i].id || expected.xmin != found[i].xmin ||
                     !heads_claimed.insert(rows[i].id).second)
                     continue;

@@ -7,7 +7,8 @@
 # produce requests are rejected for good, so there are dead letters to requeue. For every key,
 # first arrivals follow id order, and nothing is lost. Then a dead letter requeued under
 # on_dead = skip goes in front of the next messages of its key that the worker already knew,
-# and a prepared requeue holds its key, and only its key, until COMMIT PREPARED.
+# and a prepared requeue holds its key, and only its key, until COMMIT PREPARED. Last, the
+# messages after a head are found only by an index laid out as created.
 use strict;
 use warnings;
 use OutboxTest;
@@ -193,6 +194,41 @@ for my $m (sort { $a->{offset} <=> $b->{offset} } @{ $broker->consume('pr', time
 ok($pr_seen, 'pr: the requeued dead letter arrived') or diag($node->safe_psql('postgres',
     q{SELECT id, key, reason, last_error FROM outbox.dead_letters WHERE destination = 'pr'}));
 is($pr_early, 0, 'pr: none of the messages of p waiting at the requeue arrived before it');
+
+#-------------------------------------------------------------------------------------------
+# The worker finds the messages after a head with an ordered scan of messages_key_order. An
+# index of that name built otherwise by hand (in descending order, whose forward scan would
+# give a key's later messages first; with a predicate that leaves some messages out) is not
+# used for that: every message of a key then goes by its own descent, still in id order.
+#-------------------------------------------------------------------------------------------
+my %index_as = (
+    descending => '(order_key DESC, id DESC) WHERE order_key IS NOT NULL',
+    'a predicate that leaves messages out' =>
+        "(order_key, id) WHERE order_key IS NOT NULL AND (payload->>'n')::int % 3 <> 1");
+for my $how (sort keys %index_as) {
+    my $topic = $how =~ /^desc/ ? 'ixd' : 'ixp';
+    $node->safe_psql('postgres', qq{
+        DROP INDEX outbox.messages_key_order;
+        CREATE INDEX messages_key_order ON outbox.messages $index_as{$how};
+        SELECT outbox.create_destination('$topic', 'kafka',
+            '{"bootstrap.servers": "$bootstrap", "topic": "$topic", "ordering": "key"}');
+        SELECT outbox.pause('$topic');
+        CREATE TABLE ${topic}_sent (event_id uuid PRIMARY KEY, id bigint NOT NULL, key text NOT NULL);
+        WITH m AS (INSERT INTO outbox.messages (destination, key, payload)
+                   SELECT '$topic', 'k' || (g % 4), jsonb_build_object('n', g)
+                     FROM generate_series(1, 1200) g
+                   RETURNING event_id, id, key)
+        INSERT INTO ${topic}_sent SELECT * FROM m;
+        SELECT outbox.resume('$topic');});
+    ok(wait_until(sub { $node->safe_psql('postgres',
+            "SELECT count(*) FROM outbox.messages WHERE destination = '$topic'") eq '0' }, 60),
+        "messages_key_order with $how: everything delivered");
+    check_key_order($node, "SELECT event_id, id, key FROM ${topic}_sent",
+        $broker->consume($topic, timeout => 60), "messages_key_order with $how");
+}
+$node->safe_psql('postgres', q{
+    DROP INDEX outbox.messages_key_order;
+    CREATE INDEX messages_key_order ON outbox.messages (order_key, id) WHERE order_key IS NOT NULL;});
 
 $node->stop;
 check_server_log($node);

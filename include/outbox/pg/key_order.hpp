@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -63,6 +64,24 @@ bool WriteKeyRowNotes(std::string_view destination, const std::vector<KeyRowNote
 // WriteKeyRowNotes locks. Returns how many went.
 int64_t DeleteIdleKeyRows(std::string_view destination, const std::vector<ItemPointerData> &tids,
                           TimestampTz idle_before);
+
+// A queued message of an ordered key (FindNextMessages): which row version it is.
+struct NextMessage {
+    int64_t order_key;
+    int64_t id;
+    ItemPointerData tid;
+    TransactionId xmin;
+};
+
+// For each (order key, id) of `keys`, the first `limit` messages of that key in `destination`
+// with a higher id, in id order, as the newest snapshot sees them, appended to `out`: one
+// ordered scan of messages_key_order per key, with the index access method's own calls (a
+// statement's plan could read the key's whole run of messages and sort it instead). The worker
+// claims them one by one as their heads go (src/pg/queue.cpp, kHeadsFollowSql). Returns false,
+// having found nothing, when outbox.messages or that index is not laid out as created.
+bool FindNextMessages(std::string_view destination,
+                      const std::vector<std::pair<int64_t, int64_t>> &keys, int limit,
+                      std::vector<NextMessage> *out);
 
 // Registers the transaction callbacks that forget the turns a (sub)transaction held. Called
 // once from _PG_init.
