@@ -45,7 +45,8 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # The object files depend on every header; a changed header rebuilds everything (small project).
-$(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
+# outbox.control too: its default_version is compiled in (OUTBOX_EXTVERSION).
+$(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp) outbox.control
 
 # outbox-driver: the network drivers in a process of their own, started by each delivery worker
 # (README "How it works"). A plain executable that includes no PostgreSQL header, so it is built

@@ -172,7 +172,7 @@ is($node->safe_psql('upg', 'SELECT count(*) FROM outbox.workers()'), '1',
 $node->safe_psql('upg', 'ALTER EXTENSION outbox UPDATE');
 my $def = q{SELECT pg_get_functiondef('outbox.workers()'::regprocedure) || obj_description('outbox.workers()'::regprocedure)};
 is($node->safe_psql('upg', $def), $node->safe_psql('postgres', $def),
-    'd: after the update outbox.workers() is the one of a fresh 0.2.0 install');
+    'd: after the update outbox.workers() is the one of a fresh install');
 is($node->safe_psql('upg', q{SELECT has_function_privilege('ops', 'outbox.workers()', 'EXECUTE')
                                || ',' || has_function_privilege('public', 'outbox.workers()', 'EXECUTE')}),
     'true,false', 'd: ops kept EXECUTE on it, PUBLIC still has none');
