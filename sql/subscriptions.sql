@@ -39,7 +39,7 @@ SELECT outbox.create_subscription('bad', 'kafka',
       "event_id_header": "bad header", "start": "middle", "no.such.property": 1,
       "fetch.wait.max.ms": "soon", "enable.auto.commit": true, "auto.offset.reset": "earliest",
       "topic": "orders", "max_attempts": 3, "sasl.password": {"x": "hunter2"},
-      "internal.termination.signal": 9, "log_cb": "x"}',
+      "internal.termination.signal": 9, "log_cb": "x", "handler_timeout": "forever"}',
     'app.apply_order(outbox.inbox_message)');
 \echo :SQLSTATE
 SELECT outbox.create_subscription('bad', 'kafka', '{"bootstrap.servers": "b:9092", "topics": []}',

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/duration.hpp"
 #include "outbox/headers.hpp"
 #include "outbox/quote.hpp"
 
@@ -103,6 +104,19 @@ bool CheckOwnKey(const std::string &key, const Json &value, SubscriptionCheck *c
                                 std::to_string(kMaxInboxBatch));
         } else {
             config->batch_size = static_cast<int>(value.get<int64_t>());
+        }
+    } else if (key == "handler_timeout") {
+        std::optional<int64_t> ms;
+        if (value.is_number_integer() && value.get<int64_t>() >= 0)
+            ms = value.get<int64_t>();
+        else if (value.is_string())
+            ms = ParseDurationMs(value.get_ref<const std::string &>());
+        if (!ms || *ms > kMaxHandlerTimeoutMs) {
+            problems->push_back(
+                "\"handler_timeout\" must be a duration from 0 (no limit) to 24h: milliseconds, "
+                "or a string such as \"30s\"");
+        } else {
+            config->handler_timeout_ms = *ms;
         }
     } else if (key == "start") {
         if (value == "earliest") {

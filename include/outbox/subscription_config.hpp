@@ -28,6 +28,8 @@ enum class OnError {
 // Records per consume transaction: the default and the largest "batch_size".
 constexpr int kDefaultInboxBatch = 500;
 constexpr int kMaxInboxBatch = 10000;
+// The longest "handler_timeout".
+constexpr int64_t kMaxHandlerTimeoutMs = 24 * 3600 * 1000;
 
 struct SubscriptionConfig {
     SubscriptionKind kind = SubscriptionKind::Kafka;
@@ -38,6 +40,10 @@ struct SubscriptionConfig {
     // "start": where a partition with no stored offset begins ("earliest", the default, or
     // "latest").
     bool start_at_latest = false;
+    // "handler_timeout": how long one call of the handler may run before it is cancelled and
+    // counts as an error of its record (milliseconds; 0: no limit); -1 when not set, i.e.
+    // outbox.inbox_handler_timeout.
+    int64_t handler_timeout_ms = -1;
     // Every other key: a librdkafka consumer property, as text, in the order of the object
     // ("bootstrap.servers" among them).
     std::vector<std::pair<std::string, std::string>> properties;
@@ -56,7 +62,9 @@ struct SubscriptionCheck {
 //
 // kafka: "bootstrap.servers" (required, a string), "topics" (required: a non-empty array of
 // Kafka topic names, no repeats), "on_error" ("skip" or "block"), "event_id_header" (a header
-// name, 1..255 bytes), "batch_size" (1..kMaxInboxBatch), "start" ("earliest" or "latest").
+// name, 1..255 bytes), "batch_size" (1..kMaxInboxBatch), "start" ("earliest" or "latest"),
+// "handler_timeout" (a duration: milliseconds or a string such as "30s"; 0 to 24 h, 0 for no
+// limit).
 // Every other key is a librdkafka property, checked with librdkafka itself and by the rules of
 // destination properties (CheckDestinationConfig: values strings, numbers or booleans; the
 // callbacks outbox owns, "plugin.library.paths" and "internal.termination.signal" refused;

@@ -85,7 +85,9 @@ static void ListWorkers(FunctionCallInfo fcinfo) {
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
-        if (!slot->in_use || pid == 0)
+        // The inbox workers deliver nothing: outbox.subscriptions() and pg_stat_activity
+        // (backend_type "outbox inbox worker") show them.
+        if (!slot->in_use || pid == 0 || slot->inbox)
             continue;
         char destination[NAMEDATALEN];
         SpinLockAcquire(&slot->mutex);

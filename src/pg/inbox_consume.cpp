@@ -2,6 +2,8 @@
 #include "outbox/pg/inbox_consume.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <csignal>
 #include <cstring>
 #include <set>
 #include <string>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "outbox/driver_supervisor.hpp"
+#include "outbox/duration.hpp"
 #include "outbox/inbox_event_id.hpp"
 #include "outbox/inbox_record.hpp"
 #include "outbox/uuid7.hpp"
@@ -28,14 +31,17 @@ extern "C" {
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
 #include "utils/resowner.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
 
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
-#include "outbox/pg/shmem.hpp"
+#include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
 
@@ -124,7 +130,10 @@ const char *const kShowErrorSql =
     "UPDATE outbox.inbox_subscriptions SET last_error = $2 WHERE name = $1"
     "   AND last_error IS DISTINCT FROM $2";
 
-SPIPlanPtr load_plan, read_offset_plan, blocked_plan, dedup_plan, dedup_batch_plan,
+// The cursors open in this session (a handler's: the worker opens none).
+const char *const kOpenCursorsSql = "SELECT name FROM pg_catalog.pg_cursors";
+
+SPIPlanPtr cursors_plan, load_plan, read_offset_plan, blocked_plan, dedup_plan, dedup_batch_plan,
     dead_letter_plan, requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan,
     insert_offset_plan, show_error_plan;
 
@@ -156,43 +165,6 @@ Datum TimestampFromMs(int64_t ms) {
                                    USECS_PER_DAY);
 }
 
-// The session advisory lock of one subscription partition. Advisory locks are per database;
-// the key is a 64-bit hash (a collision only makes two partitions share one owner).
-int64_t LockKey(const std::string &subscription, const std::string &topic, int32_t partition) {
-    std::string k = "outbox.inbox";
-    k.push_back('\0');
-    k += subscription;
-    k.push_back('\0');
-    k += topic;
-    k.push_back('\0');
-    k += std::to_string(partition);
-    return int64_t(hash_bytes_extended(reinterpret_cast<const unsigned char *>(k.data()),
-                                       int(k.size()), 0x6f7574626f78ULL));
-}
-
-// The delivery workers of this database that run now, this one included.
-int LiveWorkers() {
-    int n = 0;
-    for (int i = 0; i < shared->num_slots; i++) {
-        WorkerSlot *slot = &shared->slots[i];
-        SpinLockAcquire(&slot->mutex);
-        bool live = slot->in_use && slot->pid != 0 && slot->database == MyDatabaseId;
-        SpinLockRelease(&slot->mutex);
-        n += live ? 1 : 0;
-    }
-    return n;
-}
-
-bool TryLock(int64_t key) {
-    return PgTry([key] {
-        return DatumGetBool(DirectFunctionCall1(pg_try_advisory_lock_int8, Int64GetDatum(key)));
-    });
-}
-
-void Unlock(int64_t key) {
-    PgTry([key] { (void)DirectFunctionCall1(pg_advisory_unlock_int8, Int64GetDatum(key)); });
-}
-
 std::string SqlState(int code) {
     return unpack_sql_state(code);
 }
@@ -204,6 +176,16 @@ InboxConsumer::InboxConsumer(DriverProcess *drivers, std::string database,
     : drivers_(drivers), database_(std::move(database)), pause_(std::move(pause)) {}
 
 InboxConsumer::~InboxConsumer() = default;
+
+bool SubscriptionsExist() {
+    return PgTry([] {
+        int rc = SPI_execute("SELECT FROM outbox.inbox_subscriptions LIMIT 1", true, 1);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: reading outbox.inbox_subscriptions failed: %s",
+                 SPI_result_code_string(rc));
+        return SPI_processed > 0;
+    });
+}
 
 bool InboxConsumer::HasWork(bool poll) {
     if (poll || !loaded_ || reset_)
@@ -218,8 +200,6 @@ bool InboxConsumer::HasWork(bool poll) {
 }
 
 void InboxConsumer::Close(Subscription &s) {
-    for (auto &[tp, p] : s.partitions)
-        Unlock(p.lock_key);
     s.partitions.clear();
     s.pending.clear();
     s.consumer.reset();
@@ -365,8 +345,9 @@ void InboxConsumer::Load() {
     loaded_ = true;
 }
 
-// Takes and gives back partitions (this worker's share), reads the offsets of new ones, and
-// checks whether blocked ones may go on.
+// Takes the partitions of the subscription's topics (the inbox worker is the database's only
+// consumer; the offsets' compare-and-set would stop a second one), gives up those gone from
+// the cluster, reads the offsets of new ones, and checks whether blocked ones may go on.
 void InboxConsumer::Own(Subscription &s) {
     const ConsumerState &state = s.consumer->State();
     std::string error = s.consumer->Error();
@@ -384,30 +365,18 @@ void InboxConsumer::Own(Subscription &s) {
     std::map<std::pair<std::string, int32_t>, const PartitionInfo *> exists;
     for (const PartitionInfo &info : state.partitions)
         exists[{info.topic, info.partition}] = &info;
-    // The share: partitions / the database's workers running now (so that one worker left
-    // alone, the others failed or not started yet, takes them all), rounded up.
-    int workers = std::max(LiveWorkers(), 1);
-    size_t share = (state.partitions.size() + size_t(workers) - 1) / size_t(workers);
 
-    // Gone from the cluster, or more than the share (another worker came): given back, from
-    // the end. Nothing of them is applied in this transaction yet.
+    // Gone from the cluster: dropped. Nothing of them is applied in this transaction yet.
     for (auto it = s.partitions.begin(); it != s.partitions.end();) {
         if (exists.count(it->first) == 0) {
-            Unlock(it->second.lock_key);
             it = s.partitions.erase(it);
             s.assign_due = true;
         } else {
             ++it;
         }
     }
-    while (s.partitions.size() > share) {
-        auto last = std::prev(s.partitions.end());
-        Unlock(last->second.lock_key);
-        s.partitions.erase(last);
-        s.assign_due = true;
-    }
     if (s.assign_due) {
-        // Records of partitions given back are not applied here: their next owner reads them.
+        // Records of partitions dropped are not applied.
         std::vector<ConsumedRecord> kept;
         for (ConsumedRecord &r : s.pending)
             if (s.partitions.count({r.topic, r.partition}) != 0)
@@ -416,18 +385,12 @@ void InboxConsumer::Own(Subscription &s) {
     }
 
     for (const PartitionInfo &info : state.partitions) {
-        if (s.partitions.size() >= share)
-            break;
         auto tp = std::make_pair(info.topic, info.partition);
         if (s.partitions.count(tp) != 0)
             continue;
-        int64_t key = LockKey(s.name, info.topic, info.partition);
-        if (!TryLock(key))
-            continue;  // another worker's
         Partition p;
         p.topic = info.topic;
         p.partition = info.partition;
-        p.lock_key = key;
         p.high = info.high;
         bool found = false;
         PgTry([&] {
@@ -452,10 +415,8 @@ void InboxConsumer::Own(Subscription &s) {
         } else {
             // Where a partition with no stored offset begins ("start").
             int64_t start = s.config.start_at_latest ? info.high : std::max<int64_t>(info.low, 0);
-            if (start < 0) {
-                Unlock(key);  // its watermarks are not known yet
-                continue;
-            }
+            if (start < 0)
+                continue;  // its watermarks are not known yet
             p.committed = start;
             p.touched = true;  // its row is written in this transaction
         }
@@ -522,24 +483,105 @@ bool Dedup(const std::string &subscription, const Uuid &event_id, const std::str
     });
 }
 
-// The handler, as the subscription's owner: only this call runs with the owner's rights
-// (SECURITY_RESTRICTED_OPERATION, as PostgreSQL runs index expressions during maintenance:
-// it cannot SET ROLE its way out or leave session state behind). When it raises, the
-// subtransaction's rollback puts the worker's user back.
-void CallHandler(FmgrInfo *flinfo, Oid owner, Datum message) {
-    PgTry([&] {
-        Oid save_userid;
-        int save_sec_context;
-        GetUserIdAndSecContext(&save_userid, &save_sec_context);
-        SetUserIdAndSecContext(
-            owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-        LOCAL_FCINFO(fcinfo, 1);
-        InitFunctionCallInfoData(*fcinfo, flinfo, 1, InvalidOid, nullptr, nullptr);
-        fcinfo->args[0].value = message;
-        fcinfo->args[0].isnull = false;
-        (void)FunctionCallInvoke(fcinfo);
-        SetUserIdAndSecContext(save_userid, save_sec_context);
-    });
+// A handler call's time limit (outbox.inbox_handler_timeout, "handler_timeout"): a timer of
+// this process's that cancels the running query, as statement_timeout would.
+TimeoutId handler_timer = MAX_TIMEOUTS;
+volatile sig_atomic_t handler_timed_out = false;
+
+void HandlerTimeoutFired() {
+    handler_timed_out = true;
+    InterruptPending = true;
+    QueryCancelPending = true;
+    SetLatch(MyLatch);
+}
+
+// Closes the cursors a handler left open (cursors it opened in a call that raised are gone
+// with its subtransaction).
+void CloseHandlerCursors() {
+    int rc = SPI_execute_plan(KeptPlan(&cursors_plan, kOpenCursorsSql, 0, nullptr), nullptr,
+                              nullptr, true, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "outbox: reading pg_cursors failed: %s", SPI_result_code_string(rc));
+    uint64 n = SPI_processed;
+    SPITupleTable *table = SPI_tuptable;
+    for (uint64 i = 0; i < n; i++) {
+        char *name = SPI_getvalue(table->vals[i], table->tupdesc, 1);
+        Portal portal = name ? SPI_cursor_find(name) : nullptr;
+        if (portal)
+            SPI_cursor_close(portal);
+    }
+    SPI_freetuptable(table);
+}
+
+// The handler, as the subscription's owner, in a sandbox: only this call runs with the
+// owner's rights, as a security-restricted operation (as PostgreSQL runs index expressions
+// during maintenance: it cannot SET ROLE, create temporary objects, PREPARE, LISTEN or DISCARD,
+// nor open a cursor WITH HOLD), and nothing of the session it changed outlives the call:
+// every setting it set at any level (set_config(..., false) and SET SESSION included) is
+// rolled back, the session advisory locks it took are released and the cursors it left open
+// closed, whether it returned or raised. A call longer than `timeout_ms` (0: no limit) is cancelled
+// and raises 57014; the subtransaction it runs in rolls its work back.
+void CallHandler(FmgrInfo *flinfo, Oid owner, Datum message, int64_t timeout_ms) {
+    bool timed = timeout_ms > 0;
+    try {
+        PgTry([&] {
+            if (timed && handler_timer == MAX_TIMEOUTS)
+                handler_timer = RegisterTimeout(USER_TIMEOUT, HandlerTimeoutFired);
+            Oid save_userid;
+            int save_sec_context;
+            GetUserIdAndSecContext(&save_userid, &save_sec_context);
+            int nest = NewGUCNestLevel();
+            SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+                                              SECURITY_RESTRICTED_OPERATION);
+            handler_timed_out = false;
+            if (timed)
+                enable_timeout_after(handler_timer, int(std::min<int64_t>(timeout_ms, INT_MAX)));
+            LOCAL_FCINFO(fcinfo, 1);
+            InitFunctionCallInfoData(*fcinfo, flinfo, 1, InvalidOid, nullptr, nullptr);
+            fcinfo->args[0].value = message;
+            fcinfo->args[0].isnull = false;
+            (void)FunctionCallInvoke(fcinfo);
+            if (timed)
+                disable_timeout(handler_timer, false);
+            if (handler_timed_out)
+                QueryCancelPending = false;  // fired after the call: not for what comes next
+            SetUserIdAndSecContext(save_userid, save_sec_context);
+            AtEOXact_GUC(false, nest);
+            LockReleaseSession(USER_LOCKMETHOD);
+            CloseHandlerCursors();
+            // A handler that caught the cancel (EXCEPTION WHEN query_canceled) and returned
+            // still ran too long.
+            if (handler_timed_out)
+                ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED), errmsg("timed out")));
+        });
+    } catch (PgError &error) {
+        // Raised: the user, the settings and the subtransaction are put back by its rollback;
+        // the timer and the session locks are this code's to undo.
+        PgTry([timed] {
+            if (timed)
+                disable_timeout(handler_timer, false);
+            if (handler_timed_out)
+                QueryCancelPending = false;
+            LockReleaseSession(USER_LOCKMETHOD);
+        });
+        if (handler_timed_out && error.sqlerrcode == ERRCODE_QUERY_CANCELED)
+            throw PgError(ERRCODE_QUERY_CANCELED,
+                          "the handler ran longer than its handler_timeout (" +
+                              FormatDurationMs(timeout_ms) + ") and was cancelled",
+                          "", "Make it faster, or raise the subscription's handler_timeout.");
+        throw;
+    }
+}
+
+// Whether `error` is the cancel of the last handler call for its time limit.
+bool HandlerTimedOut(const CaughtError &error) {
+    return handler_timed_out && error.sqlerrcode == ERRCODE_QUERY_CANCELED;
+}
+
+// The subscription's handler_timeout, or outbox.inbox_handler_timeout.
+int64_t HandlerTimeoutMs(const SubscriptionConfig &config) {
+    return config.handler_timeout_ms >= 0 ? config.handler_timeout_ms
+                                          : setting_inbox_handler_timeout_ms;
 }
 
 // The message as a composite of outbox.inbox_message.
@@ -696,6 +738,7 @@ size_t InboxConsumer::ApplyPending(Subscription &s) {
 
     CaughtError error;
     std::vector<bool> is_new;
+    size_t calling = batch.size();  // the record whose handler runs (or raised)
     bool ok = batch.empty() ||
               InSubtransaction(
                   [&] {
@@ -704,15 +747,21 @@ size_t InboxConsumer::ApplyPending(Subscription &s) {
                       for (size_t k = 0; k < batch.size(); k++) {
                           if (!is_new[k])
                               continue;
+                          calling = k;
                           in_record_context([&] {
                               MessageArgs args;
                               RecordArgs(s, *batch[k], ids[k], &args);
-                              CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args));
+                              CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args),
+                                          HandlerTimeoutMs(s.config));
                           });
                       }
+                      calling = batch.size();
                       pause_("inbox_after_handler");
                   },
                   &error);
+    // A handler cancelled for its time limit is not called once more for the same record: it
+    // would only spend that time again.
+    size_t timed_out = HandlerTimedOut(error) ? calling : batch.size();
     if (ok) {
         for (size_t k = 0; k < batch.size(); k++)
             done(*batch[k], !is_new[k]);
@@ -731,16 +780,18 @@ size_t InboxConsumer::ApplyPending(Subscription &s) {
                 MessageArgs args;
                 RecordArgs(s, r, ids[k], &args);
                 bool duplicate = false;
-                CaughtError failure;
-                bool applied = InSubtransaction(
-                    [&] {
-                        if (!Dedup(s.name, ids[k], r.topic, r.partition, r.offset)) {
-                            duplicate = true;
-                            return;
-                        }
-                        CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args));
-                    },
-                    &failure);
+                CaughtError failure = k == timed_out ? error : CaughtError();
+                bool applied = k != timed_out &&
+                               InSubtransaction(
+                                   [&] {
+                                       if (!Dedup(s.name, ids[k], r.topic, r.partition, r.offset)) {
+                                           duplicate = true;
+                                           return;
+                                       }
+                                       CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args),
+                                                   HandlerTimeoutMs(s.config));
+                                   },
+                                   &failure);
                 if (applied) {
                     done(r, duplicate);
                     return;
@@ -821,7 +872,8 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
                     duplicate = true;
                     return;
                 }
-                CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args));
+                CallHandler(fn, s.owner, MessageDatum(s.message_desc, &args),
+                            HandlerTimeoutMs(s.config));
             },
             &error);
         PgTry([&] {
@@ -916,14 +968,8 @@ bool InboxConsumer::Consume(bool poll) {
         reset_ = false;
         loaded_ = false;
     }
-    // The handlers and this code's own statements run with this search_path (a fixed one, set
-    // for this transaction only: its plans are made and used under it).
-    int nest = PgTry([] {
-        int level = NewGUCNestLevel();
-        (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
-                                GUC_ACTION_SAVE, true, 0, false);
-        return level;
-    });
+    // The handlers and this code's own statements run with the inbox worker's search_path,
+    // pg_catalog, pg_temp (inbox_worker.cpp pins it; CallHandler rolls back a handler's).
     if (poll || !loaded_)
         Load();
     bool more = false;
@@ -967,7 +1013,6 @@ bool InboxConsumer::Consume(bool poll) {
         WriteOffsets(s);
         more = more || !s.pending.empty() || s.consumer->Buffered() > 0;
     }
-    PgTry([nest] { AtEOXact_GUC(true, nest); });
     return more;
 }
 

@@ -69,6 +69,7 @@ SlotState *slot_states;
 struct Target {
     Oid database;
     int worker_index;
+    bool inbox;  // the database's inbox worker (inbox_worker.cpp)
 };
 
 // A name of outbox.databases looked up in pg_database.
@@ -192,24 +193,29 @@ std::vector<Oid> ResolveDatabases() {
 
     // The launcher and the workers come out of max_worker_processes, like parallel query's and
     // logical replication's workers: say so when outbox takes more than half of them.
-    int needed = 1 + int(oids.size()) * setting_workers;
+    int inboxes = int(std::count_if(oids.begin(), oids.end(), InboxWanted));
+    int needed = 1 + int(oids.size()) * setting_workers + inboxes;
     if (needed * 2 <= max_worker_processes) {
         logged->budget_needed = 0;
     } else if (needed != logged->budget_needed || max_worker_processes != logged->budget_max) {
         int left = std::max(0, max_worker_processes - needed);
-        ereport(WARNING,
-                (errmsg("outbox: its launcher and workers need %d of the %d background worker "
-                        "processes (max_worker_processes)",
-                        needed, max_worker_processes),
-                 errdetail("%d database(s) served with outbox.workers = %d. Parallel query, "
-                           "logical replication and other extensions take their workers from the "
-                           "same %d processes: %d are left for them%s.",
-                           int(oids.size()), setting_workers, max_worker_processes, left,
-                           needed > max_worker_processes
-                               ? ", and some outbox workers cannot start at all"
-                               : ""),
-                 errhint("Raise max_worker_processes (it takes a restart), or serve fewer "
-                         "databases or fewer outbox.workers per database.")));
+        ereport(
+            WARNING,
+            (errmsg("outbox: its launcher and workers need %d of the %d background worker "
+                    "processes (max_worker_processes)",
+                    needed, max_worker_processes),
+             errdetail(
+                 "%d database(s) served with outbox.workers = %d%s. Parallel query, "
+                 "logical replication and other extensions take their workers from the "
+                 "same %d processes: %d are left for them%s.",
+                 int(oids.size()), setting_workers,
+                 inboxes > 0 ? psprintf(", %d with subscriptions (an inbox worker each)", inboxes)
+                             : "",
+                 max_worker_processes, left,
+                 needed > max_worker_processes ? ", and some outbox workers cannot start at all"
+                                               : ""),
+             errhint("Raise max_worker_processes (it takes a restart), or serve fewer "
+                     "databases or fewer outbox.workers per database.")));
         logged->budget_needed = needed;
         logged->budget_max = max_worker_processes;
     }
@@ -227,17 +233,23 @@ bool SlotAlive(int i) {
     return slot->pid != 0 && kill(slot->pid, 0) == 0;
 }
 
-bool StartWorker(int i, Oid database, int worker_index) {
+bool StartWorker(int i, Oid database, int worker_index, bool inbox) {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof worker);
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
     worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
     worker.bgw_restart_time = BGW_NEVER_RESTART;  // the launcher restarts, with backoff
     strlcpy(worker.bgw_library_name, "outbox", BGW_MAXLEN);
-    strlcpy(worker.bgw_function_name, "outbox_worker_main", BGW_MAXLEN);
-    snprintf(worker.bgw_name, BGW_MAXLEN, "outbox worker %d for database %u", worker_index,
-             database);
-    strlcpy(worker.bgw_type, "outbox worker", BGW_MAXLEN);
+    if (inbox) {
+        strlcpy(worker.bgw_function_name, "outbox_inbox_worker_main", BGW_MAXLEN);
+        snprintf(worker.bgw_name, BGW_MAXLEN, "outbox inbox worker for database %u", database);
+        strlcpy(worker.bgw_type, "outbox inbox worker", BGW_MAXLEN);
+    } else {
+        strlcpy(worker.bgw_function_name, "outbox_worker_main", BGW_MAXLEN);
+        snprintf(worker.bgw_name, BGW_MAXLEN, "outbox worker %d for database %u", worker_index,
+                 database);
+        strlcpy(worker.bgw_type, "outbox worker", BGW_MAXLEN);
+    }
     worker.bgw_main_arg = Int32GetDatum(i);
     worker.bgw_notify_pid = MyProcPid;
     WorkerArgs args = {database, worker_index, i};
@@ -263,10 +275,14 @@ bool StartWorker(int i, Oid database, int worker_index) {
 // Returns the milliseconds until something needs another look (-1: only events).
 long Reconcile(const std::vector<Oid> &databases) {
     std::vector<Target> targets;
-    for (Oid db : databases)
-        if (!DatabaseIsHeld(db))
-            for (int w = 0; w < setting_workers; w++)
-                targets.push_back({db, w});
+    for (Oid db : databases) {
+        if (DatabaseIsHeld(db))
+            continue;
+        for (int w = 0; w < setting_workers; w++)
+            targets.push_back({db, w, false});
+        if (InboxWanted(db))
+            targets.push_back({db, 0, true});
+    }
     // Allocated before the lock is taken: nothing below allocates with the lock held.
     std::vector<bool> covered(targets.size(), false);
 
@@ -278,6 +294,12 @@ long Reconcile(const std::vector<Oid> &databases) {
     };
 
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    // Demand of databases no longer served (or never: a subscription in a database outside
+    // outbox.databases) leaves room for the others.
+    for (InboxDemand &d : shared->inbox_demand)
+        if (d.wanted &&
+            std::find(databases.begin(), databases.end(), d.database) == databases.end())
+            d = InboxDemand{InvalidOid, false};
     for (int i = 0; i < shared->num_slots; i++) {
         WorkerSlot *slot = &shared->slots[i];
         if (!slot->in_use)
@@ -287,7 +309,7 @@ long Reconcile(const std::vector<Oid> &databases) {
         int t = -1;
         for (size_t k = 0; k < targets.size() && t < 0; k++)
             if (!covered[k] && targets[k].database == slot->database &&
-                targets[k].worker_index == slot->worker_index)
+                targets[k].worker_index == slot->worker_index && targets[k].inbox == slot->inbox)
                 t = int(k);
         bool alive = SlotAlive(i);
         SlotState &st = slot_states[i];
@@ -316,9 +338,10 @@ long Reconcile(const std::vector<Oid> &databases) {
                 delay *= 2;
             delay = std::min<long>(delay, kRestartMaxMs);
             if (st.quick_exits > 3)
-                ereport(LOG, (errmsg("outbox: worker %d for database %u keeps exiting; restarting "
-                                     "it in %ld ms",
-                                     slot->worker_index, slot->database, delay)));
+                ereport(LOG, (errmsg("outbox: %s worker %d for database %u keeps exiting; "
+                                     "restarting it in %ld ms",
+                                     slot->inbox ? "inbox" : "delivery", slot->worker_index,
+                                     slot->database, delay)));
             st.restart_at = TimestampTzPlusMilliseconds(now, delay);
         }
         if (now < st.restart_at) {
@@ -327,7 +350,7 @@ long Reconcile(const std::vector<Oid> &databases) {
         }
         st.restart_at = 0;
         slot->pid = 0;
-        if (!StartWorker(i, slot->database, slot->worker_index)) {
+        if (!StartWorker(i, slot->database, slot->worker_index, slot->inbox)) {
             ereport(WARNING, (errmsg("outbox: could not start a worker: no background worker slot "
                                      "is free"),
                               errhint("Raise max_worker_processes (outbox needs "
@@ -349,10 +372,11 @@ long Reconcile(const std::vector<Oid> &databases) {
         slot->in_use = true;
         slot->database = targets[k].database;
         slot->worker_index = targets[k].worker_index;
+        slot->inbox = targets[k].inbox;
         slot->pid = 0;
         ResetSlotCounters(slot);
         slot_states[free_slot] = SlotState();
-        if (!StartWorker(free_slot, slot->database, slot->worker_index)) {
+        if (!StartWorker(free_slot, slot->database, slot->worker_index, slot->inbox)) {
             ereport(WARNING, (errmsg("outbox: could not start a worker: no background worker slot "
                                      "is free"),
                               errhint("Raise max_worker_processes (outbox needs "

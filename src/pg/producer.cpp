@@ -61,6 +61,7 @@ constexpr int64 kMaxScheduleAheadUs = 366LL * USECS_PER_DAY;
 // the transaction.
 static bool wake_at_commit = false;
 static bool reload_at_commit = false;
+static bool inbox_at_commit = false;  // a subscription was created or changed
 // In this transaction the id sequence is known to be past this (KeepOwnRow).
 static int64 ids_below = PG_INT64_MIN;
 
@@ -71,13 +72,15 @@ static void OnTransactionEvent(XactEvent event, void *) {
             // the rows.
             if (wake_at_commit || reload_at_commit)
                 WakeWorkers(MyDatabaseId, reload_at_commit);
-            wake_at_commit = reload_at_commit = false;
+            if (inbox_at_commit)
+                SetInboxWanted(MyDatabaseId, true);
+            wake_at_commit = reload_at_commit = inbox_at_commit = false;
             ids_below = PG_INT64_MIN;
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PREPARE:  // COMMIT PREPARED elsewhere is found by the poll
         case XACT_EVENT_PARALLEL_ABORT:
-            wake_at_commit = reload_at_commit = false;
+            wake_at_commit = reload_at_commit = inbox_at_commit = false;
             ids_below = PG_INT64_MIN;
             break;
         default:
@@ -95,6 +98,10 @@ void WakeAtCommit() {
 
 void ReloadAtCommit() {
     reload_at_commit = true;
+}
+
+void WantInboxAtCommit() {
+    inbox_at_commit = true;
 }
 
 // UUIDv7 generation state of this process; the generator keeps values strictly increasing.

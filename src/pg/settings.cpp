@@ -35,6 +35,7 @@ int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
 char *setting_webhook_allowed_networks = nullptr;
+int setting_inbox_handler_timeout_ms = 5000;
 char *setting_traceparent = nullptr;
 char *setting_tracestate = nullptr;
 bool setting_drop_nonempty = false;
@@ -182,6 +183,13 @@ void DefineSettings() {
         "uses.",
         &setting_webhook_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
         CheckAllowedNetworks, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.inbox_handler_timeout", "Longest run of one call of a subscription's handler.",
+        "A call that runs longer is cancelled: its record is rolled back and treated as a "
+        "handler error (dead letter, or a blocked partition with on_error = block). A "
+        "subscription's handler_timeout overrides it. 0: no limit.",
+        &setting_inbox_handler_timeout_ms, 5000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+        nullptr, nullptr);
     DefineCustomBoolVariable(
         "outbox.drop_nonempty",
         "Lets DROP EXTENSION outbox delete queued messages and dead letters.",

@@ -116,7 +116,7 @@ void WakeWorkers(Oid database, bool reload) {
         WorkerSlot *slot = &shared->slots[i];
         pid_t pid = slot->pid;
         int procno = slot->pgprocno;
-        if (pid != 0 && (database == InvalidOid || slot->database == database)) {
+        if (pid != 0 && !slot->inbox && (database == InvalidOid || slot->database == database)) {
             if (reload)
                 pg_atomic_write_u32(&slot->reload, 1);
             SetLatch(&ProcGlobal->allProcs[procno].procLatch);
@@ -224,6 +224,46 @@ void ReleaseDatabase(Oid database) {
             h.database = InvalidOid;
     LWLockRelease(shared->lock);
     WakeLauncher();
+}
+
+void SetInboxWanted(Oid database, bool wanted) {
+    bool changed = false;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    InboxDemand *entry = nullptr;
+    for (InboxDemand &d : shared->inbox_demand) {
+        if (d.database == database) {
+            entry = &d;
+            break;
+        }
+        if (entry == nullptr && d.database == InvalidOid)
+            entry = &d;
+    }
+    // Free entries are not wanted. The table has room for every database outbox.databases
+    // may list (64).
+    if (entry && entry->wanted != wanted) {
+        changed = true;
+        entry->database = wanted ? database : InvalidOid;
+        entry->wanted = wanted;
+    }
+    LWLockRelease(shared->lock);
+    if (changed)
+        WakeLauncher();
+    // A running inbox worker reads the subscriptions again at once.
+    for (int i = 0; wanted && i < shared->num_slots; i++) {
+        WorkerSlot *slot = &shared->slots[i];
+        if (slot->inbox && slot->pid != 0 && slot->database == database)
+            SetLatch(&ProcGlobal->allProcs[slot->pgprocno].procLatch);
+    }
+}
+
+bool InboxWanted(Oid database) {
+    bool wanted = false;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    for (const InboxDemand &d : shared->inbox_demand)
+        if (d.database == database && d.wanted)
+            wanted = true;
+    LWLockRelease(shared->lock);
+    return wanted;
 }
 
 void WakeLauncher() {

@@ -34,6 +34,7 @@ extern "C" {
 
 #include "outbox/pg/config_errors.hpp"
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/producer.hpp"
 
 extern "C" {
 PGDLLEXPORT Datum outbox_subscriptions_check(PG_FUNCTION_ARGS);
@@ -279,5 +280,7 @@ Datum outbox_subscriptions_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox._subscriptions_check() must be a BEFORE row trigger"),
                         errhidestmt(true)));
     HeapTuple tuple = CxxTry([td] { return CheckSubscriptionRow(td); }, /*hide_statement=*/true);
+    if (TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+        WantInboxAtCommit();  // its inbox worker starts (or reloads) at once
     return PointerGetDatum(tuple);
 }

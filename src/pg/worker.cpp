@@ -46,9 +46,11 @@ extern "C" {
 #include "outbox/pg/driver_process.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/inbox.hpp"
-#include "outbox/pg/inbox_consume.hpp"
+#include "outbox/pg/debug.hpp"
+#include "outbox/pg/inbox_consume.hpp"  // SubscriptionsExist
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/queue_counts.hpp"
+#include "outbox/pg/session.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -75,7 +77,6 @@ volatile sig_atomic_t shutdown_requested = false;
 
 // What pg_stat_activity.wait_event shows while the worker waits (compat.hpp: NewWaitEvent).
 uint32 wait_event_main = PG_WAIT_EXTENSION;
-uint32 wait_event_debug_pause = PG_WAIT_EXTENSION;
 
 void HandleSigterm(SIGNAL_ARGS) {
     int save_errno = errno;
@@ -93,22 +94,9 @@ int64 NowMs() {
 
 DriverProcess *paused_drivers = nullptr;  // the worker's driver process, for DebugPause
 
-// Fault injection for the crash tests (outbox.debug_pause): waits in `phase` if asked to. The
-// driver process holds its drivers meanwhile (polls none), so that the worker stands still at
-// that point as it did when the drivers ran inside it: a webhook handed to the driver is not
-// sent meanwhile, while librdkafka's threads send what they were given (test/t/082, 084).
+// Fault injection for the crash tests (outbox.debug_pause, debug.hpp).
 void DebugPause(const char *phase) {
-    if (setting_debug_pause == nullptr || setting_debug_pause[0] == '\0' ||
-        strcmp(setting_debug_pause, phase) != 0)
-        return;
-    ereport(LOG, (errmsg("outbox: pausing %d ms in phase \"%s\" (outbox.debug_pause)",
-                         setting_debug_pause_ms, phase)));
-    if (paused_drivers)
-        paused_drivers->Freeze(true);
-    (void)WaitLatch(nullptr, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, setting_debug_pause_ms,
-                    wait_event_debug_pause);
-    if (paused_drivers)
-        paused_drivers->Freeze(false);
+    PauseForTest(phase, paused_drivers);
 }
 
 // The worker's session skips the _messages_changed trigger: it counts its own removals.
@@ -135,7 +123,6 @@ class Worker {
     void Run();
     // Destroys the drivers, then ends the driver process; safe to call twice.
     void ReleaseDrivers() {
-        inbox_.reset();
         dispatcher_.reset();
         paused_drivers = nullptr;
         drivers_.reset();
@@ -143,7 +130,6 @@ class Worker {
 
   private:
     bool Turn(bool woken, bool poll_due);
-    bool ConsumeInbox(bool poll_due);
     void Shutdown();
     void WriteBackAndClaim(bool claim,
                            std::vector<std::pair<ClaimRequest, std::vector<Message>>> *claimed,
@@ -172,8 +158,7 @@ class Worker {
     std::string database_;
     std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
     std::unique_ptr<Dispatcher> dispatcher_;
-    std::unique_ptr<InboxConsumer> inbox_;  // the subscriptions (inbox_consume.hpp)
-    Resolutions pending_;                   // outcomes not yet written back
+    Resolutions pending_;  // outcomes not yet written back
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
     ExtensionState logged_extension_ = ExtensionState::Ready;  // the state last said in the log
@@ -185,6 +170,7 @@ class Worker {
     bool archive_empty_ = false;  // nothing left to sweep while retention is 0
     bool sweep_inbox_ = false;    // this turn sweeps outbox.inbox (a poll, inbox_retention > 0)
     bool sweep_keys_ = false;     // this turn sweeps idle keys' rows (SweepKeysOnce)
+    bool check_inbox_ = false;    // this turn says whether the database wants an inbox worker
     int64 next_key_sweep_ms_ = 0;
     MemoryContext turn_context_;
     WaitEventSet *wait_set_ = nullptr;
@@ -218,8 +204,6 @@ Worker::Worker(WorkerSlot *slot, std::string database)
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
     dispatcher_->SetPollHook([this] { drivers_->Service(); });
-    inbox_ = std::make_unique<InboxConsumer>(drivers_.get(), database_,
-                                             [](const char *phase) { DebugPause(phase); });
     dispatcher_->SetSettings(CurrentSettings());
     if (!pg_strong_random(&lease_base_, sizeof lease_base_))
         lease_base_ = uint64(MyProcPid) << 32 ^ uint64(NowMs());
@@ -240,6 +224,7 @@ void Worker::InTransaction(const char *activity, F &&body) {
     PgTry([activity] {
         SetCurrentStatementStartTimestamp();
         StartTransactionCommand();
+        PinWorkerSessionSettings();
         if (SPI_connect() != SPI_OK_CONNECT)
             elog(ERROR, "outbox: SPI_connect failed");
         PushActiveSnapshot(GetTransactionSnapshot());
@@ -265,10 +250,13 @@ void Worker::WriteBackAndClaim(bool claim,
     Resolutions failed;  // destinations whose write-back failed in this turn
     ExtensionState extension = ExtensionState::Ready;
     std::string version;
+    bool subscriptions = false;
     InTransaction("outbox: write back and claim", [&] {
         extension = InstalledExtension(&version);
         if (extension != ExtensionState::Ready)
             return;
+        if (check_inbox_)
+            subscriptions = SubscriptionsExist();
         if (!destinations_loaded_ || seen_generation_ != destinations_generation) {
             seen_generation_ = destinations_generation;
             dispatcher_->SetDestinations(LoadDestinations());
@@ -305,7 +293,7 @@ void Worker::WriteBackAndClaim(bool claim,
             if (failed.count(request.destination))
                 continue;
             request.from_start = full_scan_;
-            if (setting_debug_pause && setting_debug_pause[0] != '\0')
+            if (PausesForTests())
                 request.hold_locks = false;  // the crash tests pause in the leased path
             if (request.hold_locks) {        // claimed in a transaction of their own, FastBatch
                 fast->push_back(std::move(request));
@@ -318,6 +306,8 @@ void Worker::WriteBackAndClaim(bool claim,
         if (!claimed->empty() && !claimed->back().second.empty())
             DebugPause("claim");
     });
+    if (check_inbox_)
+        SetInboxWanted(MyDatabaseId, subscriptions);
     if (extension != ExtensionState::Ready) {
         // Dropped while we ran (or never created), or still at the schema of an older version:
         // nothing to deliver, nothing to write back.
@@ -467,8 +457,11 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // The inbox's dedup rows are swept on polls too (WriteBackAndClaim).
     sweep_inbox_ = poll_due && setting_inbox_retention_s > 0;
     sweep_keys_ = poll_due && now >= next_key_sweep_ms_;
+    // One worker of the database says on each poll whether it has subscriptions: the launcher
+    // then keeps an inbox worker running for them (inbox_worker.cpp).
+    check_inbox_ = poll_due && slot_->worker_index == 0;
     if (pending_.empty() && !claim && !sweep && !sweep_inbox_ && !sweep_keys_)
-        return ConsumeInbox(false);
+        return false;
 
     std::vector<std::pair<ClaimRequest, std::vector<Message>>> claimed;
     std::vector<ClaimRequest> fast;
@@ -481,10 +474,10 @@ bool Worker::Turn(bool woken, bool poll_due) {
     for (ClaimRequest &r : plan)
         r.from_start = full_scan_;
     // The crash tests pause in the phases of the leased path, which they need deterministic.
-    bool debug_pause = setting_debug_pause && setting_debug_pause[0] != '\0';
     bool fast_only =
-        !debug_pause && !sweep && !sweep_inbox_ && !sweep_keys_ && pending_.empty() &&
-        destinations_loaded_ && seen_generation_ == destinations_generation && !plan.empty() &&
+        !PausesForTests() && !sweep && !sweep_inbox_ && !sweep_keys_ && !check_inbox_ &&
+        pending_.empty() && destinations_loaded_ && seen_generation_ == destinations_generation &&
+        !plan.empty() &&
         std::all_of(plan.begin(), plan.end(), [](const ClaimRequest &r) { return r.hold_locks; });
     if (fast_only)
         fast = std::move(plan);
@@ -517,24 +510,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (!fast.empty())
         full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
-    return ConsumeInbox(poll_due) || full;
-}
-
-// The inbox: one transaction that applies the records the subscriptions' consumers read (and,
-// on a poll, reloads the subscriptions and shares out their partitions). Returns true when
-// more records wait.
-bool Worker::ConsumeInbox(bool poll_due) {
-    if (!inbox_->HasWork(poll_due))
-        return false;
-    bool more = false;
-    InTransaction("outbox: consume", [&] {
-        std::string version;
-        if (InstalledExtension(&version) != ExtensionState::Ready)
-            return;
-        more = inbox_->Consume(poll_due);
-    });
-    inbox_->Committed();
-    return more;
+    return full;
 }
 
 // The fast path, for destinations that acknowledge within milliseconds: rows are locked
@@ -678,11 +654,6 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
 
 void Worker::Wait(int64 timeout_ms, bool *latch_set) {
     std::vector<int> fds = dispatcher_->WaitFds();
-    // Records for the subscriptions come through the driver process's socket too.
-    if (inbox_->Active() && std::find(fds.begin(), fds.end(), drivers_->WaitFd()) == fds.end()) {
-        fds.push_back(drivers_->WaitFd());
-        std::sort(fds.begin(), fds.end());
-    }
     // Same numbers are not the same fds: a rebuilt driver's fd may reuse a closed one's number.
     if (wait_set_ == nullptr || fds != wait_fds_ ||
         dispatcher_->DriversBuilt() != wait_drivers_built_) {
@@ -757,7 +728,6 @@ void Worker::Run() {
             PgTry([] { AbortCurrentTransaction(); });
             TransactionEnded(false);
             dispatcher_->OrphanLocked();
-            inbox_->Aborted();
             MemoryContextSwitchTo(turn_context_);
             consecutive_errors_++;
             pg_atomic_fetch_add_u64(&slot_->errors, 1);
@@ -774,9 +744,6 @@ void Worker::Run() {
             int64 driver = dispatcher_->NextTimeoutMs(now);
             if (driver >= 0)
                 timeout = std::min(timeout, driver);
-            int64 process = drivers_->TimeoutMs();
-            if (inbox_->Active() && process >= 0)
-                timeout = std::min(timeout, process);
             uint32 state = pg_atomic_read_u32(&slot_->state);
             if (state != kWorkerNoExtension)
                 SetState(dispatcher_->InFlight() > 0 ? kWorkerPublishing : kWorkerIdle);
@@ -841,7 +808,6 @@ void outbox_worker_main(Datum arg) {
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
     wait_event_main = NewWaitEvent("OutboxWorkerMain");
-    wait_event_debug_pause = NewWaitEvent("OutboxDebugPause");
 
     WorkerSlot *slot = &shared->slots[slot_index];
     SpinLockAcquire(&slot->mutex);
@@ -855,37 +821,7 @@ void outbox_worker_main(Datum arg) {
     on_shmem_exit(OnWorkerExit, Int32GetDatum(slot_index));
 
     pgstat_report_appname("outbox worker");
-    // Everything this superuser session runs names its objects with their schema, and nothing
-    // a user creates can be found on its search path.
-    SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-    // Losing the worker's last commits in a crash only means redelivering those messages
-    // (at-least-once allows it, event_id identifies them), so its commits need not wait for
-    // the WAL flush. The producers' commits are untouched.
-    SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    // The worker's writes skip ordinary triggers (the queue-count trigger: the worker counts
-    // what it changes itself, without a trigger call per row); the INSERT check is ALWAYS.
-    SetConfigOption("session_replication_role", "replica", PGC_SUSET, PGC_S_OVERRIDE);
-    // Short statements on a few hundred rows: JIT compilation would cost more than it saves.
-    SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    // Never wait on a lock for long: a SIGTERM is noticed between transactions.
-    SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
-    // The worker's one wait for a session (FOR KEY SHARE following a key row's newer versions,
-    // which ignores SKIP LOCKED, to one a requeue holds FOR UPDATE) can close a deadlock with
-    // outbox.requeue: the other side, which looks for it after the default 1 s, is the one
-    // aborted, and requeue starts again (sql/outbox--0.2.0.sql). The worker's writes of key rows
-    // never wait (WriteKeyRowNotes).
-    SetConfigOption("deadlock_timeout", "4s", PGC_SUSET, PGC_S_OVERRIDE);
-    // Settings a database or role owner may set (ALTER DATABASE ... SET) that would stop or
-    // change the worker's transactions: it runs with the defaults.
-    static const char *const kDefaults[][2] = {
-        {"default_transaction_read_only", "off"},
-        {"default_transaction_isolation", "read committed"},
-        {"default_transaction_deferrable", "off"},
-        {"statement_timeout", "0"},
-        {"idle_in_transaction_session_timeout", "0"},
-    };
-    for (const auto &setting : kDefaults)
-        SetConfigOption(setting[0], setting[1], PGC_SUSET, PGC_S_OVERRIDE);
+    SetWorkerSessionSettings(WorkerRole::Delivery);
 
     char *dbname = nullptr;
     StartTransactionCommand();

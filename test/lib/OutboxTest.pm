@@ -281,7 +281,52 @@ sub DESTROY { my $self = shift; $self->{handle}->kill_kill if $self->{handle}; }
 #-------------------------------------------------------------------------------------------
 package OutboxTest;
 
-push @EXPORT, qw(fault_summary kafka_event_ids sink_event_ids start_pgbench recorded_insert);
+push @EXPORT, qw(fault_summary kafka_event_ids sink_event_ids start_pgbench recorded_insert
+                 kafka_receiver);
+
+# A live consumer of a topic (kcat from offset 0, in a process group of its own) that writes
+# each record's payload to a file as it arrives, after its time of arrival in ms since the
+# epoch: "<ms> <payload>". For commit-to-consumer latencies measured on this machine's clock.
+# Returns an object with ->lines (what arrived so far) and ->stop.
+sub kafka_receiver {
+    my ($broker, $topic) = @_;
+    my $file = PostgreSQL::Test::Utils::tempdir() . "/received";
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        setpgrp(0, 0);
+        open(my $out, '>', $file) or die "$file: $!";
+        $out->autoflush(1);
+        open(my $in, '-|', 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-o', 'beginning',
+            '-u', '-q', '-f', '%s\n', '-X', 'fetch.wait.max.ms=5') or die "kcat: $!";
+        while (my $line = <$in>) {
+            printf $out "%.3f %s", time() * 1000, $line;
+        }
+        exit 0;
+    }
+    return bless { pid => $pid, file => $file }, 'OutboxTest::Receiver';
+}
+
+package OutboxTest::Receiver;
+
+sub lines {
+    my ($self) = @_;
+    open(my $in, '<', $self->{file}) or return [];
+    my @lines = <$in>;
+    chomp @lines;
+    return \@lines;
+}
+
+sub stop {
+    my ($self) = @_;
+    return unless $self->{pid};
+    kill 'TERM', -$self->{pid};
+    waitpid($self->{pid}, 0);
+    delete $self->{pid};
+}
+
+sub DESTROY { $_[0]->stop }
+
+package OutboxTest;
 
 # A pgbench script that inserts one message for $destination (key k<n>, payload {"n": n}, n
 # from sequence n_seq) and records its event_id in table produced, in the same transaction:

@@ -1,7 +1,8 @@
 # The inbox end to end, outbox -> Kafka -> inbox on two databases of one cluster: messages
 # produced in database postgres (with deliberate duplicate event ids) are consumed in database
-# shop by two workers sharing the partitions, through a handler owned by an ordinary role,
-# while the workers are killed with -9 twice and the server is stopped in immediate mode once.
+# shop by its inbox worker (a process apart from the two delivery workers), through a handler
+# owned by an ordinary role, while the inbox worker is killed with -9 twice and the server is
+# stopped in immediate mode once.
 # The handler's table then holds each event exactly once, the stored offsets equal the
 # broker's end offsets (read by kcat, an independent client), and outbox.subscriptions()
 # counts the duplicates.
@@ -73,18 +74,23 @@ while ($sent < $events) {
     $produce->($sent + 1, $to);
     $sent = $to;
     if ($sent == int($events / 4) || $sent == int($events / 2)) {
-        # kill -9 of a worker of shop while it consumes: a backend crash, so the postmaster
-        # restarts every process (restart_after_crash), the other workers included
-        my $pid = $node->safe_psql('shop',
-            q{SELECT min(pid) FROM pg_stat_activity WHERE backend_type = 'outbox worker' AND datname = 'shop'});
+        # kill -9 of the inbox worker of shop while it consumes: a backend crash, so the
+        # postmaster restarts every process (restart_after_crash), the workers included
+        my $pid = '';
+        wait_until(sub {
+            $pid = $node->safe_psql('shop', q{SELECT pid FROM pg_stat_activity
+                WHERE backend_type = 'outbox inbox worker' AND datname = 'shop'});
+            $pid ne '' }, 60) or die 'no inbox worker for shop';
         kill 'KILL', $pid;
         $killed++;
         # Connections are refused while the server recovers from the crash (on PostgreSQL 18
         # poll_query_until dies of that): ask again until the restarted workers are all there.
         wait_until(sub {
             (eval { $node->safe_psql('postgres', qq{
-                SELECT count(*) >= 4 AND bool_and(pid <> $pid) FROM pg_stat_activity
-                 WHERE backend_type = 'outbox worker'}) } // '') eq 't'
+                SELECT count(*) FILTER (WHERE backend_type = 'outbox worker') >= 4
+                       AND count(*) FILTER (WHERE backend_type = 'outbox inbox worker') = 1
+                       AND bool_and(pid <> $pid) FROM pg_stat_activity
+                 WHERE backend_type IN ('outbox worker', 'outbox inbox worker')}) } // '') eq 't'
         }, 60) or die 'workers did not come back';
     }
     if ($sent == int(3 * $events / 4)) {
@@ -94,7 +100,7 @@ while ($sent < $events) {
     }
 }
 $produce->(1, $dups);
-ok($killed == 2 && $stopped == 1, 'the workers were killed with -9 twice and the server stopped in immediate mode once');
+ok($killed == 2 && $stopped == 1, 'the inbox worker was killed with -9 twice and the server stopped in immediate mode once');
 
 # Everything produced reached the broker; then the inbox catches up with it.
 # (ordering "key" keeps one message of a key in flight: 997 keys, so that the full size drains
@@ -145,13 +151,15 @@ is($node->safe_psql('shop', q{
                             FROM shop.applied) s WHERE n < prev}), '0',
     'within a key, the handler saw the events in the order produced');
 
-# Two workers of database shop share the partitions: each holds the advisory locks of its own.
-my $owners = $node->safe_psql('shop', q{
-    SELECT string_agg(c::text, ',' ORDER BY c) FROM (
-        SELECT count(*) AS c FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-         WHERE l.locktype = 'advisory' AND a.backend_type = 'outbox worker' AND a.datname = 'shop'
-         GROUP BY l.pid) s});
-is($owners, '2,2', 'the two workers of the database each consume 2 of the 4 partitions');
+# One inbox worker per database with subscriptions, none where there are none; it is not a
+# delivery worker (outbox.workers() lists those: two per database).
+is($node->safe_psql('postgres', q{
+    SELECT string_agg(datname || ':' || n, ',' ORDER BY datname) FROM (
+        SELECT datname, count(*) AS n FROM pg_stat_activity
+         WHERE backend_type = 'outbox inbox worker' GROUP BY datname) s}),
+    'shop:1', 'shop has one inbox worker, postgres (no subscription) none');
+is($node->safe_psql('shop', q{SELECT count(*) FROM outbox.workers() WHERE database = 'shop'}), '2',
+    'outbox.workers() shows the two delivery workers of shop');
 
 # pause: nothing more is applied; resume: it goes on.
 $node->safe_psql('shop', q{SELECT outbox.pause('orders_in')});

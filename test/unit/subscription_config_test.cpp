@@ -33,13 +33,14 @@ TEST(SubscriptionConfig, ParsesEverySetting) {
         SubscriptionKind::Kafka,
         R"({"bootstrap.servers": "127.0.0.1:9092", "topics": ["a", "b.c"], "on_error": "block",
             "event_id_header": "x-id", "batch_size": 42, "start": "latest",
-            "fetch.wait.max.ms": 10, "group.id": "g"})");
+            "handler_timeout": "1.5s", "fetch.wait.max.ms": 10, "group.id": "g"})");
     ASSERT_TRUE(check.ok()) << All(check);
     EXPECT_EQ(check.config.topics, (std::vector<std::string>{"a", "b.c"}));
     EXPECT_EQ(check.config.on_error, OnError::Block);
     EXPECT_EQ(check.config.event_id_header, "x-id");
     EXPECT_EQ(check.config.batch_size, 42);
     EXPECT_TRUE(check.config.start_at_latest);
+    EXPECT_EQ(check.config.handler_timeout_ms, 1500);
     using Properties = std::vector<std::pair<std::string, std::string>>;
     EXPECT_EQ(check.config.properties, (Properties{{"bootstrap.servers", "127.0.0.1:9092"},
                                                    {"fetch.wait.max.ms", "10"},
@@ -54,6 +55,30 @@ TEST(SubscriptionConfig, Defaults) {
     EXPECT_EQ(check.config.batch_size, kDefaultInboxBatch);
     EXPECT_FALSE(check.config.start_at_latest);
     EXPECT_TRUE(check.config.event_id_header.empty());
+    EXPECT_EQ(check.config.handler_timeout_ms, -1);  // outbox.inbox_handler_timeout
+}
+
+TEST(SubscriptionConfig, HandlerTimeout) {
+    auto timeout = [](const std::string &value) {
+        SubscriptionCheck check = CheckSubscriptionConfig(
+            SubscriptionKind::Kafka,
+            R"({"bootstrap.servers": "b:9092", "topics": ["t"], "handler_timeout": )" + value +
+                "}");
+        return check.ok() ? check.config.handler_timeout_ms : -2;
+    };
+    EXPECT_EQ(timeout("0"), 0);  // no limit
+    EXPECT_EQ(timeout("250"), 250);
+    EXPECT_EQ(timeout("\"30s\""), 30000);
+    EXPECT_EQ(timeout("\"24h\""), kMaxHandlerTimeoutMs);
+    for (const char *bad : {"-1", "\"25h\"", "\"soon\"", "1.5", "true", "null", "86400001"})
+        EXPECT_EQ(timeout(bad), -2) << bad;
+    SubscriptionCheck check = CheckSubscriptionConfig(
+        SubscriptionKind::Kafka,
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "handler_timeout": "x"})");
+    EXPECT_TRUE(HasProblem(check,
+                           "\"handler_timeout\" must be a duration from 0 (no limit) to 24h: "
+                           "milliseconds, or a string such as \"30s\""))
+        << All(check);
 }
 
 TEST(SubscriptionConfig, EveryProblemAtOnce) {

@@ -1,13 +1,15 @@
-// The inbox's consume step (issue 23; README "The inbox"): what a delivery worker does for the
-// subscriptions of its database.
+// The inbox's consume step (docs/inbox.md): what the inbox worker of a database
+// (inbox_worker.cpp: a process of its own, apart from delivery) does for its subscriptions.
 //
 // Each subscription has a Kafka consumer in the worker's driver process (RemoteConsumer); the
-// worker assigns it the partitions it owns, from the offsets stored in outbox.inbox_offsets,
-// and applies what comes back in its own transactions:
+// worker assigns it every partition of its topics, from the offsets stored in
+// outbox.inbox_offsets, and applies what comes back in its own transactions:
 //   - one transaction per turn for up to the subscription's batch_size records, each record in
 //     a subtransaction of its own: its dedup row (outbox.inbox, unique on subscription and
 //     event id; a record whose event id is there is skipped and counted as a duplicate), then
-//     the handler, run as the subscription's owner with search_path pg_catalog, pg_temp. A
+//     the handler, run as the subscription's owner with search_path pg_catalog, pg_temp, in a
+//     sandbox (CallHandler: a security-restricted operation whose settings and session
+//     advisory locks are undone after each call, cancelled after handler_timeout). A
 //     handler that raises rolls back its record alone: the record goes to
 //     outbox.inbox_dead_letters with the error and SQLSTATE ("on_error": "skip"), and with
 //     "block" its partition stops there until that row is gone;
@@ -16,11 +18,7 @@
 //     position commit or roll back together, so a worker that dies (kill -9, immediate stop)
 //     loses nothing and repeats nothing — its successor starts from the stored offsets, and a
 //     record applied once is a duplicate to it;
-//   - partitions are shared out among the database's workers by session advisory locks (one
-//     per subscription and partition; they go with a session that dies), each worker taking at
-//     most its share (partitions / outbox.workers, rounded up);
-//   - dead letters marked by outbox.requeue_inbox() are applied again by the worker that owns
-//     their partition.
+//   - dead letters marked by outbox.requeue_inbox() are applied again.
 // Nothing here waits for the network: the consumer reads in the driver process, and records
 // wait in memory between turns (at most the consumer's window).
 #pragma once
@@ -45,6 +43,10 @@ namespace outbox::pg {
 
 struct CaughtError;
 struct MessageArgs;
+
+// Whether the database has subscriptions (paused ones included): it then wants an inbox
+// worker. Inside a transaction with SPI connected.
+bool SubscriptionsExist();
 
 class InboxConsumer {
   public:
@@ -74,7 +76,6 @@ class InboxConsumer {
     struct Partition {
         std::string topic;
         int32_t partition = 0;
-        int64_t lock_key = 0;
         int64_t committed = 0;  // the next offset, as stored (committed)
         int64_t applied = 0;    // the next offset after what this transaction applied
         int64_t next = 0;       // the next offset after what was taken from the consumer

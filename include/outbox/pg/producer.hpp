@@ -15,6 +15,9 @@ void RegisterProducerCallbacks();
 void WakeAtCommit();
 // Also asks them to read outbox.destinations again (the destinations changed).
 void ReloadAtCommit();
+// At commit: the database has a subscription, so the launcher starts its inbox worker now
+// (its delivery worker would otherwise say so at its next poll).
+void WantInboxAtCommit();
 
 // A fresh UUIDv7, strictly increasing within this process.
 void GenerateEventId(pg_uuid_t *out);

@@ -29,6 +29,8 @@ extern char *setting_debug_driver_fault;
 extern bool setting_debug_drivers_in_process;
 // outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
 extern char *setting_webhook_allowed_networks;
+// outbox.inbox_handler_timeout (sighup): longest run of one handler call, ms; 0: no limit
+extern int setting_inbox_handler_timeout_ms;
 
 // The producer's trace context (user): stored with every message the session inserts without
 // a traceparent header, until reset (SET LOCAL: the transaction). Checked at INSERT, where a

@@ -30,16 +30,19 @@ enum WorkerState : uint32 {
 };
 const char *WorkerStateName(uint32 state);
 
-// One delivery worker. The launcher reserves a slot (in_use, database, worker_index) under
-// shared->lock before starting its worker and frees it after the worker has gone; the worker
-// fills in the rest. Readers take `mutex` for the text fields and read the atomics lock-free.
+// One background worker of a database: a delivery worker, or its inbox worker (the one process
+// that runs the subscriptions' handlers, apart from delivery). The launcher reserves a slot
+// (in_use, database, worker_index, inbox) under shared->lock before starting its worker and
+// frees it after the worker has gone; the worker fills in the rest. Readers take `mutex` for
+// the text fields and read the atomics lock-free.
 struct WorkerSlot {
     slock_t mutex;
     bool in_use;
-    pid_t pid;  // 0 until the worker runs, and again after it exited
+    bool inbox;  // the database's inbox worker (outbox.workers() shows delivery workers only)
+    pid_t pid;   // 0 until the worker runs, and again after it exited
     int pgprocno;
     Oid database;
-    int worker_index;  // 0 .. outbox.workers-1 within its database
+    int worker_index;  // 0 .. outbox.workers-1 within its database (0 for the inbox worker)
     TimestampTz started_at;
     TimestampTz last_cycle_at;
     char destination[NAMEDATALEN];  // destination being served now, "" when none
@@ -112,13 +115,20 @@ struct HeldDatabase {
     TimestampTz until;
 };
 
+// A database whose subscriptions want an inbox worker (the launcher starts one while `wanted`).
+struct InboxDemand {
+    Oid database;
+    bool wanted;
+};
+
 struct SharedState {
-    LWLock *lock;  // protects slot allocation, held databases and the counter hash
+    LWLock *lock;  // protects slot allocation, held databases, inbox demand, the counter hash
     pid_t launcher_pid;
     int launcher_pgprocno;
     TimestampTz stats_reset;
     HeldDatabase held[kMaxHeldDatabases];
     CountedDatabase counted[kMaxCountedDatabases];
+    InboxDemand inbox_demand[kMaxCountedDatabases];
     int num_slots;
     WorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };
@@ -128,7 +138,14 @@ extern SharedState *shared;  // attached in every backend after startup
 // Registers the shared memory above (compat.hpp: RegisterSharedMemory). Called from _PG_init.
 void InstallSharedMemoryHooks();
 
-// Sets the latch of every live worker serving `database` (InvalidOid: all workers); with
+// Whether `database` has subscriptions, as its delivery worker or a committed subscription
+// change last said: the launcher keeps an inbox worker running for it while it does. Setting
+// it to a new value wakes the launcher; setting it wanted wakes the database's inbox worker,
+// which then reads the subscriptions again.
+void SetInboxWanted(Oid database, bool wanted);
+bool InboxWanted(Oid database);
+
+// Sets the latch of every live delivery worker serving `database` (InvalidOid: all); with
 // `reload`, they also read outbox.destinations again (a commit that only adds messages does
 // not make them: a paused destination's producers cost the worker nothing).
 void WakeWorkers(Oid database, bool reload = false);
