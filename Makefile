@@ -17,7 +17,7 @@ PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_afte
             src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp src/pipe_io.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
             src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp \
-            src/inbox_record.cpp
+            src/inbox_record.cpp src/broker_address.cpp
 DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 # The inbox's Kafka consumer runs in outbox-driver only (the module talks to it through
@@ -56,7 +56,7 @@ DRIVER_HOST = outbox-driver
 DRIVER_HOST_SRCS = src/driver_host/main.cpp src/driver_protocol.cpp src/pipe_io.cpp $(DRIVER_SRCS) \
                    src/message.cpp src/classify.cpp src/config.cpp src/duration.cpp \
                    src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp \
-                   src/network_policy.cpp
+                   src/network_policy.cpp src/broker_address.cpp
 DRIVER_HOST_OBJS = $(patsubst %.cpp,build/driver-host/%.o,$(DRIVER_HOST_SRCS))
 DRIVER_HOST_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Iinclude -fPIE -fstack-protector-strong \
                        -D_FORTIFY_SOURCE=2 $(if $(WERROR),-Werror)

@@ -53,7 +53,7 @@ SELECT outbox.create_destination('files', 'nats',
 SELECT outbox.create_destination('files', 'amqp', '{"url": "amqps://h", "ca_file": "/etc/hostname"}');
 \echo :SQLSTATE
 -- Settings without files are the manager's to choose.
-SELECT outbox.create_destination('mine', 'nats', '{"servers": "nats://127.0.0.1:4222", "subject": "mine"}');
+SELECT outbox.create_destination('mine', 'nats', '{"servers": "nats://nats.example.com:4222", "subject": "mine"}');
 SELECT outbox.alter_destination('mine', '{"subject": "mine.v2"}');
 RESET ROLE;
 GRANT pg_read_server_files TO outbox_regress_broker_manager;

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "outbox/broker_address.hpp"
 #include "outbox/backoff.hpp"
 #include "outbox/duration.hpp"
 
@@ -140,11 +141,13 @@ void Dispatcher::SetSettings(const DispatchSettings &settings) {
                    settings.lease_timeout_ms != settings_.lease_timeout_ms ||
                    settings.driver_build != settings_.driver_build;
     bool rebuild_webhooks = settings.webhook_allowed_networks != settings_.webhook_allowed_networks;
+    bool rebuild_brokers = settings.broker_allowed_networks != settings_.broker_allowed_networks;
     settings_ = settings;
-    if (!rebuild && !rebuild_webhooks)
+    if (!rebuild && !rebuild_webhooks && !rebuild_brokers)
         return;
     for (auto &[name, d] : destinations_) {
-        if (!d->driver || (!rebuild && d->spec.config.kind != DestinationKind::Webhook))
+        bool webhook = d->spec.config.kind == DestinationKind::Webhook;
+        if (!d->driver || (!rebuild && !(webhook ? rebuild_webhooks : rebuild_brokers)))
             continue;
         // The old driver finishes its messages under a retired copy of the destination.
         auto old = std::make_unique<Destination>();
@@ -379,6 +382,11 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
             // probes claim it until the destination answers.
             r.action = Resolution::Action::Reschedule;
             r.refund_attempt = true;
+            // Why a broker a role other than a superuser configured cannot be reached is not
+            // shown: a refused connection, a timeout and a stranger's protocol would tell what
+            // listens at an address (the server log has the driver's own words).
+            if (d.spec.config.kind != DestinationKind::Webhook && !d.spec.config_by_superuser)
+                r.error = kBrokerUnreachable;
             r.error = "deferred, destination unreachable: " + r.error;
             break;
         case OutcomeKind::Unacknowledged:

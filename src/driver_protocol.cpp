@@ -10,7 +10,7 @@ namespace outbox::protocol {
 // A field added to an options struct without a line in its visitor would silently not reach
 // the helper: these sizes change with any new field, and then this is the place to look.
 // (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
-static_assert(sizeof(KafkaDriverOptions) == 144,
+static_assert(sizeof(KafkaDriverOptions) == 184,
               "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
 static_assert(sizeof(WebhookDriverOptions) == 312,
@@ -23,10 +23,10 @@ static_assert(sizeof(WebhookDriverOptions) == 312,
 static_assert(sizeof(Message) == 216,
               "Message changed: add the new field to PutMessage and GetMessage, then update this "
               "size");
-static_assert(sizeof(AmqpDriverOptions) == 328,
+static_assert(sizeof(AmqpDriverOptions) == 368,
               "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
-static_assert(sizeof(KafkaConsumerOptions) == 136,
+static_assert(sizeof(KafkaConsumerOptions) == 176,
               "KafkaConsumerOptions changed: add the new field to VisitKafkaConsumerOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
 static_assert(sizeof(ConsumedRecord) == 160,
@@ -35,7 +35,7 @@ static_assert(sizeof(ConsumedRecord) == 160,
 static_assert(sizeof(PartitionInfo) == 56 && sizeof(ConsumerState) == 88,
               "ConsumerState changed: add the new field to Encode(ConsumerStateFrame) and its "
               "decoder, then update these sizes");
-static_assert(sizeof(NatsDriverOptions) == 480,
+static_assert(sizeof(NatsDriverOptions) == 520,
               "NatsDriverOptions changed: add the new field to VisitNatsOptions "
               "(include/outbox/driver_protocol.hpp), then update this size");
 

@@ -227,17 +227,30 @@ bool AddressAllowed(const IpAddress &address, const std::vector<Network> &allowe
     return false;
 }
 
-std::optional<IpAddress> LiteralAddressOfUrl(const std::string &url) {
-    std::string host = UrlHost(url);
+std::optional<IpAddress> LiteralAddressOfHost(std::string host) {
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
         return ParseIpAddress(std::string_view(host).substr(1, host.size() - 2));
     if (!host.empty() && host.back() == '.')
         host.pop_back();
-    return ParseIpAddress(host);
+    if (std::optional<IpAddress> strict = ParseIpAddress(host))
+        return strict;
+    // The other IPv4 spellings the resolver takes as an address ("127.1", "2130706433",
+    // "0x7f000001"): getaddrinfo hands them to inet_aton.
+    struct in_addr v4;
+    if (!host.empty() && host.find_first_not_of("0123456789abcdefxABCDEFX.") == std::string::npos &&
+        inet_aton(host.c_str(), &v4) != 0) {
+        IpAddress a;
+        memcpy(a.bytes, &v4.s_addr, 4);
+        return a;
+    }
+    return std::nullopt;
 }
 
-bool IsLocalhostName(const std::string &url) {
-    std::string host = UrlHost(url);
+std::optional<IpAddress> LiteralAddressOfUrl(const std::string &url) {
+    return LiteralAddressOfHost(UrlHost(url));
+}
+
+bool IsLocalhostHost(std::string host) {
     if (!host.empty() && host.back() == '.')
         host.pop_back();
     for (char &c : host)
@@ -247,6 +260,35 @@ bool IsLocalhostName(const std::string &url) {
     return host == kName ||
            (host.size() > kSuffix.size() &&
             host.compare(host.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0);
+}
+
+bool IsLocalhostName(const std::string &url) {
+    return IsLocalhostHost(UrlHost(url));
+}
+
+std::optional<HostRefusal> RefusedLiteralUrlHost(const std::string &url,
+                                                 const std::vector<Network> &allowed) {
+    return RefusedLiteralHost(UrlHost(url), allowed);
+}
+
+std::string WithArticle(const std::string &kind) {
+    bool vowel = !kind.empty() && std::string_view("aeiouAEIOU").find(kind[0]) != std::string::npos;
+    return (vowel ? "an " : "a ") + kind;
+}
+
+std::optional<HostRefusal> RefusedLiteralHost(const std::string &host,
+                                              const std::vector<Network> &allowed) {
+    if (std::optional<IpAddress> literal = LiteralAddressOfHost(host)) {
+        if (AddressAllowed(*literal, allowed))
+            return std::nullopt;
+        return HostRefusal{"address " + FormatIpAddress(*literal), RestrictedKind(*literal)};
+    }
+    if (IsLocalhostHost(host)) {
+        IpAddress v4 = *ParseIpAddress("127.0.0.1"), v6 = *ParseIpAddress("::1");
+        if (!AddressAllowed(v4, allowed) && !AddressAllowed(v6, allowed))
+            return HostRefusal{"host " + host + " (127.0.0.1, ::1)", "loopback"};
+    }
+    return std::nullopt;
 }
 
 }  // namespace outbox

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "outbox/message.hpp"
+#include "outbox/network_policy.hpp"
 
 namespace outbox {
 
@@ -63,6 +64,7 @@ struct KafkaConsumerOptions {
     int64_t metadata_interval_ms = 1000;  // how often metadata + watermarks are refreshed
     size_t window_records = 20000;        // records sent to the worker and not yet taken
     size_t window_bytes = 64u << 20;
+    BrokerAddressRule address_rule;  // outbox.broker_allowed_networks, when guarded
 };
 
 // What a record weighs against KafkaConsumerOptions::window_bytes: its key, value and headers.

@@ -28,7 +28,8 @@ struct DestinationSpec {
     DestinationConfig config;
     std::string config_error;  // the stored config no longer passes the check (e.g. ca_file gone)
     // outbox.destinations.created_by_superuser: a superuser wrote the config as it stands (a
-    // webhook's error texts may then quote response bodies).
+    // webhook's error texts may then quote response bodies; its brokers may be anywhere, and
+    // what they answered is shown: broker_address.hpp).
     bool config_by_superuser = false;
 };
 
@@ -44,6 +45,7 @@ struct DispatchSettings {
     // batch size.
     int driver_build = 0;
     std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
+    std::string broker_allowed_networks;   // outbox.broker_allowed_networks
 };
 
 // Why a row goes to the dead letters (outbox.dead_letters.reason).

@@ -247,6 +247,8 @@ void VisitKafkaOptions(Options &o, V &&v) {
     v("source", o.source);
     v("lease_timeout_ms", o.lease_timeout_ms);
     v("max_in_flight", o.max_in_flight);
+    v("address_rule.guarded", o.address_rule.guarded);
+    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
 }
 
 template <typename Options, typename V>
@@ -286,6 +288,8 @@ void VisitAmqpOptions(Options &o, V &&v) {
     v("client_name", o.client_name);
     v("confirm_timeout_ms", o.confirm_timeout_ms);
     v("max_in_flight", o.max_in_flight);
+    v("address_rule.guarded", o.address_rule.guarded);
+    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
 }
 
 template <typename Options, typename V>
@@ -311,6 +315,8 @@ void VisitNatsOptions(Options &o, V &&v) {
     v("client_name", o.client_name);
     v("ack_timeout_ms", o.ack_timeout_ms);
     v("max_in_flight", o.max_in_flight);
+    v("address_rule.guarded", o.address_rule.guarded);
+    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
 }
 
 template <typename Options, typename V>
@@ -322,6 +328,8 @@ void VisitKafkaConsumerOptions(Options &o, V &&v) {
     v("metadata_interval_ms", o.metadata_interval_ms);
     v("window_records", o.window_records);
     v("window_bytes", o.window_bytes);
+    v("address_rule.guarded", o.address_rule.guarded);
+    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
 }
 
 std::string EncodeOptions(const KafkaDriverOptions &options);

@@ -1,4 +1,5 @@
-// Which network addresses a webhook may connect to (outbox.webhook_allowed_networks).
+// Which network addresses a webhook may connect to (outbox.webhook_allowed_networks), and
+// a broker configured by a role that is not a superuser (outbox.broker_allowed_networks).
 //
 // A webhook's URL is chosen by whoever may create destinations, but the connection is made by
 // the database server, from inside its network: without a rule, that role could reach the
@@ -69,9 +70,37 @@ bool AddressAllowed(const IpAddress &address, const std::vector<Network> &allowe
 // does not parse). IPv4 in any form libcurl's URL parser normalises ("2130706433",
 // "0x7f000001", "127.1") counts as the address it means; a trailing dot is ignored.
 std::optional<IpAddress> LiteralAddressOfUrl(const std::string &url);
+// The same for a host as written (IPv6 with or without brackets; IPv4 also in the other
+// spellings the resolver takes as an address, "127.1", "2130706433", "0x7f000001").
+std::optional<IpAddress> LiteralAddressOfHost(std::string host);
 
 // The host of a webhook URL names the local host without DNS: "localhost" and names under
 // ".localhost" (RFC 6761), any case, trailing dot ignored.
 bool IsLocalhostName(const std::string &url);
+bool IsLocalhostHost(std::string host);
+
+// Why a host written in a config is refused before anything is resolved: a literal address
+// that `allowed` does not allow, or a localhost name when neither loopback address is allowed.
+// `what` reads "address 10.1.2.3" or "host localhost (127.0.0.1, ::1)"; `kind` is
+// RestrictedKind's. A name is checked only when connecting (it may resolve to anything).
+struct HostRefusal {
+    std::string what;
+    std::string kind;
+};
+
+// "a loopback", "an unspecified", "an IPv4-mapped": a kind of RestrictedKind's for a sentence.
+std::string WithArticle(const std::string &kind);
+std::optional<HostRefusal> RefusedLiteralHost(const std::string &host,
+                                              const std::vector<Network> &allowed);
+// The same for the host of a webhook URL, as libcurl's URL parser reads it.
+std::optional<HostRefusal> RefusedLiteralUrlHost(const std::string &url,
+                                                 const std::vector<Network> &allowed);
+
+// What a broker driver is told (broker_address.hpp): whether its config's brokers are guarded,
+// and the networks outbox.broker_allowed_networks allows.
+struct BrokerAddressRule {
+    bool guarded = false;          // the config was written by a role that is not a superuser
+    std::string allowed_networks;  // outbox.broker_allowed_networks
+};
 
 }  // namespace outbox

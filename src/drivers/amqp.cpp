@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/broker_address.hpp"
 #include "outbox/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/drivers/cloudevents.hpp"
@@ -122,6 +123,7 @@ struct Core {
     struct amqp_connection_info info;
     std::string where;  // "host:port", for messages (never the credentials)
     std::string ce_type_fallback;
+    BrokerGuard guard;         // outbox.broker_allowed_networks
     int wake[2] = {-1, -1};    // worker -> I/O thread
     int notify[2] = {-1, -1};  // I/O thread -> worker (WaitFd)
 
@@ -287,6 +289,10 @@ bool Core::Connect() {
     }
     amqp_socket_t *socket = info.ssl ? amqp_ssl_socket_new(conn) : amqp_tcp_socket_new(conn);
     auto fail = [&](std::string why) {
+        // A guarded destination shows only that its broker cannot be reached (the dispatcher
+        // says so): why goes to the server log, once per change.
+        if (guard.guarded() && why != last_error)
+            AddLog(why);
         last_error = std::move(why);
         Disconnect(false);
         return false;
@@ -303,10 +309,25 @@ bool Core::Connect() {
             amqp_ssl_socket_set_key(socket, c.cert_file.c_str(), c.key_file.c_str()) != 0)
             return fail("could not load \"cert_file\"/\"key_file\"");
     }
+    // A guarded broker's name is resolved and checked first, and the address rabbitmq-c then
+    // connected to is checked again before anything is sent (the name may resolve anew).
+    std::string why;
+    std::vector<std::string> addresses;
+    if (guard.guarded() && !guard.Resolve(info.host, &addresses, &why))
+        return fail("not connecting to " + where + ": " + why);
     struct timeval timeout = MsToTimeval(options.config.connect_timeout_ms);
     int status = amqp_socket_open_noblock(socket, info.host, info.port, &timeout);
     if (status != AMQP_STATUS_OK)
         return fail("cannot connect to " + where + ": " + amqp_error_string2(status));
+    if (guard.guarded()) {
+        struct sockaddr_storage peer;
+        socklen_t length = sizeof peer;
+        if (getpeername(amqp_get_sockfd(conn), reinterpret_cast<struct sockaddr *>(&peer),
+                        &length) != 0)
+            return fail("cannot connect to " + where + ": " + strerror(errno));
+        if (!guard.Allows(reinterpret_cast<struct sockaddr *>(&peer), &why))
+            return fail("not connecting to " + where + ": " + why);
+    }
     amqp_set_handshake_timeout(conn, &timeout);
     amqp_set_rpc_timeout(conn, &timeout);
 
@@ -825,6 +846,8 @@ std::unique_ptr<Driver> MakeAmqpDriver(const AmqpDriverOptions &options, std::st
     core->where = std::string(core->info.ssl ? "amqps://" : "amqp://") + core->info.host + ":" +
                   std::to_string(core->info.port);
     core->ce_type_fallback = options.destination;
+    if (!core->guard.Set(options.address_rule, error))
+        return nullptr;
     auto driver = std::make_unique<AmqpDriver>(std::move(core));
     if (!driver->Start(error))
         return nullptr;

@@ -10,13 +10,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include <librdkafka/rdkafka.h>
 
+#include "outbox/broker_address.hpp"
 #include "outbox/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/drivers/cloudevents.hpp"
@@ -106,6 +109,8 @@ class KafkaDriver final : public Driver {
     static void OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque);
     static void OnError(rd_kafka_t *, int err, const char *reason, void *opaque);
     static void OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+    static int OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                         void *opaque);
     void AddLog(std::string line);
     void PurgeIfStalled();
     std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
@@ -134,6 +139,11 @@ class KafkaDriver final : public Driver {
     std::vector<std::string> log_;
     bool fatal_ = false;
     bool record_failed_ = false;  // a callback could not record (out of memory)
+    // outbox.broker_allowed_networks, checked for every connection librdkafka makes (OnConnect,
+    // on its broker threads), and the last refusal, for the log.
+    BrokerGuard guard_;
+    std::mutex refusal_mu_;
+    std::string refusal_;
 };
 
 bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
@@ -154,6 +164,11 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
     };
 
     mode_ = options.config.cloudevents;
+    if (!guard_.Set(options.address_rule, error) ||
+        !guard_.CheckKafkaSideHosts(options.config.properties, error)) {
+        rd_kafka_conf_destroy(conf);
+        return false;
+    }
     bool ok = set("client.id", options.client_id);
     for (const auto &d : kDefaults)
         ok = ok && set(d[0], d[1]);
@@ -211,6 +226,8 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
     rd_kafka_conf_set_dr_msg_cb(conf, OnDelivery);
     rd_kafka_conf_set_error_cb(conf, OnError);
     rd_kafka_conf_set_log_cb(conf, OnLog);
+    if (guard_.guarded())
+        rd_kafka_conf_set_connect_cb(conf, OnConnect);
 
     if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
         *error = std::string("could not create a pipe: ") + strerror(errno);
@@ -354,6 +371,24 @@ void KafkaDriver::OnLog(const rd_kafka_t *rk, int level, const char *fac, const 
     }
 }
 
+// On a broker thread of librdkafka's: the bootstrap brokers and every broker the cluster
+// advertises pass through here.
+int KafkaDriver::OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                           void *opaque) {
+    auto *self = static_cast<KafkaDriver *>(opaque);
+    try {
+        std::string why;
+        int rc = self->guard_.Connect(fd, address, unsigned(length), &why);
+        if (rc == EACCES) {
+            std::lock_guard<std::mutex> lock(self->refusal_mu_);
+            self->refusal_ = std::string("not connecting to ") + broker + ": " + why;
+        }
+        return rc;
+    } catch (...) {
+        return ENOMEM;
+    }
+}
+
 void KafkaDriver::Submit(std::vector<Message> batch) {
     std::map<std::string, TopicAnswer> asked;
     for (Message &m : batch) {
@@ -421,6 +456,12 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
     rd_kafka_poll(rk_, 0);
     PurgeIfStalled();
     rd_kafka_poll(rk_, 0);
+    {
+        std::lock_guard<std::mutex> lock(refusal_mu_);
+        if (!refusal_.empty())
+            AddLog(std::move(refusal_));
+        refusal_.clear();
+    }
 
     for (Outcome &o : immediate_)
         out.push_back(std::move(o));

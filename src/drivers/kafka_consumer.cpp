@@ -6,6 +6,7 @@
 // are served by rd_kafka_consumer_poll on the helper's loop only: the main queue is forwarded
 // to the consumer queue, and that queue writes a byte to a pipe when it gets something, as does
 // the metadata thread when it has a new result, so the loop sleeps on one fd.
+#include "outbox/broker_address.hpp"
 #include "outbox/drivers/kafka_consumer.hpp"
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -83,6 +85,8 @@ class Consumer final : public KafkaConsumer {
   private:
     static void OnError(rd_kafka_t *, int err, const char *reason, void *opaque);
     static void OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+    static int OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                         void *opaque);
     void AddLog(std::string line);
     void Wake();
     void MetadataLoop();
@@ -129,6 +133,10 @@ class Consumer final : public KafkaConsumer {
     std::atomic<bool> stop_{false};
     bool round_ready_ = false;  // under mu_
     Round round_;               // under mu_
+    std::string refusal_;       // under mu_: OnConnect's last refusal, for the log
+
+    // outbox.broker_allowed_networks, checked for every connection librdkafka makes.
+    BrokerGuard guard_;
 };
 
 bool Consumer::Init(std::string *error) {
@@ -165,6 +173,11 @@ bool Consumer::Init(std::string *error) {
         return std::any_of(options_.properties.begin(), options_.properties.end(),
                            [&](const auto &p) { return p.first == key; });
     };
+    if (!guard_.Set(options_.address_rule, error) ||
+        !guard_.CheckKafkaSideHosts(options_.properties, error)) {
+        rd_kafka_conf_destroy(conf);
+        return false;
+    }
     bool ok = set("client.id", options_.client_id);
     for (const auto &[key, value] : options_.properties)
         ok = ok && set(key, value);
@@ -185,6 +198,8 @@ bool Consumer::Init(std::string *error) {
     rd_kafka_conf_set_opaque(conf, this);
     rd_kafka_conf_set_error_cb(conf, OnError);
     rd_kafka_conf_set_log_cb(conf, OnLog);
+    if (guard_.guarded())
+        rd_kafka_conf_set_connect_cb(conf, OnConnect);
     if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
         *error = std::string("could not create a pipe: ") + strerror(errno);
         rd_kafka_conf_destroy(conf);
@@ -495,10 +510,36 @@ void Consumer::Poll(std::vector<ConsumedRecord> &out) {
     }
 }
 
+// On a broker thread of librdkafka's (see KafkaDriver::OnConnect).
+int Consumer::OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                        void *opaque) {
+    auto *self = static_cast<Consumer *>(opaque);
+    try {
+        std::string why;
+        int rc = self->guard_.Connect(fd, address, unsigned(length), &why);
+        if (rc == EACCES) {
+            std::lock_guard<std::mutex> lock(self->mu_);
+            self->refusal_ = std::string("not connecting to ") + broker + ": " + why;
+        }
+        return rc;
+    } catch (...) {
+        return ENOMEM;
+    }
+}
+
 bool Consumer::TakeState(ConsumerState *state) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!refusal_.empty())
+            AddLog(std::move(refusal_));
+        refusal_.clear();
+    }
     state_.error = !metadata_error_.empty()  ? metadata_error_
                    : !blocked_error_.empty() ? blocked_error_
                                              : consumer_error_;
+    // What the cluster answered is shown only for a subscription a superuser configured.
+    if (guard_.guarded() && !state_.error.empty() && state_.error != blocked_error_)
+        state_.error = kBrokerUnreachable;
     state_.error = protocol::CutText(state_.error, protocol::kMaxTextBytes);
     if (told_ && state_ == sent_)
         return false;

@@ -31,6 +31,7 @@
 
 #include <nats/nats.h>
 
+#include "outbox/broker_address.hpp"
 #include "outbox/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/drivers/cloudevents.hpp"
@@ -60,6 +61,7 @@ std::string StatusText(natsStatus s) {
 struct Core {
     NatsDriverOptions options;
     std::string ce_type_fallback;
+    BrokerGuard guard;  // outbox.broker_allowed_networks
     int notify[2] = {-1, -1};
 
     std::mutex mu;
@@ -239,6 +241,48 @@ class NatsDriver final : public Driver {
     std::vector<Outcome> immediate_;
 };
 
+// A guarded destination's servers, each resolved and checked (a name with any refused address
+// is refused whole), given to cnats as the addresses checked: cnats then connects and
+// reconnects to nothing else (the servers a cluster advertises are ignored). With TLS the
+// certificate is still verified for the name, when the servers share one. Called before each
+// connection attempt, so a name is resolved anew; false with *why when refused.
+static bool PinGuardedServers(Core &core, natsOptions *opts, std::string *why) {
+    if (!core.guard.guarded())
+        return true;
+    const NatsConfig &c = core.options.config;
+    std::vector<std::string> pinned;
+    std::string tls_name;
+    bool names_differ = false;
+    for (const std::string &server : c.servers) {
+        std::string host = BrokerUrlHost(server);
+        std::vector<std::string> addresses;
+        if (!core.guard.Resolve(host, &addresses, why))
+            return false;
+        if (!LiteralAddressOfHost(host)) {
+            names_differ = names_differ || (!tls_name.empty() && tls_name != host);
+            tls_name = host;
+        }
+        for (const std::string &a : addresses)
+            pinned.push_back(ReplaceBrokerUrlHost(server, a));
+    }
+    bool tls = c.tls || !c.ca_file.empty() || !c.cert_file.empty();
+    for (const std::string &s : c.servers)
+        tls = tls || strncasecmp(s.c_str(), "tls://", 6) == 0;
+    if (tls && names_differ)
+        return true;  // one expected name for all: the names stay (checked just now)
+    std::vector<const char *> urls;
+    for (const std::string &p : pinned)
+        urls.push_back(p.c_str());
+    natsStatus s = natsOptions_SetServers(opts, urls.data(), int(urls.size()));
+    if (s == NATS_OK)
+        s = natsOptions_SetIgnoreDiscoveredServers(opts, true);
+    if (s == NATS_OK && tls && !tls_name.empty())
+        s = natsOptions_SetExpectedHostname(opts, tls_name.c_str());
+    if (s != NATS_OK)
+        *why = "cnats refused the checked addresses: " + StatusText(s);
+    return s == NATS_OK;
+}
+
 natsOptions *NatsDriver::BuildOptions(std::string *error) {
     const NatsConfig &c = core_->options.config;
     natsOptions *opts = nullptr;
@@ -328,7 +372,9 @@ bool NatsDriver::Start(std::string *error) {
             jsCtx *js = nullptr;
             std::string failure;
             for (;;) {
-                natsStatus st = natsConnection_Connect(&nc, opts);
+                std::string refused;
+                bool allowed = PinGuardedServers(*core, opts, &refused);
+                natsStatus st = allowed ? natsConnection_Connect(&nc, opts) : NATS_NOT_PERMITTED;
                 if (st == NATS_OK)
                     core->last_connect_ms.store(MonotonicMs());
                 if (st == NATS_OK || st == NATS_NOT_YET_CONNECTED) {
@@ -346,9 +392,14 @@ bool NatsDriver::Start(std::string *error) {
                     natsConnection_Destroy(nc);
                     nc = nullptr;
                 }
-                failure = "cannot connect to NATS: " + StatusText(st);
+                failure = allowed ? "cannot connect to NATS: " + StatusText(st)
+                                  : "not connecting to NATS: " + refused;
                 {
                     std::unique_lock<std::mutex> lock(core->mu);
+                    // A guarded destination shows only that its broker cannot be reached (the
+                    // dispatcher says so): why goes to the server log, once per change.
+                    if (core->guard.guarded() && failure != core->connect_error)
+                        core->AddLogLocked(failure);
                     core->connect_error = failure;
                     core->Notify();
                     if (core->cv.wait_for(lock, std::chrono::milliseconds(kConnectRetryMs),
@@ -623,6 +674,8 @@ std::unique_ptr<Driver> MakeNatsDriver(const NatsDriverOptions &options, std::st
     if (core->options.ack_timeout_ms <= 0)
         core->options.ack_timeout_ms = 5000;
     core->ce_type_fallback = options.destination;
+    if (!core->guard.Set(options.address_rule, error))
+        return nullptr;
     auto driver = std::make_unique<NatsDriver>(std::move(core));
     if (!driver->Start(error))
         return nullptr;

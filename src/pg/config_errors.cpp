@@ -1,12 +1,15 @@
 // See include/outbox/pg/config_errors.hpp.
 #include "outbox/pg/config_errors.hpp"
 
+#include "outbox/broker_address.hpp"
+
 extern "C" {
 #include "postgres.h"
 #include "utils/elog.h"
 }
 
 #include "outbox/pg/guard.hpp"
+#include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
 
@@ -40,6 +43,27 @@ void ThrowIfSettingsDenied(const std::string &what, const std::vector<Privileged
         hint += std::string(" ") + extra_hint;
     throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE, "permission denied to configure " + what,
                   JoinLines(denied), hint);
+}
+
+void ThrowIfBrokerHostRefused(const std::string &what, const std::vector<std::string> &hosts,
+                              const std::vector<std::string> &old_hosts) {
+    std::vector<Network> allowed;
+    std::string error;
+    if (!ParseNetworkList(setting_broker_allowed_networks ? setting_broker_allowed_networks : "",
+                          &allowed, &error))
+        allowed.clear();  // the setting's check hook makes this impossible
+    std::optional<HostRefusal> refused = RefusedNewBrokerHost(hosts, old_hosts, allowed);
+    if (!refused)
+        return;
+    throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
+                  "permission denied to configure " + what + ": its broker is at " + refused->what +
+                      ", which is not allowed by outbox.broker_allowed_networks",
+                  "That is " + WithArticle(refused->kind) +
+                      " address. Brokers that a role other than a superuser configures may be "
+                      "at loopback, unspecified, private, link-local, multicast, reserved and "
+                      "IPv4-mapped addresses only where a superuser allows them.",
+                  "Use the broker's public address or name, or ask a superuser to add its "
+                  "network to outbox.broker_allowed_networks (postgresql.conf, then a reload).");
 }
 
 void ThrowIfConfigProblems(const std::string &what, const std::vector<std::string> &problems,

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/broker_address.hpp"
 #include "outbox/config.hpp"
 #include "outbox/network_policy.hpp"
 
@@ -46,35 +47,27 @@ struct CallerPrivileges {
     bool reads_files;  // a superuser or a member of pg_read_server_files
 };
 
+// The networks of a list setting (its check hook has already refused a bad one).
+static std::vector<Network> AllowedNetworks(const char *setting) {
+    std::vector<Network> allowed;
+    std::string error;
+    if (!ParseNetworkList(setting ? setting : "", &allowed, &error))
+        allowed.clear();
+    return allowed;
+}
+
 // A webhook URL whose host is an address (in any spelling) or localhost that
 // outbox.webhook_allowed_networks does not allow is refused now, rather than every message
 // later. (A name is resolved only when connecting: that check is the driver's.)
 static void CheckWebhookAddress(const std::string &destination, const std::string &url) {
-    std::vector<Network> allowed;
-    std::string error;
-    if (!ParseNetworkList(setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "",
-                          &allowed, &error))
-        allowed.clear();  // the setting's check hook makes this impossible
-    std::string refused;
-    std::string kind;
-    if (std::optional<IpAddress> literal = LiteralAddressOfUrl(url)) {
-        if (!AddressAllowed(*literal, allowed)) {
-            refused = "address " + FormatIpAddress(*literal);
-            kind = RestrictedKind(*literal);
-        }
-    } else if (IsLocalhostName(url)) {
-        IpAddress v4 = *ParseIpAddress("127.0.0.1"), v6 = *ParseIpAddress("::1");
-        if (!AddressAllowed(v4, allowed) && !AddressAllowed(v6, allowed)) {
-            refused = "host localhost (127.0.0.1, ::1)";
-            kind = "loopback";
-        }
-    }
-    if (refused.empty())
+    std::optional<HostRefusal> refused =
+        RefusedLiteralUrlHost(url, AllowedNetworks(setting_webhook_allowed_networks));
+    if (!refused)
         return;
     throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
-                  "permission denied to configure " + destination + ": its URL names " + refused +
-                      ", which is not allowed by outbox.webhook_allowed_networks",
-                  "That is a " + kind +
+                  "permission denied to configure " + destination + ": its URL names " +
+                      refused->what + ", which is not allowed by outbox.webhook_allowed_networks",
+                  "That is " + WithArticle(refused->kind) +
                       " address. Webhooks may reach loopback, unspecified, private, link-local, "
                       "multicast, reserved and IPv4-mapped addresses only where a superuser "
                       "allows them.",
@@ -117,6 +110,9 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
     ThrowIfSettingsDenied(
         destination, chosen, caller.runs_code, caller.reads_files,
         "Such settings that a superuser chose stay in place when you alter others.");
+    if (check.ok() && !caller.runs_code)
+        ThrowIfBrokerHostRefused(destination, BrokerHosts(check.config),
+                                 old_json ? BrokerHosts(old.config) : std::vector<std::string>());
 
     if (check.ok() && kind == DestinationKind::Webhook) {
         const WebhookConfig &webhook = check.config.webhook;

@@ -64,6 +64,7 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
         options.destination = spec.name;
         options.source = "/outbox/" + database;
         options.client_name = "outbox-" + database + "-" + spec.name;
+        options.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
         options.confirm_timeout_ms = answer_ms;
         options.max_in_flight =
             options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
@@ -77,6 +78,7 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
         options.destination = spec.name;
         options.source = "/outbox/" + database;
         options.client_name = "outbox-" + database + "-" + spec.name;
+        options.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
         options.ack_timeout_ms = options.config.ack_timeout_ms > 0
                                      ? std::min(options.config.ack_timeout_ms, answer_ms)
                                      : std::min<int64_t>(5000, answer_ms);
@@ -91,6 +93,7 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
     options.client_id = "outbox-" + database + "-" + spec.name;
     options.source = "/outbox/" + database;
     options.lease_timeout_ms = settings.lease_timeout_ms;
+    options.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
     // "max_in_flight" widens it for a cluster whose acks=all round trip is long: the drain runs
     // at most one window per round trip. The dispatcher uses the width only while claims come
     // back full (Dispatcher::Room): caught up, two batches stay in flight, so claims stay large

@@ -273,13 +273,19 @@ void InboxConsumer::Load() {
     }
 
     std::set<std::string> seen;
+    std::string broker_networks =
+        setting_broker_allowed_networks ? setting_broker_allowed_networks : "";
     for (Row &r : rows) {
         seen.insert(r.name);
+        bool owner_is_superuser = r.owner_found && PgTry([&] { return superuser_arg(r.owner); });
+        BrokerAddressRule rule{!owner_is_superuser, owner_is_superuser ? "" : broker_networks};
         auto it = subscriptions_.find(r.name);
         if (it != subscriptions_.end() &&
             (r.paused || it->second->config_text != r.config || it->second->handler != r.handler ||
              it->second->owner != r.owner || it->second->handler_oid != r.handler_oid ||
-             it->second->may_execute != r.may_execute)) {
+             it->second->may_execute != r.may_execute ||
+             it->second->address_rule.guarded != rule.guarded ||
+             it->second->address_rule.allowed_networks != rule.allowed_networks)) {
             Close(*it->second);
             subscriptions_.erase(it);
             it = subscriptions_.end();
@@ -294,6 +300,7 @@ void InboxConsumer::Load() {
         s->handler_oid = r.handler_oid;
         s->may_execute = r.may_execute;
         s->shown_error = r.last_error;
+        s->address_rule = rule;
         std::string error;
         SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, r.config);
         if (!check.ok()) {
@@ -324,6 +331,7 @@ void InboxConsumer::Load() {
             options.properties = s->config.properties;
             options.client_id = "outbox-inbox-" + database_ + "-" + r.name;
             options.window_records = size_t(std::max(2 * s->config.batch_size, 1000));
+            options.address_rule = rule;
             s->consumer = drivers_->OpenConsumer(r.name, options, &error);
             if (s->consumer)
                 s->epoch = s->consumer->Epoch();

@@ -35,6 +35,7 @@ int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
 char *setting_webhook_allowed_networks = nullptr;
+char *setting_broker_allowed_networks = nullptr;
 int setting_inbox_handler_timeout_ms = 5000;
 char *setting_traceparent = nullptr;
 char *setting_tracestate = nullptr;
@@ -182,6 +183,17 @@ void DefineSettings() {
         "always allowed; internal ones only when listed. Checked for every address a connection "
         "uses.",
         &setting_webhook_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
+        CheckAllowedNetworks, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "outbox.broker_allowed_networks",
+        "Networks of loopback, private, link-local and other internal addresses that brokers "
+        "configured by roles other than superusers may be at.",
+        "A comma-separated list of CIDR networks, e.g. '10.0.0.0/8'. Applies to the Kafka, "
+        "RabbitMQ and NATS addresses of destinations and subscriptions that a non-superuser "
+        "created or changed; public addresses are always allowed, and a superuser's brokers "
+        "may be anywhere. Checked when the address is set and for every address a client "
+        "library connects to.",
+        &setting_broker_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
         CheckAllowedNetworks, nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.inbox_handler_timeout", "Longest run of one call of a subscription's handler.",

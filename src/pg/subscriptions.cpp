@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/broker_address.hpp"
 #include "outbox/config.hpp"
 #include "outbox/subscription_config.hpp"
 
@@ -89,22 +90,29 @@ std::string RoleName(Oid role) {
 }
 
 // Validates the config with the workers' parser; the caller's privileges decide the settings
-// that make the server run code or read files, as for destinations (destinations.cpp).
+// that make the server run code or read files, as for destinations (destinations.cpp). The
+// brokers of a subscription whose owner is not a superuser are held to
+// outbox.broker_allowed_networks (its consumer is guarded the same way: inbox_consume.cpp).
 void CheckConfigOrThrow(const char *name, const char *json, const char *old_json, bool runs_code,
-                        bool reads_files) {
+                        bool reads_files, bool owner_is_superuser) {
     const std::string subscription = std::string("kafka subscription \"") + name + "\"";
     CheckOptions options;
     options.check_files = reads_files;
     SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, json, options);
     std::vector<PrivilegedSetting> chosen = check.privileged;
+    std::vector<std::string> old_hosts;
     if (old_json != nullptr) {
         CheckOptions no_files;
         no_files.check_files = false;
         SubscriptionCheck old =
             CheckSubscriptionConfig(SubscriptionKind::Kafka, old_json, no_files);
         chosen = AddedOrChangedSettings(old.privileged, check.privileged);
+        old_hosts = KafkaHosts(old.config.properties);
     }
     ThrowIfSettingsDenied(subscription, chosen, runs_code, reads_files);
+    // The brokers of a subscription its owner could not have configured as a superuser.
+    if (check.ok() && !owner_is_superuser)
+        ThrowIfBrokerHostRefused(subscription, KafkaHosts(check.config.properties), old_hosts);
     ThrowIfConfigProblems(subscription, check.problems, check.hints);
 }
 
@@ -249,7 +257,8 @@ HeapTuple CheckSubscriptionRow(TriggerData *td) {
                       std::string("subscription \"") + name + "\" has no configuration", "",
                       "Pass a JSON object, for example '{\"bootstrap.servers\": \"host:9092\", "
                       "\"topics\": [\"orders\"]}'.");
-    CheckConfigOrThrow(name, json, old_json, runs_code, reads_files);
+    bool owner_is_superuser = PgTry([owner] { return superuser_arg(owner); });
+    CheckConfigOrThrow(name, json, old_json, runs_code, reads_files, owner_is_superuser);
     char *handler = TextColumn(tuple, desc, "handler");
     if (handler == nullptr)
         throw PgError(ERRCODE_NOT_NULL_VIOLATION,

@@ -114,6 +114,8 @@ DispatchSettings CurrentSettings() {
     s.driver_build = setting_debug_drivers_in_process ? 1 : 0;
     s.webhook_allowed_networks =
         setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "";
+    s.broker_allowed_networks =
+        setting_broker_allowed_networks ? setting_broker_allowed_networks : "";
     return s;
 }
 

@@ -215,4 +215,74 @@ INSERT INTO produced SELECT * FROM m;
     $server->stop;
 }
 
+# outbox.broker_allowed_networks for the amqp and nats kinds (issue 35): a destination on
+# 127.0.0.1 that a role other than a superuser created delivers while the setting lists
+# 127.0.0.0/8; once a reload empties it, the driver refuses the address before connecting
+# (the server log says which and why), the messages wait without spending an attempt and show
+# only that the broker cannot be reached; a superuser's destination on the same server goes
+# on; listed again, everything arrives once.
+sub networks {
+    my ($server_kind) = @_;
+    my $server = OutboxTest::BrokerNode->start($server_kind);
+    my $kind = $server->destination_kind;
+    my $node = outbox_node("${kind}_networks", conf => join("\n",
+        "outbox.broker_allowed_networks = '127.0.0.0/8'", "outbox.lease_timeout = '6s'") . "\n");
+    my $tenant_config = $server->prepare('tenant');
+    my $own_config = $server->prepare('own');
+    $node->safe_psql('postgres', qq{
+        CREATE ROLE platform;
+        GRANT USAGE ON SCHEMA outbox TO platform;
+        GRANT EXECUTE ON FUNCTION outbox.create_destination(text, text, jsonb) TO platform;
+        SET ROLE platform;
+        SELECT outbox.create_destination('tenant', '$kind', '$tenant_config');
+        RESET ROLE;
+        SELECT outbox.create_destination('own', '$kind', '$own_config');
+        CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY);
+    });
+    my $produce = sub {
+        my ($dest, $count) = @_;
+        $node->safe_psql('postgres', qq{
+            WITH m AS (
+                INSERT INTO outbox.messages (destination, payload)
+                SELECT '$dest', jsonb_build_object('n', g) FROM generate_series(1, $count) g
+                RETURNING destination, event_id)
+            INSERT INTO produced SELECT * FROM m});
+    };
+    my $log_offset = -s $node->logfile;
+    $produce->('tenant', 5);
+    ok(wait_until(sub { queued($node, 'tenant') == 0 }, 60), "$kind: listed, the tenant's destination delivers");
+
+    $node->adjust_conf('postgresql.conf', 'outbox.broker_allowed_networks', "''");
+    $node->reload;
+    ok(wait_until(sub { $node->safe_psql('postgres', 'SHOW outbox.broker_allowed_networks') eq '' }, 30),
+        "$kind: the reload emptied the list");
+    $produce->('tenant', 5);
+    $produce->('own', 5);
+    ok(wait_until(sub { queued($node, 'own') == 0 }, 60),
+        "$kind: a superuser's destination on the same server still delivers");
+    ok(wait_until(sub { (stats_row($node, 'tenant')->{last_error} // '') =~ /deferred/ }, 60),
+        "$kind: the tenant's messages are deferred");
+    is(stats_row($node, 'tenant')->{last_error},
+        'deferred, destination unreachable: its broker cannot be reached (the server log says why: '
+        . 'the reason is shown here only for a destination or subscription a superuser configured)',
+        "$kind: the tenant sees that its broker cannot be reached, not what answered there");
+    is($node->safe_psql('postgres', q{SELECT count(*) || '/' || max(attempts) FROM outbox.messages WHERE destination = 'tenant'}),
+        '5/0', "$kind: its 5 messages wait, no attempt spent");
+    ok(wait_until(sub { slurp_file($node->logfile, $log_offset) =~
+            /tenant: .*not connecting to .*127\.0\.0\.1 is a loopback address, which outbox\.broker_allowed_networks does not allow/ }, 30),
+        "$kind: the server log says which address was refused and why");
+
+    $node->adjust_conf('postgresql.conf', 'outbox.broker_allowed_networks', "'127.0.0.1/32'");
+    $node->reload;
+    ok(wait_until(sub { queued($node, 'tenant') == 0 }, 90), "$kind: listed again, the waiting messages are delivered");
+    my $r = fault_summary("${kind}_broker_networks", produced => produced_ids($node, 'tenant'),
+        received => $server->event_ids($server->container('tenant')));
+    is($r->{distinct}, 10, "$kind: all 10 of the tenant's messages arrived");
+    is($r->{duplicates}, 0, "$kind: none twice");
+
+    $node->stop;
+    check_server_log($node);
+    $server->stop;
+}
+
 1;

@@ -31,8 +31,10 @@ sub outbox_node {
     $node->append_conf('postgresql.conf', join("\n",
         "shared_preload_libraries = 'outbox'",
         "outbox.poll_interval = '200ms'",
-        # the webhook sinks listen on loopback, which webhooks may reach only when allowed
+        # the webhook sinks and the test brokers listen on loopback, which webhooks, and brokers
+        # that roles other than superusers configure, may reach only when allowed
         "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1'",
+        "outbox.broker_allowed_networks = '127.0.0.0/8, ::1'",
         "log_min_messages = info",
         $opts{conf} // '') . "\n");
     return $node if defined $opts{start} && !$opts{start};

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "outbox/backoff.hpp"
+#include "outbox/broker_address.hpp"
 
 namespace outbox {
 namespace {
@@ -413,6 +414,30 @@ TEST_F(DispatcherTest, DeadBuriesAsRejected) {
     EXPECT_EQ(res.dead_reason, DeadReason::Rejected);
     EXPECT_EQ(res.error, "HTTP 400: bad payload");
     EXPECT_STREQ(DeadReasonName(res.dead_reason), "rejected");
+}
+
+// 3b. Why a broker that a role other than a superuser configured cannot be reached is not shown
+// (a refused connection and a stranger's protocol would tell what listens there); a superuser's
+// broker and a webhook keep the driver's words; a broker's answer (Retry, Dead) is shown.
+TEST_F(DispatcherTest, DeferOfANonSuperusersBrokerHidesWhatAnswered) {
+    auto Broker = [](const std::string &name, bool by_superuser) {
+        DestinationSpec spec = Spec(name);
+        spec.config.kind = DestinationKind::Kafka;
+        spec.config_json = "{\"topic\": \"" + name + "\"}";
+        spec.config_by_superuser = by_superuser;
+        return spec;
+    };
+    dispatcher_.SetDestinations(Specs({Broker("tenant", false), Broker("own", true)}));
+    ClaimAndSubmit("tenant", {Row(1, 11), Row(2, 12)}, kT0);
+    DriverOf("tenant").Finish(1, OutcomeKind::Defer, "_TRANSPORT: Connection refused");
+    EXPECT_EQ(PollOne("tenant", kT0 + 1).error,
+              std::string("deferred, destination unreachable: ") + kBrokerUnreachable);
+    DriverOf("tenant").Finish(2, OutcomeKind::Retry, "topic authorization failed");
+    EXPECT_EQ(PollOne("tenant", kT0 + 2).error, "topic authorization failed");
+    ClaimAndSubmit("own", {Row(3, 13)}, kT0 + 3);
+    DriverOf("own").Finish(3, OutcomeKind::Defer, "_TRANSPORT: Connection refused");
+    EXPECT_EQ(PollOne("own", kT0 + 4).error,
+              "deferred, destination unreachable: _TRANSPORT: Connection refused");
 }
 
 // 4. Defer: the row is due again with its attempt refunded, and the destination is probed one

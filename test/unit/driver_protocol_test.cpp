@@ -466,6 +466,7 @@ TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     o.source = "/outbox/app";
     o.lease_timeout_ms = 30000;
     o.max_in_flight = 1000;
+    o.address_rule = {true, "10.0.0.0/8"};
     KafkaDriverOptions back;
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
@@ -477,6 +478,8 @@ TEST(DriverProtocolTest, KafkaOptionsRoundTripFieldByField) {
     EXPECT_EQ(back.source, o.source);
     EXPECT_EQ(back.lease_timeout_ms, o.lease_timeout_ms);
     EXPECT_EQ(back.max_in_flight, o.max_in_flight);
+    EXPECT_TRUE(back.address_rule.guarded);
+    EXPECT_EQ(back.address_rule.allowed_networks, "10.0.0.0/8");
 }
 
 TEST(DriverProtocolTest, WebhookOptionsRoundTripFieldByField) {
@@ -558,6 +561,7 @@ TEST(DriverProtocolTest, AmqpOptionsRoundTripFieldByField) {
     o.client_name = "outbox-app-orders-amqp";
     o.confirm_timeout_ms = 15000;
     o.max_in_flight = 777;
+    o.address_rule = {true, "10.0.0.0/8"};
     AmqpDriverOptions back;
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
@@ -576,6 +580,8 @@ TEST(DriverProtocolTest, AmqpOptionsRoundTripFieldByField) {
     EXPECT_EQ(back.client_name, o.client_name);
     EXPECT_EQ(back.confirm_timeout_ms, 15000);
     EXPECT_EQ(back.max_in_flight, 777u);
+    EXPECT_TRUE(back.address_rule.guarded);
+    EXPECT_EQ(back.address_rule.allowed_networks, "10.0.0.0/8");
 }
 
 TEST(DriverProtocolTest, NatsOptionsRoundTripFieldByField) {
@@ -601,6 +607,7 @@ TEST(DriverProtocolTest, NatsOptionsRoundTripFieldByField) {
     o.client_name = "outbox-app-orders-nats";
     o.ack_timeout_ms = 2000;
     o.max_in_flight = 888;
+    o.address_rule = {true, "10.0.0.0/8"};
     NatsDriverOptions back;
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
@@ -625,6 +632,8 @@ TEST(DriverProtocolTest, NatsOptionsRoundTripFieldByField) {
     EXPECT_EQ(back.client_name, o.client_name);
     EXPECT_EQ(back.ack_timeout_ms, 2000);
     EXPECT_EQ(back.max_in_flight, 888u);
+    EXPECT_TRUE(back.address_rule.guarded);
+    EXPECT_EQ(back.address_rule.allowed_networks, "10.0.0.0/8");
     // An amqp helper's options are not a nats driver's.
     EXPECT_FALSE(DecodeOptions(EncodeOptions(AmqpDriverOptions{}), &back, &error));
     EXPECT_NE(error.find("do not match this build"), std::string::npos) << error;
@@ -917,6 +926,7 @@ TEST(DriverProtocolTest, KafkaConsumerOptionsRoundTripFieldByField) {
     o.metadata_interval_ms = 250;
     o.window_records = 100;
     o.window_bytes = 12345;
+    o.address_rule = {true, "10.0.0.0/8"};
     KafkaConsumerOptions back;
     std::string error;
     ASSERT_TRUE(DecodeOptions(EncodeOptions(o), &back, &error)) << error;
@@ -927,6 +937,8 @@ TEST(DriverProtocolTest, KafkaConsumerOptionsRoundTripFieldByField) {
     EXPECT_EQ(back.metadata_interval_ms, 250);
     EXPECT_EQ(back.window_records, 100u);
     EXPECT_EQ(back.window_bytes, 12345u);
+    EXPECT_TRUE(back.address_rule.guarded);
+    EXPECT_EQ(back.address_rule.allowed_networks, "10.0.0.0/8");
     // A producer's options are not a consumer's, nor the other way round.
     EXPECT_FALSE(DecodeOptions(EncodeOptions(KafkaDriverOptions{}), &back, &error));
     EXPECT_NE(error.find("do not match this build"), std::string::npos) << error;

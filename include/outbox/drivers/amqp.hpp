@@ -9,6 +9,7 @@
 
 #include "outbox/config.hpp"
 #include "outbox/drivers/driver.hpp"
+#include "outbox/network_policy.hpp"
 
 namespace outbox {
 
@@ -20,7 +21,8 @@ struct AmqpDriverOptions {
     // A publish still unconfirmed after this long ends the connection and everything in
     // flight comes back deferred: kept below the lease, so no lease lapses meanwhile.
     int64_t confirm_timeout_ms = 10000;
-    size_t max_in_flight = 1000;  // publishes awaiting their confirm
+    size_t max_in_flight = 1000;     // publishes awaiting their confirm
+    BrokerAddressRule address_rule;  // outbox.broker_allowed_networks, when guarded
 };
 
 // A driver whose connection is made (and remade) by its own I/O thread; nullptr with *error

@@ -7,15 +7,17 @@
 
 #include "outbox/config.hpp"
 #include "outbox/drivers/driver.hpp"
+#include "outbox/network_policy.hpp"
 
 namespace outbox {
 
 struct KafkaDriverOptions {
     KafkaConfig config;
-    std::string client_id;     // default client.id (the config may set its own)
-    std::string source;        // CloudEvents ce_source
-    int64_t lease_timeout_ms;  // message.timeout.ms is kept below it, so no lease lapses
-    size_t max_in_flight;      // messages handed to librdkafka and not yet reported
+    std::string client_id;           // default client.id (the config may set its own)
+    std::string source;              // CloudEvents ce_source
+    int64_t lease_timeout_ms;        // message.timeout.ms is kept below it, so no lease lapses
+    size_t max_in_flight;            // messages handed to librdkafka and not yet reported
+    BrokerAddressRule address_rule;  // outbox.broker_allowed_networks, when guarded
 };
 
 // A ready producer, or nullptr with *error set (librdkafka refused the configuration).

@@ -8,6 +8,7 @@
 
 #include "outbox/config.hpp"
 #include "outbox/drivers/driver.hpp"
+#include "outbox/network_policy.hpp"
 
 namespace outbox {
 
@@ -18,7 +19,8 @@ struct NatsDriverOptions {
     std::string client_name;  // the connection name the server shows
     // How long a PubAck is awaited (the config's ack_timeout when set): kept below the lease.
     int64_t ack_timeout_ms = 5000;
-    size_t max_in_flight = 1000;  // publishes awaiting their PubAck
+    size_t max_in_flight = 1000;     // publishes awaiting their PubAck
+    BrokerAddressRule address_rule;  // outbox.broker_allowed_networks, when guarded
 };
 
 // A driver whose connection cnats makes (and remakes) in its own threads; nullptr with *error

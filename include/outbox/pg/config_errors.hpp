@@ -19,6 +19,12 @@ std::string JoinLines(const std::vector<std::string> &lines);
 void ThrowIfSettingsDenied(const std::string &what, const std::vector<PrivilegedSetting> &chosen,
                            bool runs_code, bool reads_files, const char *extra_hint = nullptr);
 
+// Throws 42501 when a broker host of `hosts` that `old_hosts` did not have is a literal
+// address (or localhost) that outbox.broker_allowed_networks does not allow
+// (broker_address.hpp); the caller decides whether the config is guarded at all.
+void ThrowIfBrokerHostRefused(const std::string &what, const std::vector<std::string> &hosts,
+                              const std::vector<std::string> &old_hosts);
+
 // Throws 22023 ("invalid configuration for <what>") with every problem in the detail and the
 // hints after the usual one; returns when there are none.
 void ThrowIfConfigProblems(const std::string &what, const std::vector<std::string> &problems,

@@ -103,6 +103,9 @@ class InboxConsumer {
         void *handler_fn = nullptr;    // FmgrInfo, in TopMemoryContext
         void *message_desc = nullptr;  // TupleDesc of outbox.inbox_message, a copy
         std::string shown_error;       // what outbox.inbox_subscriptions.last_error says
+        // The consumer's address rule (broker_address.hpp): guarded when the owner is not a
+        // superuser; a changed outbox.broker_allowed_networks reopens the consumer.
+        BrokerAddressRule address_rule;
     };
 
     void Load();

@@ -29,6 +29,9 @@ extern char *setting_debug_driver_fault;
 extern bool setting_debug_drivers_in_process;
 // outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
 extern char *setting_webhook_allowed_networks;
+// outbox.broker_allowed_networks (sighup, superuser only): the internal networks a broker of a
+// destination or subscription that a non-superuser configured may be at (network_policy.hpp)
+extern char *setting_broker_allowed_networks;
 // outbox.inbox_handler_timeout (sighup): longest run of one handler call, ms; 0: no limit
 extern int setting_inbox_handler_timeout_ms;
 
