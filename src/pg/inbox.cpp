@@ -19,7 +19,7 @@ namespace {
 const char *const kSweepInboxSql =
     "DELETE FROM outbox.inbox WHERE ctid = ANY (ARRAY("
     "  SELECT ctid FROM outbox.inbox"
-    "   WHERE received_at < now() - $1 * interval '1 second'"
+    "   WHERE received_at < pg_catalog.now() - $1 * interval '1 second'"
     "   ORDER BY received_at LIMIT $2))";
 
 SPIPlanPtr sweep_inbox_plan;

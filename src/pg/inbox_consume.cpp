@@ -97,7 +97,7 @@ const char *const kDeadLetterSql =
     " ON CONFLICT ON CONSTRAINT inbox_dead_letters_record DO UPDATE"
     "   SET attempts = d.attempts + 1, last_error = excluded.last_error,"
     "       last_sqlstate = excluded.last_sqlstate, blocking = excluded.blocking,"
-    "       failed_at = now(), requeued_at = NULL";
+    "       failed_at = pg_catalog.now(), requeued_at = NULL";
 
 const char *const kRequeuedSql =
     "SELECT id, topic, \"partition\", \"offset\", event_id, key, headers, payload, payload_bytes,"
@@ -110,7 +110,7 @@ const char *const kRequeueDoneSql = "DELETE FROM outbox.inbox_dead_letters WHERE
 
 const char *const kRequeueFailedSql =
     "UPDATE outbox.inbox_dead_letters SET attempts = attempts + 1, last_error = $2,"
-    "       last_sqlstate = $3, failed_at = now(), requeued_at = NULL WHERE id = $1";
+    "       last_sqlstate = $3, failed_at = pg_catalog.now(), requeued_at = NULL WHERE id = $1";
 
 // Compare-and-set on the offset this worker read: a second writer (there should be none: the
 // partition's advisory lock) makes the transaction fail instead of moving the position twice.
@@ -118,7 +118,7 @@ const char *const kUpdateOffsetSql =
     "UPDATE outbox.inbox_offsets SET \"offset\" = $4, consumed = consumed + $5,"
     "       duplicates = duplicates + $6, dead_lettered = dead_lettered + $7,"
     "       high_watermark = $8, last_error = coalesce($9, last_error),"
-    "       last_record_at = coalesce($10, last_record_at), updated_at = now()"
+    "       last_record_at = coalesce($10, last_record_at), updated_at = pg_catalog.now()"
     " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $11";
 
 const char *const kInsertOffsetSql =

@@ -65,14 +65,14 @@ namespace {
 const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id, c.available_at AS was_due FROM outbox.messages AS c"
-    "   WHERE c.destination = $1 AND c.available_at <= statement_timestamp()"
+    "   WHERE c.destination = $1 AND c.available_at <= pg_catalog.statement_timestamp()"
     "     AND c.order_key IS NULL"
     "     AND (c.available_at, c.id) > ($6, $7) AND " DESTINATION_AS_LOADED("$5")
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
     "    SET lease_token = $2,"
-    "        available_at = statement_timestamp() + $3 * interval '1 millisecond',"
+    "        available_at = pg_catalog.statement_timestamp() + $3 * interval '1 millisecond',"
     "        attempts = m.attempts + 1"
     "   FROM due WHERE m.id = due.id"
     " RETURNING m.id, m.event_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers,"
@@ -86,7 +86,7 @@ const char *const kLockSql =
     "SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "       c.created_at, c.expires_at, c.attempts + 1, c.available_at, c.ctid, c.first_failed_at"
     "  FROM outbox.messages AS c"
-    " WHERE c.destination = $1 AND c.available_at <= statement_timestamp()"
+    " WHERE c.destination = $1 AND c.available_at <= pg_catalog.statement_timestamp()"
     "   AND c.order_key IS NULL"
     "   AND (c.available_at, c.id) > ($3, $4) AND " DESTINATION_AS_LOADED("$5")
     " ORDER BY c.available_at, c.id LIMIT $2"
@@ -96,7 +96,7 @@ const char *const kLockSql =
 const char *const kLeaseLockedSql =
     "UPDATE outbox.messages"
     "   SET lease_token = $2,"
-    "       available_at = statement_timestamp() + $3 * interval '1 millisecond',"
+    "       available_at = pg_catalog.statement_timestamp() + $3 * interval '1 millisecond',"
     "       attempts = attempts + 1"
     " WHERE id = ANY ($1)";
 
@@ -125,7 +125,7 @@ const char *const kLockKeysSql =
 // from where the previous one stopped, so keys take turns.
 const char *const kLockDueKeysSql =
     "SELECT k.order_key, k.floor_version, k.version, k.due_at FROM outbox.ordered_keys AS k"
-    " WHERE k.destination = $1 AND k.due_at <= statement_timestamp()"
+    " WHERE k.destination = $1 AND k.due_at <= pg_catalog.statement_timestamp()"
     "   AND (k.due_at, k.order_key) > ($2, $3) AND (k.due_at, k.order_key) <= ($5, $6)"
     " ORDER BY k.due_at, k.order_key LIMIT $4"
     "   FOR KEY SHARE SKIP LOCKED";
@@ -167,8 +167,8 @@ const char *const kHeadsSql =
     "    JOIN outbox.ordered_keys AS k ON k.destination = $1 AND k.order_key = f.order_key),"
     " h AS MATERIALIZED ("
     "  SELECT k.order_key, k.floor, k.floor_version, k.version,"
-    "         x.id, x.tid, x.available_at, x.available_at <= statement_timestamp() AS due,"
-    "         x.in_flight,"
+    "         x.id, x.tid, x.available_at,"
+    "         x.available_at <= pg_catalog.statement_timestamp() AS due, x.in_flight,"
     "         x.id IS NOT NULL AND " HELD_BACK("$5", "x.key", "x.id") " AS blocked"
     "    FROM k LEFT JOIN LATERAL ("
     "      SELECT m.id, m.ctid AS tid, m.available_at, m.lease_token IS NOT NULL AS in_flight,"
@@ -183,7 +183,7 @@ const char *const kHeadsSql =
     "    FROM outbox.messages AS m"
     "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"
     "     AND m.order_key IS NOT NULL AND m.destination = $1"
-    "     AND m.available_at <= statement_timestamp()"
+    "     AND m.available_at <= pg_catalog.statement_timestamp()"
     "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
@@ -217,7 +217,7 @@ const char *const kHeadsFollowSql =
     "       m.first_failed_at, m.order_key, m.xmin"
     "  FROM outbox.messages AS m"
     " WHERE m.ctid = ANY ($3) AND m.order_key IS NOT NULL AND m.destination = $1"
-    "   AND m.available_at <= statement_timestamp()"
+    "   AND m.available_at <= pg_catalog.statement_timestamp()"
     "   AND NOT (" HELD_BACK("$4", "m.key", "m.id") ")"
     "   AND " DESTINATION_AS_LOADED("$2") " FOR UPDATE OF m SKIP LOCKED";
 
@@ -243,11 +243,11 @@ const char *const kKeyRowsSql =
     " UPDATE outbox.ordered_keys AS k"
     "    SET floor = CASE WHEN l.floor > k.floor AND k.floor_version = l.floor_version"
     "                     THEN l.floor ELSE k.floor END,"
-    "        due_at = CASE WHEN l.head_removed THEN least(k.due_at, now())"
+    "        due_at = CASE WHEN l.head_removed THEN least(k.due_at, pg_catalog.now())"
     "                      WHEN l.due_at IS NOT NULL AND k.version = l.version THEN l.due_at"
     "                      ELSE k.due_at END,"
     "        idle_since = CASE WHEN NOT l.head_removed AND l.due_at = 'infinity'"
-    "                               AND k.version = l.version THEN now()"
+    "                               AND k.version = l.version THEN pg_catalog.now()"
     "                          ELSE k.idle_since END,"
     "        version = k.version + 1"
     "   FROM l WHERE k.ctid = l.tid";
@@ -258,7 +258,7 @@ const char *const kKeyRowsSql =
 const char *const kIdleKeysSql =
     "SELECT k.ctid FROM outbox.ordered_keys AS k"
     " WHERE k.destination = $1 AND k.due_at = 'infinity'"
-    "   AND k.idle_since < now() - $2 * interval '1 second'"
+    "   AND k.idle_since < pg_catalog.now() - $2 * interval '1 second'"
     " LIMIT $3";
 
 // Delivered rows that this transaction holds locked (the fast path) are deleted where they
@@ -292,17 +292,19 @@ const char *const kArchiveSql =
 const char *const kSweepSql =
     "DELETE FROM outbox.archive WHERE id IN ("
     "  SELECT id FROM outbox.archive"
-    "   WHERE delivered_at < now() - $1 * interval '1 second'"
+    "   WHERE delivered_at < pg_catalog.now() - $1 * interval '1 second'"
     "   ORDER BY delivered_at LIMIT $2)";
 
 // kind: 0 retry (attempt spent), 1 deferred by an outage, 2 released at shutdown.
 const char *const kRescheduleSql =
     "UPDATE outbox.messages AS m"
-    "   SET available_at = now() + r.delay * interval '1 millisecond', lease_token = NULL,"
+    "   SET available_at = pg_catalog.now() + r.delay * interval '1 millisecond',"
+    "       lease_token = NULL,"
     "       attempts = m.attempts + CASE WHEN r.token = 0 THEN 1 ELSE 0 END"
     "                             - CASE WHEN r.kind = 0 THEN 0 ELSE 1 END,"
     "       last_error = coalesce(r.err, m.last_error),"
-    "       first_failed_at = CASE WHEN r.kind = 0 THEN coalesce(m.first_failed_at, now())"
+    "       first_failed_at = CASE WHEN r.kind = 0"
+    "                              THEN coalesce(m.first_failed_at, pg_catalog.now())"
     "                              ELSE m.first_failed_at END"
     "  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[])"
     "       AS r(id, token, delay, kind, err)"
@@ -311,7 +313,7 @@ const char *const kRescheduleSql =
 
 // A destination whose endpoint answered 410 Gone (Resolution::pause_destination).
 const char *const kPauseGoneSql =
-    "UPDATE outbox.destinations SET paused = true, updated_at = now()"
+    "UPDATE outbox.destinations SET paused = true, updated_at = pg_catalog.now()"
     " WHERE name = $1 AND NOT paused";
 
 const char *const kBurySql =
@@ -330,11 +332,11 @@ const char *const kBurySql =
     "                 - CASE WHEN reason IN ('expired', 'poison') THEN 1 ELSE 0 END,"
     "        reason, err,"
     "        CASE WHEN reason = 'expired' THEN first_failed_at"
-    "             ELSE coalesce(first_failed_at, now()) END,"
+    "             ELSE coalesce(first_failed_at, pg_catalog.now()) END,"
     // The moment of the burial, not the transaction's start: a fast batch's transaction is
     // older than the outcomes it writes back, and failed_at - first_failed_at would fall short
     // of the retry budget that was spent.
-    "        clock_timestamp()"
+    "        pg_catalog.clock_timestamp()"
     "   FROM moved"
     " RETURNING reason = 'expired', id";
 

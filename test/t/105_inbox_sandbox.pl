@@ -270,5 +270,44 @@ cmp_ok($during, '<=', 1.2 * $baseline, 'the slow handler leaves the p99 within 1
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM slow_seen}) eq '1' }, 30),
     'the slow handler finished within its 30 s and its record was applied');
 
+#-------------------------------------------------------------------------------------------
+# The workers' own statements: a database default that puts the shadowing schema first on
+# every session's search_path (the workers' included) changes nothing they run. The test's own
+# sessions name their path first.
+#-------------------------------------------------------------------------------------------
+sub as_test { my ($sql) = @_; $node->safe_psql('postgres', "SET search_path = pg_catalog, public; $sql") }
+as_test(q{
+    ALTER DATABASE postgres SET search_path = mal, pg_catalog, pg_temp;
+    TRUNCATE mal.calls;
+});
+$node->restart;
+as_test(qq{
+    SELECT outbox.create_destination('ordered', 'kafka',
+        '{"bootstrap.servers": "$bootstrap", "topic": "plain", "ordering": "key", "max_attempts": 1}');
+    INSERT INTO outbox.messages (destination, key, payload)
+    SELECT d, 'k' || (g % 7), jsonb_build_object('n', g)
+      FROM generate_series(1, 200) g, (VALUES ('plain'), ('ordered'), ('sandbox')) v(d);
+});
+ok(wait_until(sub { as_test(q{SELECT count(*) FROM outbox.messages}) eq '0' }, 90),
+    'under the shadowing default path: every message delivered');
+# A dead letter to requeue: the broker refuses the next produce for good.
+$broker->ctl('errors produce 1 MSG_SIZE_TOO_LARGE');
+as_test(q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('ordered', 'x', '{}')});
+ok(wait_until(sub { as_test(q{SELECT count(*) FROM outbox.dead_letters}) eq '1' }, 60),
+    'and a refused one dead-lettered');
+# An operator's session with the shadowing schema first: the outbox functions pin their own.
+$node->safe_psql('postgres', q{
+    SELECT * FROM outbox.stats();
+    SELECT outbox.requeue(array_agg(id)) FROM outbox.dead_letters;
+    SELECT * FROM outbox.subscriptions();
+});
+ok(wait_until(sub { as_test(q{SELECT count(*) FROM outbox.messages}) eq '0' }, 90),
+    'the requeued message is handled again');
+is(as_test(q{SELECT count(*) FROM mal.calls}), '0',
+    'with the shadowing schema first on the database\'s path, none of its functions or operators ran')
+  or diag(as_test(q{SELECT fn, by_role, backend_type, count(*) FROM mal.calls GROUP BY 1, 2, 3}));
+is(as_test(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'}), 'f', 'mallory is still not a superuser');
+as_test(q{ALTER DATABASE postgres RESET search_path});
+
 check_server_log($node);
 done_testing();
