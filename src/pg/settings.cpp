@@ -38,6 +38,7 @@ char *setting_webhook_allowed_networks = nullptr;
 char *setting_traceparent = nullptr;
 char *setting_tracestate = nullptr;
 bool setting_drop_nonempty = false;
+bool setting_internal_call = false;
 int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
@@ -188,6 +189,13 @@ void DefineSettings() {
         "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
         "table has rows.",
         &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    // Set by the SET clause of outbox's own functions (publish, requeue); harmless elsewhere.
+    DefineCustomBoolVariable(
+        "outbox.internal_call", "Set by outbox's own SQL functions while they run.",
+        "The insert check's errors then carry no CONTEXT (it would show the function's internal "
+        "statement).",
+        &setting_internal_call, false, PGC_USERSET,
+        GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_NO_RESET_ALL, nullptr, nullptr, nullptr);
     // Not checked here: a bad value must not fail the application's SET LOCAL (or its
     // transaction); the INSERT that would use it warns and goes on without it.
     DefineCustomStringVariable(

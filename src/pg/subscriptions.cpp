@@ -104,7 +104,8 @@ void CheckConfigOrThrow(const char *name, const char *json, const char *old_json
         chosen = AddedOrChangedSettings(old.privileged, check.privileged);
     }
     ThrowIfSettingsDenied(subscription, chosen, runs_code, reads_files);
-    ThrowIfConfigProblems(subscription, check.problems, check.hints);
+    ThrowIfConfigProblems(subscription, check.problems, check.hints,
+                          "docs/inbox.md#subscription-settings");
 }
 
 // What the handler's catalog row says, read in one PgTry.
@@ -270,7 +271,8 @@ HeapTuple CheckSubscriptionRow(TriggerData *td) {
 using namespace outbox::pg;
 
 // BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW on outbox.inbox_subscriptions. Errors leave
-// the statement out of the server log: its config may hold secrets.
+// the statement out of the server log (its config may hold secrets) and carry no CONTEXT, which
+// would show create/alter/drop_subscription's internal statement (see outbox_destinations_check).
 Datum outbox_subscriptions_check(PG_FUNCTION_ARGS) {
     auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
     if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
@@ -278,6 +280,9 @@ Datum outbox_subscriptions_check(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._subscriptions_check() must be a BEFORE row trigger"),
                         errhidestmt(true)));
+    ErrorContextCallback *context = error_context_stack;
+    error_context_stack = nullptr;
     HeapTuple tuple = CxxTry([td] { return CheckSubscriptionRow(td); }, /*hide_statement=*/true);
+    error_context_stack = context;
     return PointerGetDatum(tuple);
 }

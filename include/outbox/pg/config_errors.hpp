@@ -20,8 +20,9 @@ void ThrowIfSettingsDenied(const std::string &what, const std::vector<Privileged
                            bool runs_code, bool reads_files, const char *extra_hint = nullptr);
 
 // Throws 22023 ("invalid configuration for <what>") with every problem in the detail and the
-// hints after the usual one; returns when there are none.
+// hints after the usual one, which names `docs`, the page (and anchor) of the manual that lists
+// the settings, e.g. "docs/destinations.md#kafka"; returns when there are none.
 void ThrowIfConfigProblems(const std::string &what, const std::vector<std::string> &problems,
-                           const std::vector<std::string> &hints);
+                           const std::vector<std::string> &hints, const char *docs);
 
 }  // namespace outbox::pg

@@ -30,6 +30,11 @@ extern bool setting_debug_drivers_in_process;
 // outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
 extern char *setting_webhook_allowed_networks;
 
+// outbox.internal_call (user, not shown): on for the duration of outbox's own SQL functions that
+// insert into outbox.messages (their SET clause), so that the insert check's errors carry no
+// CONTEXT showing their internal statement (producer.cpp).
+extern bool setting_internal_call;
+
 // The producer's trace context (user): stored with every message the session inserts without
 // a traceparent header, until reset (SET LOCAL: the transaction). Checked at INSERT, where a
 // malformed value is ignored with a WARNING.
