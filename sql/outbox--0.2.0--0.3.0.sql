@@ -142,6 +142,17 @@ COMMENT ON COLUMN outbox.inbox_dead_letters.last_error IS 'the handler''s error'
 COMMENT ON COLUMN outbox.inbox_dead_letters.last_sqlstate IS 'the handler''s SQLSTATE';
 COMMENT ON COLUMN outbox.inbox_dead_letters.requeued_at IS 'set by outbox.requeue_inbox: to be applied again';
 
+COMMENT ON COLUMN outbox.inbox_message.subscription IS 'the subscription that read the record';
+COMMENT ON COLUMN outbox.inbox_message.topic IS 'where the record was read: its topic';
+COMMENT ON COLUMN outbox.inbox_message."partition" IS 'where the record was read: its partition';
+COMMENT ON COLUMN outbox.inbox_message."offset" IS 'where the record was read: its offset';
+COMMENT ON COLUMN outbox.inbox_message.key IS 'the record''s key';
+COMMENT ON COLUMN outbox.inbox_message.headers IS 'the record''s headers, name: value (an array of values for a name sent several times)';
+COMMENT ON COLUMN outbox.inbox_message.payload IS 'the value, when it is JSON (a JSON content-type or none); else NULL';
+COMMENT ON COLUMN outbox.inbox_message.payload_bytes IS 'the value, when it is not JSON; else NULL (both NULL: a tombstone)';
+COMMENT ON COLUMN outbox.inbox_message.event_id IS 'what the record is deduplicated by: its ce_id header, the subscription''s event_id_header, or its place in the stream';
+COMMENT ON COLUMN outbox.inbox_message."timestamp" IS 'the record''s timestamp';
+
 REVOKE ALL ON FUNCTION outbox._grant(regrole, text[]), outbox.grant_producer(regrole),
     outbox.grant_consumer(regrole), outbox.grant_operator(regrole), outbox.grant_admin(regrole)
     FROM PUBLIC;
