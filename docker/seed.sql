@@ -8,7 +8,7 @@
 \echo '== destinations: orders -> Apache Kafka (3 brokers), billing-hook -> webhook-sink'
 -- kafka-N:9092 are the brokers' listeners inside the compose network, the addresses they
 -- advertise; the topic exists (kafka-init), with replication factor 3.
--- The webhook secret is the README's example: the sink does not check signatures.
+-- The webhook secret is the manual's example (docs/destinations.md): the sink does not check signatures.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM outbox.stats() WHERE destination = 'orders') THEN

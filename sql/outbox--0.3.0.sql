@@ -1,6 +1,6 @@
 -- outbox 0.3.0: the transactional outbox, delivered from inside PostgreSQL.
 -- Producers INSERT into outbox.messages in their own transaction; the outbox background workers
--- (started by the module, see README.md) deliver the rows and record the outcome.
+-- (started by the module, see docs/architecture.md) deliver the rows and record the outcome.
 
 \echo Use "CREATE EXTENSION outbox" to load this file. \quit
 
@@ -203,9 +203,11 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.archive', '');
 --------------------------------------------------------------------------------------------------
 -- Producer API
 --------------------------------------------------------------------------------------------------
+-- outbox.internal_call: the insert check's errors carry no CONTEXT (it would show this
+-- function's INSERT, not anything the caller wrote).
 CREATE FUNCTION outbox.publish(destinations text[], topic text, payload jsonb,
                                key text DEFAULT NULL, headers jsonb DEFAULT NULL)
-RETURNS uuid LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+RETURNS uuid LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET outbox.internal_call = on AS $$
 DECLARE
     event uuid;
 BEGIN
@@ -399,7 +401,8 @@ COMMENT ON FUNCTION outbox.resume(text) IS 'resume delivery to a paused destinat
 -- asked for it to be delivered.
 --------------------------------------------------------------------------------------------------
 CREATE FUNCTION outbox.requeue(ids bigint[])
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET outbox.internal_call = on AS $$
 DECLARE
     moved_count bigint;
     missing text;
@@ -1067,7 +1070,153 @@ COMMENT ON FUNCTION outbox.verify_webhook(text[], jsonb, bytea, interval) IS
     'Standard Webhooks verification: whsec_ secrets check v1, whpk_ public keys check v1a, any of several, within the tolerance';
 
 --------------------------------------------------------------------------------------------------
--- Privileges: nothing for PUBLIC. README.md lists the GRANTs for producer and operator roles.
+-- Role grant sets (docs/security.md): what a producer, a consumer, an operator and an admin
+-- need, kept here beside the functions so that a function added to the API is added to its set
+-- in the same change. Each grants its set to a role and returns the statements it ran. They run
+-- with the caller's rights (not SECURITY DEFINER): only the owner of the extension's objects (a
+-- superuser) can grant them.
+--------------------------------------------------------------------------------------------------
+CREATE FUNCTION outbox._grant(grantee regrole, statements text[])
+RETURNS SETOF text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    statement text;
+BEGIN
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION 'outbox needs a role to grant to' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT pg_has_role(current_user, (SELECT c.relowner FROM pg_class AS c
+                                       WHERE c.oid = 'outbox.messages'::regclass), 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied to grant the privileges of outbox'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Only the owner of the extension''s objects may grant them.',
+                  HINT = 'Run it as a superuser.';
+    END IF;
+    FOREACH statement IN ARRAY statements LOOP
+        -- regrole's text is the role's name quoted as an identifier
+        statement := format(statement, grantee);
+        EXECUTE statement;
+        RETURN NEXT statement;
+    END LOOP;
+END
+$$;
+
+-- Producers: INSERT into outbox.messages (the ids of the rows they queued with RETURNING id,
+-- event_id: SELECT on those two columns only) and outbox.publish.
+CREATE FUNCTION outbox.grant_producer(grantee regrole)
+RETURNS SETOF text LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox._grant(grantee, ARRAY[
+        'GRANT USAGE ON SCHEMA outbox TO %s',
+        'GRANT INSERT, SELECT (id, event_id) ON outbox.messages TO %s',
+        'GRANT EXECUTE ON FUNCTION outbox.publish(text[], text, jsonb, text, jsonb) TO %s'])
+$$;
+COMMENT ON FUNCTION outbox.grant_producer(regrole) IS
+    'grant a role what producers need: INSERT into outbox.messages (RETURNING id, event_id) and outbox.publish; returns the GRANT statements';
+
+-- Consumers of our events that deduplicate or verify webhooks in their own transactions.
+CREATE FUNCTION outbox.grant_consumer(grantee regrole)
+RETURNS SETOF text LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox._grant(grantee, ARRAY[
+        'GRANT USAGE ON SCHEMA outbox TO %s',
+        'GRANT EXECUTE ON FUNCTION outbox.inbox_accept(text, uuid), outbox.verify_webhook(text[], jsonb, bytea, interval) TO %s'])
+$$;
+COMMENT ON FUNCTION outbox.grant_consumer(regrole) IS
+    'grant a role what consumers of your own need: outbox.inbox_accept and outbox.verify_webhook; returns the GRANT statements';
+
+-- Operators: see the queues and the dead letters (never the destination or subscription
+-- configs, which hold secrets), and act on them.
+CREATE FUNCTION outbox.grant_operator(grantee regrole)
+RETURNS SETOF text LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox._grant(grantee, ARRAY[
+        'GRANT USAGE ON SCHEMA outbox TO %s',
+        'GRANT SELECT ON outbox.messages, outbox.dead_letters, outbox.archive, outbox.inbox_dead_letters TO %s',
+        'GRANT DELETE ON outbox.inbox_dead_letters TO %s',
+        'GRANT EXECUTE ON FUNCTION outbox.stats(), outbox.workers(), outbox.conservation(), outbox.wake(), outbox.recount() TO %s',
+        'GRANT EXECUTE ON FUNCTION outbox.pause(text), outbox.resume(text), outbox.requeue(bigint[]), outbox.requeue(text, timestamp with time zone), outbox.skip(bigint), outbox.blocked_keys(text), outbox.purge_dead_letters(interval, text) TO %s',
+        'GRANT EXECUTE ON FUNCTION outbox.subscriptions(), outbox.requeue_inbox(bigint[]), outbox.requeue_inbox(text) TO %s'])
+$$;
+COMMENT ON FUNCTION outbox.grant_operator(regrole) IS
+    'grant a role what operators need: stats, workers, conservation, the queue and dead letters (not the configs), pause, resume, requeue, skip, purge; returns the GRANT statements';
+
+-- Admins: an operator who also defines destinations and subscriptions.
+CREATE FUNCTION outbox.grant_admin(grantee regrole)
+RETURNS SETOF text LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT outbox.grant_operator(grantee)
+    UNION ALL
+    SELECT outbox._grant(grantee, ARRAY[
+        'GRANT EXECUTE ON FUNCTION outbox.create_destination(text, text, jsonb), outbox.alter_destination(text, jsonb), outbox.drop_destination(text, boolean) TO %s',
+        'GRANT EXECUTE ON FUNCTION outbox.create_subscription(text, text, jsonb, regprocedure), outbox.alter_subscription(text, jsonb), outbox.drop_subscription(text) TO %s'])
+$$;
+COMMENT ON FUNCTION outbox.grant_admin(regrole) IS
+    'grant a role what admins need: the operator''s set plus creating, altering and dropping destinations and subscriptions; returns the GRANT statements';
+
+--------------------------------------------------------------------------------------------------
+-- Descriptions of the columns users read and write (\d+ shows them; docs/reference/sql.md is
+-- generated from them and from the COMMENTs above).
+--------------------------------------------------------------------------------------------------
+COMMENT ON COLUMN outbox.destinations.name IS 'the name producers write in outbox.messages.destination';
+COMMENT ON COLUMN outbox.destinations.kind IS 'kafka, webhook, amqp or nats';
+COMMENT ON COLUMN outbox.destinations.config IS 'the settings (docs/destinations.md), secrets included: readable by the table''s owner only';
+COMMENT ON COLUMN outbox.destinations.paused IS 'set by outbox.pause (or a webhook''s 410 Gone): messages keep queueing, none is delivered';
+
+COMMENT ON COLUMN outbox.messages.id IS 'numbered at INSERT; a message keeps it through retries, dead letters and requeues (set by outbox)';
+COMMENT ON COLUMN outbox.messages.event_id IS 'UUIDv7, the same on every attempt and for every copy of a publish: the consumer''s deduplication key';
+COMMENT ON COLUMN outbox.messages.destination IS 'required: the name of a destination';
+COMMENT ON COLUMN outbox.messages.topic IS 'Kafka topic, AMQP routing key or NATS subject; default: the destination''s';
+COMMENT ON COLUMN outbox.messages.key IS 'Kafka key; the unit of per-key ordering and compaction (at most 1024 bytes)';
+COMMENT ON COLUMN outbox.messages.payload IS 'JSON payload; at most one of payload and payload_bytes (neither: a Kafka tombstone)';
+COMMENT ON COLUMN outbox.messages.payload_bytes IS 'binary payload, sent as it is (Avro, Protobuf, a schema registry''s framing)';
+COMMENT ON COLUMN outbox.messages.headers IS 'JSON object of strings, sent as headers; content-type and ce_type set the CloudEvents content type and type';
+COMMENT ON COLUMN outbox.messages.available_at IS 'not delivered before this (at most 366 days ahead); while a worker holds the message, the end of its lease';
+COMMENT ON COLUMN outbox.messages.expires_at IS 'not delivered after this, but dead-lettered as expired (default: available_at + the destination''s ttl)';
+COMMENT ON COLUMN outbox.messages.created_at IS 'when it was queued: the CloudEvents time (set by outbox)';
+COMMENT ON COLUMN outbox.messages.attempts IS 'delivery attempts spent (set by outbox)';
+COMMENT ON COLUMN outbox.messages.lease_token IS 'the claim of the worker that holds the message, NULL when none (set by outbox)';
+COMMENT ON COLUMN outbox.messages.last_error IS 'why the last attempt failed or was deferred (set by outbox)';
+COMMENT ON COLUMN outbox.messages.first_failed_at IS 'when an attempt first failed: the start of the destination''s retry_budget (set by outbox)';
+COMMENT ON COLUMN outbox.messages.order_key IS 'ordering = key: the order of the message''s key (set by outbox)';
+COMMENT ON COLUMN outbox.messages.compacts IS 'compaction = key: a newer message of the key supersedes this one (set by outbox)';
+
+COMMENT ON COLUMN outbox.dead_letters.reason IS 'rejected (a permanent failure), max_attempts (max_attempts or retry_budget spent), expired, poison (in flight during outbox.poison_after driver crashes), dropped (drop_destination with force)';
+COMMENT ON COLUMN outbox.dead_letters.last_error IS 'the last failure, as the broker or endpoint reported it';
+COMMENT ON COLUMN outbox.dead_letters.attempts IS 'delivery attempts spent';
+COMMENT ON COLUMN outbox.dead_letters.first_failed_at IS 'when an attempt first failed';
+COMMENT ON COLUMN outbox.dead_letters.failed_at IS 'when it became a dead letter';
+COMMENT ON COLUMN outbox.dead_letters.skipped_at IS 'set by outbox.skip: it no longer holds back the later messages of its key (ordering = key, on_dead = block)';
+
+COMMENT ON COLUMN outbox.archive.delivered_at IS 'when it was delivered, or superseded';
+COMMENT ON COLUMN outbox.archive.reason IS 'delivered, or superseded by a newer message of its key (compaction = key)';
+
+COMMENT ON COLUMN outbox.inbox.subscription IS 'the subscription that applied the event, or the source given to outbox.inbox_accept';
+COMMENT ON COLUMN outbox.inbox.event_id IS 'the event''s id: the record''s ce_id header, the subscription''s event_id_header, or its place in the stream';
+COMMENT ON COLUMN outbox.inbox.received_at IS 'when it was applied; swept after outbox.inbox_retention';
+
+COMMENT ON COLUMN outbox.inbox_subscriptions.config IS 'the settings (docs/inbox.md), secrets included: readable by the table''s owner only';
+COMMENT ON COLUMN outbox.inbox_subscriptions.handler IS 'the handler, schema-qualified: f(m outbox.inbox_message) RETURNS void';
+COMMENT ON COLUMN outbox.inbox_subscriptions.owner IS 'the role that created the subscription; the handler runs as this role';
+COMMENT ON COLUMN outbox.inbox_subscriptions.paused IS 'set by outbox.pause: its partitions are not consumed';
+COMMENT ON COLUMN outbox.inbox_subscriptions.last_error IS 'why it cannot be consumed now (NULL when it can)';
+
+COMMENT ON COLUMN outbox.inbox_offsets."offset" IS 'the next offset to apply, committed with the handlers'' effects';
+COMMENT ON COLUMN outbox.inbox_offsets.high_watermark IS 'the partition''s end offset, as last read from the broker';
+
+COMMENT ON COLUMN outbox.inbox_dead_letters.blocking IS 'on_error = block: its partition stops at this record while the row exists';
+COMMENT ON COLUMN outbox.inbox_dead_letters.last_error IS 'the handler''s error';
+COMMENT ON COLUMN outbox.inbox_dead_letters.last_sqlstate IS 'the handler''s SQLSTATE';
+COMMENT ON COLUMN outbox.inbox_dead_letters.requeued_at IS 'set by outbox.requeue_inbox: to be applied again';
+
+COMMENT ON COLUMN outbox.inbox_message.subscription IS 'the subscription that read the record';
+COMMENT ON COLUMN outbox.inbox_message.topic IS 'where the record was read: its topic';
+COMMENT ON COLUMN outbox.inbox_message."partition" IS 'where the record was read: its partition';
+COMMENT ON COLUMN outbox.inbox_message."offset" IS 'where the record was read: its offset';
+COMMENT ON COLUMN outbox.inbox_message.key IS 'the record''s key';
+COMMENT ON COLUMN outbox.inbox_message.headers IS 'the record''s headers, name: value (an array of values for a name sent several times)';
+COMMENT ON COLUMN outbox.inbox_message.payload IS 'the value, when it is JSON (a JSON content-type or none); else NULL';
+COMMENT ON COLUMN outbox.inbox_message.payload_bytes IS 'the value, when it is not JSON; else NULL (both NULL: a tombstone)';
+COMMENT ON COLUMN outbox.inbox_message.event_id IS 'what the record is deduplicated by: its ce_id header, the subscription''s event_id_header, or its place in the stream';
+COMMENT ON COLUMN outbox.inbox_message."timestamp" IS 'the record''s timestamp';
+
+--------------------------------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC. outbox.grant_producer() and the other grant sets above give roles theirs.
 --------------------------------------------------------------------------------------------------
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 -- The event_id default runs with the producer's rights.

@@ -12,18 +12,18 @@ CREATE EXTENSION IF NOT EXISTS outbox;
 SELECT format('ALTER SYSTEM SET outbox.databases = %L', current_database()) \gexec
 
 -- The demo's webhook-sink is reached over the compose network, a private network that webhooks
--- may connect to only where a superuser allows it (README "Privileges"). A production server
+-- may connect to only where a superuser allows it (docs/security.md). A production server
 -- lists only the networks its webhooks need, or none.
 ALTER SYSTEM SET outbox.webhook_allowed_networks = '10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16';
 
 -- A login role for postgres_exporter, only when a password for it is given. It gets what the
--- exporter's queries need and no more: the read-only part of README.md's operator grants
--- (stats and workers; not pause, resume, requeue or wake), plus pg_monitor for the exporter's
--- built-in PostgreSQL metrics.
+-- exporter's queries need and no more: the read-only part of outbox.grant_operator()'s set
+-- (stats, workers, subscriptions; not pause, resume, requeue or wake), plus pg_monitor for the
+-- exporter's built-in PostgreSQL metrics.
 \getenv exporter_password OUTBOX_EXPORTER_PASSWORD
 \if :{?exporter_password}
 CREATE ROLE outbox_exporter LOGIN PASSWORD :'exporter_password';
 GRANT pg_monitor TO outbox_exporter;
 GRANT USAGE ON SCHEMA outbox TO outbox_exporter;
-GRANT EXECUTE ON FUNCTION outbox.stats(), outbox.workers() TO outbox_exporter;
+GRANT EXECUTE ON FUNCTION outbox.stats(), outbox.workers(), outbox.subscriptions() TO outbox_exporter;
 \endif

@@ -67,13 +67,13 @@ void ThrowIfBrokerHostRefused(const std::string &what, const std::vector<std::st
 }
 
 void ThrowIfConfigProblems(const std::string &what, const std::vector<std::string> &problems,
-                           const std::vector<std::string> &hints) {
+                           const std::vector<std::string> &hints, const char *docs) {
     if (problems.empty())
         return;
     std::string hint = problems.size() == 1
-                           ? "Fix the setting above; README.md lists every setting."
-                           : "Fix the " + std::to_string(problems.size()) +
-                                 " settings above; README.md lists every setting.";
+                           ? "Fix the setting above; "
+                           : "Fix the " + std::to_string(problems.size()) + " settings above; ";
+    hint += std::string(docs) + " lists every setting.";
     for (const std::string &extra : hints)
         hint += " " + extra;
     throw PgError(ERRCODE_INVALID_PARAMETER_VALUE, "invalid configuration for " + what,

@@ -75,6 +75,21 @@ static void CheckWebhookAddress(const std::string &destination, const std::strin
                   "network to outbox.webhook_allowed_networks (postgresql.conf, then a reload).");
 }
 
+// The page and anchor of the manual that lists the settings of a kind.
+static const char *DocsOfKind(DestinationKind kind) {
+    switch (kind) {
+        case DestinationKind::Kafka:
+            return "docs/destinations.md#kafka";
+        case DestinationKind::Webhook:
+            return "docs/destinations.md#webhook";
+        case DestinationKind::Amqp:
+            return "docs/destinations.md#amqp";
+        case DestinationKind::Nats:
+            return "docs/destinations.md#nats";
+    }
+    return "docs/destinations.md";
+}
+
 // Validates a destination's config with the same parser the worker uses, and checks that the
 // caller may use the privileged settings it adds or changes; throws a PgError for the first
 // of these that fails (privileges before validity), with every problem of that kind in it.
@@ -128,7 +143,7 @@ static void CheckConfigOrThrow(const char *name, DestinationKind kind, const cha
             }
         }
     }
-    ThrowIfConfigProblems(destination, check.problems, check.hints);
+    ThrowIfConfigProblems(destination, check.problems, check.hints, DocsOfKind(kind));
 }
 
 // A text column of `tuple`, palloc'd (nullptr when NULL).
@@ -238,7 +253,10 @@ using namespace outbox::pg;
 
 // BEFORE INSERT OR UPDATE FOR EACH ROW on outbox.destinations. Every error leaves the
 // statement out of the server log (errhidestmt): it is a create/alter_destination call or an
-// INSERT whose config may hold secrets, and log_min_error_statement would log it whole.
+// INSERT whose config may hold secrets, and log_min_error_statement would log it whole. Nor does
+// it carry a CONTEXT: that would be create/alter_destination's internal INSERT or UPDATE, not
+// anything the caller wrote (a restore's INSERT has none to lose). On an error, the PG_TRY (or
+// the top level) that catches it puts error_context_stack back.
 Datum outbox_destinations_check(PG_FUNCTION_ARGS) {
     auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
     if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
@@ -247,7 +265,10 @@ Datum outbox_destinations_check(PG_FUNCTION_ARGS) {
                         errmsg("outbox._destinations_check() must be a BEFORE INSERT OR UPDATE "
                                "row trigger"),
                         errhidestmt(true)));
+    ErrorContextCallback *context = error_context_stack;
+    error_context_stack = nullptr;
     HeapTuple tuple = CxxTry([td] { return CheckDestinationRow(td); }, /*hide_statement=*/true);
+    error_context_stack = context;
     return PointerGetDatum(tuple);
 }
 

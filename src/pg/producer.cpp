@@ -611,10 +611,26 @@ Datum outbox_wake(PG_FUNCTION_ARGS) {
     PG_RETURN_VOID();
 }
 
-// BEFORE INSERT FOR EACH ROW on outbox.messages: refuse what cannot be delivered, with an error
-// the producer can act on, and arrange the wake-up at commit. Written in C-style code only:
-// everything here may ereport.
+static Datum CheckMessageRow(FunctionCallInfo fcinfo);
+
+// BEFORE INSERT FOR EACH ROW on outbox.messages. Inside outbox's own SQL functions (publish,
+// requeue: outbox.internal_call is on for their duration), the check's errors carry no CONTEXT,
+// which would show the function's internal INSERT rather than anything the caller wrote; a
+// producer's own INSERT keeps its context (the line of its function that inserted). On an
+// error, the PG_TRY (or the top level) that catches it puts error_context_stack back.
 Datum outbox_messages_check(PG_FUNCTION_ARGS) {
+    if (!setting_internal_call)
+        return CheckMessageRow(fcinfo);
+    ErrorContextCallback *context = error_context_stack;
+    error_context_stack = nullptr;
+    Datum row = CheckMessageRow(fcinfo);
+    error_context_stack = context;
+    return row;
+}
+
+// Refuses what cannot be delivered, with an error the producer can act on, and arranges the
+// wake-up at commit. Written in C-style code only: everything here may ereport.
+static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
     auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
     if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
         !TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))

@@ -40,6 +40,7 @@ int setting_inbox_handler_timeout_ms = 5000;
 char *setting_traceparent = nullptr;
 char *setting_tracestate = nullptr;
 bool setting_drop_nonempty = false;
+bool setting_internal_call = false;
 int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
@@ -189,10 +190,10 @@ void DefineSettings() {
         "Networks of loopback, private, link-local and other internal addresses that brokers "
         "configured by roles other than superusers may be at.",
         "A comma-separated list of CIDR networks, e.g. '10.0.0.0/8'. Applies to the Kafka, "
-        "RabbitMQ and NATS addresses of destinations and subscriptions that a non-superuser "
-        "created or changed; public addresses are always allowed, and a superuser's brokers "
-        "may be anywhere. Checked when the address is set and for every address a client "
-        "library connects to.",
+        "RabbitMQ and NATS addresses of destinations whose config a non-superuser wrote and "
+        "of subscriptions whose owner is not a superuser; public addresses are always "
+        "allowed, and a superuser's brokers may be anywhere. Checked when the address is set "
+        "and for every address a client library connects to.",
         &setting_broker_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
         CheckAllowedNetworks, nullptr, nullptr);
     DefineCustomIntVariable(
@@ -208,6 +209,13 @@ void DefineSettings() {
         "Off: DROP EXTENSION outbox (and DROP SCHEMA outbox CASCADE) is refused while either "
         "table has rows.",
         &setting_drop_nonempty, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    // Set by the SET clause of outbox's own functions (publish, requeue); harmless elsewhere.
+    DefineCustomBoolVariable(
+        "outbox.internal_call", "Set by outbox's own SQL functions while they run.",
+        "The insert check's errors then carry no CONTEXT (it would show the function's internal "
+        "statement).",
+        &setting_internal_call, false, PGC_USERSET,
+        GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_NO_RESET_ALL, nullptr, nullptr, nullptr);
     // Not checked here: a bad value must not fail the application's SET LOCAL (or its
     // transaction); the INSERT that would use it warns and goes on without it.
     DefineCustomStringVariable(

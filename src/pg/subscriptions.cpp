@@ -113,7 +113,8 @@ void CheckConfigOrThrow(const char *name, const char *json, const char *old_json
     // The brokers of a subscription its owner could not have configured as a superuser.
     if (check.ok() && !owner_is_superuser)
         ThrowIfBrokerHostRefused(subscription, KafkaHosts(check.config.properties), old_hosts);
-    ThrowIfConfigProblems(subscription, check.problems, check.hints);
+    ThrowIfConfigProblems(subscription, check.problems, check.hints,
+                          "docs/inbox.md#subscription-settings");
 }
 
 // What the handler's catalog row says, read in one PgTry.
@@ -280,7 +281,8 @@ HeapTuple CheckSubscriptionRow(TriggerData *td) {
 using namespace outbox::pg;
 
 // BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW on outbox.inbox_subscriptions. Errors leave
-// the statement out of the server log: its config may hold secrets.
+// the statement out of the server log (its config may hold secrets) and carry no CONTEXT, which
+// would show create/alter/drop_subscription's internal statement (see outbox_destinations_check).
 Datum outbox_subscriptions_check(PG_FUNCTION_ARGS) {
     auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
     if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
@@ -288,7 +290,10 @@ Datum outbox_subscriptions_check(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._subscriptions_check() must be a BEFORE row trigger"),
                         errhidestmt(true)));
+    ErrorContextCallback *context = error_context_stack;
+    error_context_stack = nullptr;
     HeapTuple tuple = CxxTry([td] { return CheckSubscriptionRow(td); }, /*hide_statement=*/true);
+    error_context_stack = context;
     if (TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event))
         WantInboxAtCommit();  // its inbox worker starts (or reloads) at once
     return PointerGetDatum(tuple);

@@ -46,7 +46,7 @@ report_peer() {
         "$verdict" "$note" >> "$PEERS_TSV"
 }
 
-# The table that README's performance section leads with.
+# The table of the peers lines, written to the results file (docs/benchmarks.md shows the latest).
 peers_markdown() {
     echo "| figure | outbox | Debezium $DBZ_VERSION | ratio | target | |"
     echo "|---|---:|---:|---:|---|---|"

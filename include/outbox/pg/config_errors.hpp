@@ -26,8 +26,9 @@ void ThrowIfBrokerHostRefused(const std::string &what, const std::vector<std::st
                               const std::vector<std::string> &old_hosts);
 
 // Throws 22023 ("invalid configuration for <what>") with every problem in the detail and the
-// hints after the usual one; returns when there are none.
+// hints after the usual one, which names `docs`, the page (and anchor) of the manual that lists
+// the settings, e.g. "docs/destinations.md#kafka"; returns when there are none.
 void ThrowIfConfigProblems(const std::string &what, const std::vector<std::string> &problems,
-                           const std::vector<std::string> &hints);
+                           const std::vector<std::string> &hints, const char *docs);
 
 }  // namespace outbox::pg

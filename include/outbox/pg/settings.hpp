@@ -35,6 +35,11 @@ extern char *setting_broker_allowed_networks;
 // outbox.inbox_handler_timeout (sighup): longest run of one handler call, ms; 0: no limit
 extern int setting_inbox_handler_timeout_ms;
 
+// outbox.internal_call (user, not shown): on for the duration of outbox's own SQL functions that
+// insert into outbox.messages (their SET clause), so that the insert check's errors carry no
+// CONTEXT showing their internal statement (producer.cpp).
+extern bool setting_internal_call;
+
 // The producer's trace context (user): stored with every message the session inserts without
 // a traceparent header, until reset (SET LOCAL: the transaction). Checked at INSERT, where a
 // malformed value is ignored with a WARNING.
