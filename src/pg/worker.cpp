@@ -801,41 +801,16 @@ void Worker::Shutdown() {
 using namespace outbox::pg;
 
 void outbox_worker_main(Datum arg) {
-    int slot_index = DatumGetInt32(arg);
-    WorkerArgs args;
-    memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
-
-    pqsignal(SIGHUP, SignalHandlerForConfigReload);
-    pqsignal(SIGTERM, HandleSigterm);
-    BackgroundWorkerUnblockSignals();
-    BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+    char *database = nullptr;
+    WorkerSlot *slot =
+        StartWorkerSession(arg, WorkerRole::Delivery, HandleSigterm, OnWorkerExit, &database);
     wait_event_main = NewWaitEvent("OutboxWorkerMain");
-
-    WorkerSlot *slot = &shared->slots[slot_index];
-    SpinLockAcquire(&slot->mutex);
-    slot->destination[0] = '\0';
-    SpinLockRelease(&slot->mutex);
-    slot->pgprocno = OwnProcNumber();
-    slot->started_at = GetCurrentTimestamp();
-    slot->last_cycle_at = 0;
-    pg_atomic_write_u32(&slot->state, kWorkerStarting);
-    slot->pid = MyProcPid;  // last: WakeWorkers reads pid before pgprocno
-    on_shmem_exit(OnWorkerExit, Int32GetDatum(slot_index));
-
-    pgstat_report_appname("outbox worker");
-    SetWorkerSessionSettings(WorkerRole::Delivery);
-
-    char *dbname = nullptr;
-    StartTransactionCommand();
-    dbname = get_database_name(MyDatabaseId);
-    char *dbname_copy = MemoryContextStrdup(TopMemoryContext, dbname ? dbname : "?");
-    CommitTransactionCommand();
 
     CaughtError error;
     bool failed = false;
     ErrorStackState entry = SaveErrorStack();
     try {
-        the_worker = new Worker(slot, dbname_copy);
+        the_worker = new Worker(slot, database);
         the_worker->Run();
         the_worker->ReleaseDrivers();
     } catch (...) {
