@@ -92,6 +92,9 @@ static const char *const kTurnSql =
 // key until this transaction ends. A key without a row gets one first (ON CONFLICT DO NOTHING:
 // this transaction's own, or a concurrent producer's, which the lock then waits for); the lock
 // is taken before the row is written, so a worker never meets this transaction's update of it.
+// (TakeTurnOnKeyRow does the same with the access methods' calls; these statements and kTurnSql
+// take the turn where it cannot: a key without a row, a row this transaction wrote, the table
+// altered by hand.)
 static const char *const kKeyRowSql =
     "INSERT INTO outbox.ordered_keys (destination, order_key, key, floor, due_at)"
     " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (destination, order_key) DO NOTHING";
@@ -519,28 +522,31 @@ static LOCKTAG KeyCreationLock(int64_t order_key) {
     return tag;
 }
 
-// The producer's turn for a message that does not keep its id, on the key's row as it is now,
-// whatever the transaction's isolation level: kTurnSql's DO UPDATE arm (due_at lowered to the
-// message's if later, version + 1) written with the table and index access methods' own calls
-// (the statement took about an eighth of an ordered single-row INSERT's time, this about half as
-// much). The row is found by its primary key (or where this session last found it) as
-// SnapshotSelf sees it (the committed version now, or this transaction's) and updated as UPDATE
-// would: waiting for a transaction that holds it FOR UPDATE or NO KEY UPDATE (a producer's turn,
-// a worker's write), not for the workers' FOR KEY SHARE; the update is this transaction's turn
-// until it ends, as the upsert's is. A version that another transaction changed meanwhile is
-// looked for again, as READ COMMITTED's UPDATE follows a row (EvalPlanQual). So a producer at
-// REPEATABLE READ or SERIALIZABLE never fails for a row its snapshot does not see, as the
-// statement would (40001, "could not serialize access due to concurrent update"), and, the
-// snapshot being no MVCC one, these reads take no SSI predicate locks: a SERIALIZABLE producer's
-// turn adds no read/write dependency between producers of a key. What a producer's turn needs
-// is the lock and the newest due_at, never a consistent view: the row is the relay's
-// bookkeeping, which no producer reads. A key without a committed row: under the key's creation
-// lock (KeyCreationLock), a row that another transaction is inserting (SnapshotDirty sees it) is
-// waited for and then taken as above; with none, kCreate (the lock still held, the caller
-// inserts the row). Without that lock a second producer's upsert would meet the first one's
-// insertion and, at REPEATABLE READ, fail for it.
+// The producer's turn on the key's row as it is now, whatever the transaction's isolation level:
+// kTurnSql's DO UPDATE arm (due_at lowered to the message's if later, version + 1; for a message
+// that keeps its id, the floor lowered to `id` if higher, floor_version + 1) written with the
+// table and index access methods' own calls (the statement took about an eighth of an ordered
+// single-row INSERT's time, this about half as much). The row is found by its primary key (or
+// where this session last found it) as SnapshotSelf sees it (the committed version now, or this
+// transaction's) and updated as UPDATE would: waiting for a transaction that holds it FOR UPDATE
+// or NO KEY UPDATE (a producer's turn, a worker's write), not for the workers' FOR KEY SHARE; the
+// update is this transaction's turn until it ends, as the upsert's is. For a message that keeps
+// its id the row is first locked FOR UPDATE (LockTupleExclusive), which waits for the workers
+// holding the key, as kLockKeyRowSql does. A version that another transaction changed meanwhile
+// is looked for again, as READ COMMITTED's UPDATE follows a row (EvalPlanQual). So a producer
+// (or a requeue, a restore) at REPEATABLE READ or SERIALIZABLE never fails for a row its
+// snapshot does not see, as the statements would (40001, "could not serialize access due to
+// concurrent update"), and, the snapshot being no MVCC one, these reads take no SSI predicate
+// locks: a SERIALIZABLE producer's turn adds no read/write dependency between producers of a
+// key. What a turn needs is the lock and the newest due_at and floor, never a consistent view:
+// the row is the relay's bookkeeping, which no producer reads. A key without a committed row:
+// under the key's creation lock (KeyCreationLock), a row that another transaction is inserting
+// (SnapshotDirty sees it) is waited for and then taken as above; with none, kCreate (the lock
+// still held, the caller inserts the row). Without that lock a second producer's upsert would
+// meet the first one's insertion and, at REPEATABLE READ, fail for it.
 static RowTurn TakeTurnOnKeyRow(Oid keys_relid, std::string_view destination, int64_t order_key,
-                                TimestampTz available_at, const LOCKTAG *creation) {
+                                TimestampTz available_at, bool keeps_id, int64_t id,
+                                const LOCKTAG *creation) {
     KeyRowLayout layout;
     Relation rel = OpenKeyRows(keys_relid, destination, &layout);
     if (rel == nullptr)
@@ -548,7 +554,8 @@ static RowTurn TakeTurnOnKeyRow(Oid keys_relid, std::string_view destination, in
     TupleDesc desc = RelationGetDescr(rel);
     Datum *values = static_cast<Datum *>(palloc(sizeof(Datum) * desc->natts));
     bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * desc->natts));
-    int d = layout.due_at - 1, v = layout.version - 1;
+    int d = layout.due_at - 1, v = layout.version - 1, f = layout.floor - 1,
+        fv = layout.floor_version - 1;
     RowTurn turn = RowTurn::kStatement;
     for (;;) {
         CHECK_FOR_INTERRUPTS();
@@ -556,10 +563,28 @@ static RowTurn TakeTurnOnKeyRow(Oid keys_relid, std::string_view destination, in
         TransactionId xmin = InvalidTransactionId;
         if (FindKeyRow(rel, layout.pk, SnapshotSelf, destination, order_key, values, nulls, &tid,
                        &root, &xmin)) {
-            // A version this transaction wrote (ordering turned on, a requeue: not noted as a
-            // turn) may be this very statement's, which an update by this command id cannot see.
-            if (nulls[d] || nulls[v] || TransactionIdIsCurrentTransactionId(xmin))
+            // A version this transaction wrote (ordering turned on, a requeue, a restore) may be
+            // this very statement's, which an update by this command id cannot see: kTurnSql.
+            if (nulls[d] || nulls[v] || nulls[f] || nulls[fv] ||
+                TransactionIdIsCurrentTransactionId(xmin))
                 break;
+            if (keeps_id) {
+                TupleTableSlot *locked = table_slot_create(rel, nullptr);
+                TM_FailureData failure;
+                TM_Result result =
+                    table_tuple_lock(rel, &tid, SnapshotSelf, locked, GetCurrentCommandId(false),
+                                     LockTupleExclusive, LockWaitBlock, 0, &failure);
+                ExecDropSingleTupleTableSlot(locked);
+                if (result == TM_Updated || result == TM_Deleted)
+                    continue;  // changed by the transaction waited for: its newest version
+                if (result != TM_Ok)
+                    break;
+                // Locked: the version read, which nobody else can change until this transaction
+                // ends.
+                if (id < DatumGetInt64(values[f]))
+                    values[f] = Int64GetDatum(id);
+                values[fv] = Int64GetDatum(DatumGetInt64(values[fv]) + 1);
+            }
             if (available_at < DatumGetTimestampTz(values[d]))
                 values[d] = TimestampTzGetDatum(available_at);
             values[v] = Int64GetDatum(DatumGetInt64(values[v]) + 1);
@@ -790,19 +815,17 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
         return false;
     }
     LOCKTAG creation = KeyCreationLock(order_key);
-    bool creating = false;
-    if (!keeps_id) {
-        RowTurn turn =
-            held ? (UpdateKeyRow(keys_relid, destination, order_key, available_at)
-                        ? RowTurn::kTaken
-                        : RowTurn::kStatement)
-                 : TakeTurnOnKeyRow(keys_relid, destination, order_key, available_at, &creation);
-        if (turn == RowTurn::kTaken) {
-            NoteTurn(destination, order_key, available_at, false);
-            return true;
-        }
-        creating = turn == RowTurn::kCreate;
+    RowTurn turn =
+        !keeps_id && held
+            ? (UpdateKeyRow(keys_relid, destination, order_key, available_at) ? RowTurn::kTaken
+                                                                              : RowTurn::kStatement)
+            : TakeTurnOnKeyRow(keys_relid, destination, order_key, available_at, keeps_id, id,
+                               &creation);
+    if (turn == RowTurn::kTaken) {
+        NoteTurn(destination, order_key, available_at, keeps_id);
+        return true;
     }
+    bool creating = turn == RowTurn::kCreate;
     // A producer needs only INSERT on outbox.messages: the row is written with the rights of
     // its table's owner (as PostgreSQL's own foreign-key triggers do), restored on error by the
     // transaction's abort.

@@ -13,6 +13,8 @@
 #   keys that several clients create at once, with --max-tries: at SERIALIZABLE, at REPEATABLE
 #   READ, at READ COMMITTED, and all three mixed: no transaction is retried, none fails; the same
 #   workload into a plain (unordered) destination and into a plain table neither;
+# - a requeue at SERIALIZABLE beside producers of its key (it takes the key's row FOR UPDATE):
+#   none is retried, none fails;
 # - everything committed is delivered once, and for every key in id order (kcat).
 use strict;
 use warnings;
@@ -145,6 +147,51 @@ for my $case (@cases) {
     is($r->{failed}, 0, "$what: none failed");
     is($r->{retried}, 0, "$what: none was retried (no serialization failure)");
 }
+#-------------------------------------------------------------------------------------------
+# A requeue puts a dead letter back below its key's head: it takes the key's row FOR UPDATE
+# and lowers the floor. At SERIALIZABLE, while producers queue messages of the same key, every
+# requeue commits at the first try, and the key's messages still go in id order.
+#-------------------------------------------------------------------------------------------
+$node->safe_psql('postgres', qq{
+    SELECT outbox.create_destination('rq', 'kafka',
+        '{"bootstrap.servers": "$bootstrap", "topic": "rq", "ordering": "key"}');
+    SELECT outbox.pause('rq');
+    INSERT INTO outbox.messages (destination, key, payload)
+    SELECT 'rq', 'x', jsonb_build_object('n', g) FROM generate_series(1, 100) g;
+    WITH gone AS (DELETE FROM outbox.messages WHERE destination = 'rq' RETURNING *)
+    INSERT INTO outbox.dead_letters (id, event_id, destination, topic, key, payload, payload_bytes,
+                                     headers, created_at, attempts, reason, last_error)
+    SELECT id, event_id, destination, topic, key, payload, payload_bytes, headers, created_at,
+           1, 'rejected', 'a test' FROM gone;
+});
+my $rq_producers = start_pgbench($node, clients => 3, threads => 1, seconds => 600, script => q{
+WITH m AS (INSERT INTO outbox.messages (destination, key, payload) VALUES ('rq', 'x', '{"n": 0}')
+           RETURNING event_id, id, key, destination)
+INSERT INTO sent SELECT * FROM m;
+});
+my $rq_file = "$tmp/requeue.sql";
+PostgreSQL::Test::Utils::append_to_file($rq_file, q{BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT outbox.requeue(ARRAY(SELECT id FROM outbox.dead_letters WHERE destination = 'rq' ORDER BY id LIMIT 1));
+COMMIT;
+});
+my ($rq_out, $rq_err) = ('', '');
+IPC::Run::run(['pgbench', '-n', '-c', '1', '-t', '100', '--max-tries', '10', '-f', $rq_file,
+        '-h', $node->host, '-p', $node->port, 'postgres'], '>', \$rq_out, '2>', \$rq_err);
+$rq_producers->signal('INT');
+$rq_producers->finish;
+my ($rq_failed) = $rq_out =~ /number of failed transactions: (\d+)/;
+my ($rq_retried) = $rq_out =~ /number of transactions retried: (\d+)/;
+diag('requeue at SERIALIZABLE beside 3 producers of its key: 100 transactions, '
+    . ($rq_retried // '?') . ' retried, ' . ($rq_failed // '?') . ' failed');
+is($rq_failed, 0, 'requeue at SERIALIZABLE: none failed') or diag($rq_out, $rq_err);
+is($rq_retried, 0, 'requeue at SERIALIZABLE: none was retried');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'rq'}),
+    '0', 'every dead letter is back in the queue');
+$node->safe_psql('postgres', q{
+    INSERT INTO sent SELECT event_id, id, key, destination FROM outbox.messages
+     WHERE destination = 'rq' AND payload->>'n' <> '0'});
+$node->safe_psql('postgres', q{SELECT outbox.resume('rq')});
+
 my $log = slurp_file($node->logfile);
 my @failures = $log =~ /(could not serialize access[^\n]*)/g;
 is(scalar(@failures), 0, 'the server log shows no serialization failure')
@@ -159,6 +206,8 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters'), '0'
 my $repeats = check_key_order($node, q{SELECT event_id, id, key FROM sent WHERE destination = 'ord'},
     $broker->consume('ord', timeout => 180), 'ordered destination');
 is($repeats, 0, 'ordered destination: each message arrived once');
+is(check_key_order($node, q{SELECT event_id, id, key FROM sent WHERE destination = 'rq'},
+        $broker->consume('rq', timeout => 180), 'requeued key'), 0, 'requeued key: each message arrived once');
 my %plain = map { $_->{headers}{ce_id} => 1 } @{ $broker->consume('plain', timeout => 180) };
 is(scalar(grep { !$plain{$_} } split /\n/, $node->safe_psql('postgres',
         q{SELECT event_id FROM sent WHERE destination = 'plain'})), 0,
