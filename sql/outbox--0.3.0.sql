@@ -633,6 +633,12 @@ CREATE FUNCTION outbox.recount() RETURNS void
 COMMENT ON FUNCTION outbox.recount() IS
     'count the queues again on the next outbox.stats() (after writes that skipped the outbox triggers)';
 
+-- Issue 35 (item 6): why no worker delivers this database's messages, or NULL: the database is
+-- not in outbox.databases (src/pg/served.cpp). stats() shows it as last_error of the
+-- destinations with queued messages.
+CREATE FUNCTION outbox._not_served_reason() RETURNS text
+    AS 'MODULE_PATHNAME', 'outbox_not_served_reason' LANGUAGE C STABLE;
+
 -- Gauges: queued from the kept counts; what is leased, retrying or scheduled from the part of
 -- the claim index that is not due yet (small) and, with ordering = key, from the head of each
 -- key (outbox._key_heads); waiting is what a key's head holds back while it cannot go
@@ -664,7 +670,10 @@ SET enable_seqscan = off SET jit = off AS $$
            ahead.in_flight + coalesce(keyed.in_flight, 0),
            ahead.retrying + coalesce(keyed.retrying, 0), dead.n,
            now() - least(head.created_at, ahead.oldest, keyed.oldest),
-           coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
+           coalesce(c.delivered, 0), coalesce(c.failed, 0),
+           coalesce(CASE WHEN coalesce(q.queued, 0) > 0 THEN outbox._not_served_reason() END,
+                    c.last_error),
+           c.last_success_at,
            ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
            coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
            blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),

@@ -40,6 +40,7 @@ extern "C" {
 #include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/queue_counts.hpp"
+#include "outbox/pg/served.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 
@@ -93,6 +94,8 @@ void RegisterProducerCallbacks() {
 }
 
 void WakeAtCommit() {
+    if (!wake_at_commit)
+        NoteQueuedWhileNotServed();  // once per transaction at most: its check is a strcmp
     wake_at_commit = true;
 }
 

@@ -155,6 +155,29 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
     return entry;
 }
 
+bool NoteNotServed(Oid database, uint32 setting_hash) {
+    bool noted = true;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    NotServedNote *free_note = nullptr;
+    NotServedNote *note = nullptr;
+    for (NotServedNote &n : shared->not_served) {
+        if (n.database == database)
+            note = &n;
+        else if (n.database == InvalidOid && free_note == nullptr)
+            free_note = &n;
+    }
+    if (note != nullptr && note->setting_hash == setting_hash)
+        noted = false;
+    else if (note == nullptr)
+        note = free_note;  // none free: said again at times, never lost
+    if (noted && note != nullptr) {
+        note->database = database;
+        note->setting_hash = setting_hash;
+    }
+    LWLockRelease(shared->lock);
+    return noted;
+}
+
 HTAB *DestinationCountersHash() {
     return counters_hash;
 }

@@ -121,14 +121,23 @@ struct InboxDemand {
     bool wanted;
 };
 
+// A database not in outbox.databases whose queued messages the server log has mentioned, for
+// that value of the setting (a hash of it): said once, not at every commit (served.hpp).
+struct NotServedNote {
+    Oid database;
+    uint32 setting_hash;
+};
+
 struct SharedState {
-    LWLock *lock;  // protects slot allocation, held databases, inbox demand, the counter hash
+    LWLock *lock;  // protects slot allocation, held databases, inbox demand, the counter hash,
+                   // the not-served notes
     pid_t launcher_pid;
     int launcher_pgprocno;
     TimestampTz stats_reset;
     HeldDatabase held[kMaxHeldDatabases];
     CountedDatabase counted[kMaxCountedDatabases];
     InboxDemand inbox_demand[kMaxCountedDatabases];
+    NotServedNote not_served[kMaxCountedDatabases];
     int num_slots;
     WorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };
@@ -144,6 +153,10 @@ void InstallSharedMemoryHooks();
 // which then reads the subscriptions again.
 void SetInboxWanted(Oid database, bool wanted);
 bool InboxWanted(Oid database);
+
+// Notes that the server log said `database` is not served, under this value of
+// outbox.databases; false when it already had (nothing noted then).
+bool NoteNotServed(Oid database, uint32 setting_hash);
 
 // Sets the latch of every live delivery worker serving `database` (InvalidOid: all); with
 // `reload`, they also read outbox.destinations again (a commit that only adds messages does
