@@ -730,9 +730,10 @@ $$;
 COMMENT ON FUNCTION outbox.stats() IS
     'one row per destination: queue gauges kept exact at commit, counters since server start';
 
--- Every message accounted for since the counts started (server start, or outbox.recount()):
+-- Every message accounted for since server start (as outbox.stats() counts; since CREATE
+-- EXTENSION for an extension created again after the start), `initial` being the queue then:
 -- initial + produced = delivered + dead_lettered + expired + removed + superseded + queued,
--- i.e. balance = 0.
+-- i.e. balance = 0 (src/pg/queue_counts.cpp).
 CREATE FUNCTION outbox.conservation()
 RETURNS TABLE (destination text, initial bigint, produced bigint, delivered bigint,
                dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint,

@@ -147,6 +147,8 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
               &entry->produced, &entry->removed, &entry->refused, &entry->superseded})
             pg_atomic_init_u64(c, 0);
         entry->queued = entry->initial = entry->reserved = 0;
+        entry->base_produced = entry->base_removed = entry->base_delivered = 0;
+        entry->base_dead = entry->base_expired = entry->base_superseded = 0;
         SpinLockInit(&entry->mutex);
         entry->last_success_at = 0;
         entry->last_error[0] = '\0';

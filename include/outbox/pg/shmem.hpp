@@ -85,15 +85,17 @@ struct DestinationCounters {
     TimestampTz last_success_at;
     char last_error[512];  // room for librdkafka's text and the hint after it
     // The queue size, kept exact at every commit once its database's counts are valid (see
-    // queue_counts.hpp); `initial` is the size the counts started from.
+    // queue_counts.hpp). outbox.conservation() counts from server start, as outbox.stats()
+    // does (base_* are 0), or from the CREATE EXTENSION that made the database's outbox.messages
+    // anew since (base_*: the counters then); `initial` is the size the queue had then, as the
+    // counts imply (the size counted less what the counters say went in and out since).
     int64 queued;
     int64 initial;
+    uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
+    uint64 base_superseded;
     // Rows that transactions in progress have passed max_pending with (queue_counts.hpp):
     // released at their commit, with `queued` raised in the same critical section.
     int64 reserved;
-    // The cumulative counters when the counts started (for outbox.conservation()).
-    uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
-    uint64 base_superseded;
 };
 
 // Whether a database's queue counts are valid (counted once, then kept up to date).
