@@ -92,3 +92,29 @@ SET enable_seqscan = off SET jit = off AS $$
      ORDER BY d.name
 $$;
 -- (end of issue 35, item 6)
+
+--------------------------------------------------------------------------------------------------
+-- Issue 35, item 6: outbox.subscriptions() shows the lag as unknown (NULL) when there is no high
+-- watermark (the cluster cannot be reached, or has not answered yet).
+--------------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION outbox.subscriptions(
+    OUT subscription text, OUT kind text, OUT paused boolean, OUT topic text,
+    OUT "partition" integer, OUT stored_offset bigint, OUT high_watermark bigint, OUT lag bigint,
+    OUT consumed bigint, OUT duplicates bigint, OUT dead_lettered bigint, OUT blocked boolean,
+    OUT last_error text, OUT last_record_at timestamptz)
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    -- Issue 35 (item 6): a lag is known only from a high watermark (NULL while the cluster
+    -- cannot be reached, or before it answered).
+    SELECT s.name, s.kind, s.paused, o.topic, o."partition", o."offset", o.high_watermark,
+           CASE WHEN o.high_watermark IS NOT NULL THEN greatest(o.high_watermark - o."offset", 0) END,
+           coalesce(o.consumed, 0),
+           coalesce(o.duplicates, 0), coalesce(o.dead_lettered, 0),
+           EXISTS (SELECT FROM outbox.inbox_dead_letters AS d
+                    WHERE d.subscription = s.name AND d.topic = o.topic
+                      AND d."partition" = o."partition" AND d.blocking),
+           coalesce(s.last_error, o.last_error), o.last_record_at
+      FROM outbox.inbox_subscriptions AS s
+      LEFT JOIN outbox.inbox_offsets AS o ON o.subscription = s.name
+     ORDER BY s.name, o.topic, o."partition"
+$$;
+-- (end of issue 35, item 6: subscriptions)

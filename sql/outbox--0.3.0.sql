@@ -1035,8 +1035,11 @@ CREATE FUNCTION outbox.subscriptions(
     OUT consumed bigint, OUT duplicates bigint, OUT dead_lettered bigint, OUT blocked boolean,
     OUT last_error text, OUT last_record_at timestamptz)
 RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    -- Issue 35 (item 6): a lag is known only from a high watermark (NULL while the cluster
+    -- cannot be reached, or before it answered).
     SELECT s.name, s.kind, s.paused, o.topic, o."partition", o."offset", o.high_watermark,
-           greatest(o.high_watermark - o."offset", 0), coalesce(o.consumed, 0),
+           CASE WHEN o.high_watermark IS NOT NULL THEN greatest(o.high_watermark - o."offset", 0) END,
+           coalesce(o.consumed, 0),
            coalesce(o.duplicates, 0), coalesce(o.dead_lettered, 0),
            EXISTS (SELECT FROM outbox.inbox_dead_letters AS d
                     WHERE d.subscription = s.name AND d.topic = o.topic
