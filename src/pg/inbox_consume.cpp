@@ -374,7 +374,11 @@ void InboxConsumer::Own(Subscription &s) {
     bool unreachable = !error.empty() && (!state.known || error.rfind(kNoAnswer, 0) == 0);
     if (unreachable && error.rfind(kUnreachable, 0) != 0)
         error = kUnreachable + error;
-    ShowError(s, error);
+    // Before the cluster first answered, no error is no news: the assignment clears the
+    // consumer's last error (Assign) until the next metadata round reports it again, and the
+    // error shown would come and go.
+    if (state.known || !error.empty())
+        ShowError(s, error);
     if (unreachable) {
         for (auto &[tp, p] : s.partitions)
             if (p.high >= 0) {
