@@ -50,6 +50,8 @@ struct Delta {
     int level;
     char destination[NAMEDATALEN];
     int64 queued, produced, removed;
+    // The worker's outcomes (CountOutcomes), added to the counters at commit.
+    int64 delivered, dead, expired;
     // "compaction": "key": rows this (sub)transaction superseded (also in `queued`, negative),
     // and how many of them no row of this transaction used yet in place of a reservation.
     int64 superseded, superseded_credit;
@@ -105,7 +107,9 @@ Oid MessagesRelid() {
     return get_relname_relid("messages", get_namespace_oid("outbox", false));
 }
 
-// Starts the conservation counters of an entry from their current values.
+// Starts the conservation counters of an entry from their current values: for an
+// outbox.messages made anew (DROP and CREATE EXTENSION) since server start, whose queue began
+// empty. (After a server start they count from the start, as outbox.stats() does: base 0.)
 void SetBase(DestinationCounters *c) {
     c->base_produced = pg_atomic_read_u64(&c->produced);
     c->base_removed = pg_atomic_read_u64(&c->removed);
@@ -113,6 +117,29 @@ void SetBase(DestinationCounters *c) {
     c->base_dead = pg_atomic_read_u64(&c->dead);
     c->base_expired = pg_atomic_read_u64(&c->expired);
     c->base_superseded = pg_atomic_read_u64(&c->superseded);
+}
+
+// What the counters of an entry say went into its queue since their base, less what left it:
+// with the queue counted now, the size it had then. Read while no writer of outbox.messages can
+// commit (TakeCounts' lock): every writer changes these counters at its commit (ApplyDeltas),
+// the worker's outcomes included. Under the entry's mutex (the base).
+int64 NetSinceBase(DestinationCounters *c) {
+    return int64((pg_atomic_read_u64(&c->produced) - c->base_produced) -
+                 (pg_atomic_read_u64(&c->removed) - c->base_removed) -
+                 (pg_atomic_read_u64(&c->delivered) - c->base_delivered) -
+                 (pg_atomic_read_u64(&c->dead) - c->base_dead) -
+                 (pg_atomic_read_u64(&c->expired) - c->base_expired) -
+                 (pg_atomic_read_u64(&c->superseded) - c->base_superseded));
+}
+
+// The outbox.messages that the counts of this database were last taken for (InvalidOid: none
+// since server start).
+Oid CountedMessages() {
+    LWLockAcquire(shared->lock, LW_SHARED);
+    CountedDatabase *c = CountsOf(MyDatabaseId, false);
+    Oid messages = c ? c->messages : InvalidOid;
+    LWLockRelease(shared->lock);
+    return messages;
 }
 
 // The entry of this database in shared->counted, created if need be (nullptr: table full).
@@ -181,6 +208,12 @@ void ApplyDeltas() {
             pg_atomic_fetch_add_u64(&c->removed, d.removed);
         if (d.superseded)
             pg_atomic_fetch_add_u64(&c->superseded, d.superseded);
+        if (d.delivered)
+            pg_atomic_fetch_add_u64(&c->delivered, d.delivered);
+        if (d.dead)
+            pg_atomic_fetch_add_u64(&c->dead, d.dead);
+        if (d.expired)
+            pg_atomic_fetch_add_u64(&c->expired, d.expired);
         deltas[i].counters = c;
     }
     Settle(0, ndeltas, valid);
@@ -257,11 +290,18 @@ bool TakeCounts(Oid relid, int tries = 100) {
     PopActiveSnapshot();
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: counting the queue failed");
-    // Every destination of this database starts from zero, then the counted ones.
-    ForEachDestinationCounters(MyDatabaseId, [](DestinationCounters *entry) {
+    // Every destination of this database starts from zero, then the counted ones. A table made
+    // anew since the last count (the extension dropped and created again) starts the
+    // conservation counters afresh; otherwise they go on from server start (or from that
+    // CREATE EXTENSION), so that conservation() and stats() agree from the first call.
+    Oid counted_before = CountedMessages();
+    bool anew = OidIsValid(counted_before) && counted_before != relid;
+    ForEachDestinationCounters(MyDatabaseId, [anew](DestinationCounters *entry) {
         SpinLockAcquire(&entry->mutex);
-        entry->queued = entry->initial = 0;
-        SetBase(entry);
+        if (anew)
+            SetBase(entry);
+        entry->queued = 0;
+        entry->initial = -NetSinceBase(entry);
         SpinLockRelease(&entry->mutex);
     });
     int64 total = 0;
@@ -277,8 +317,8 @@ bool TakeCounts(Oid relid, int tries = 100) {
             return false;  // more destinations than tracked: count every time
         }
         SpinLockAcquire(&c->mutex);
-        c->queued = c->initial = queued;
-        SetBase(c);
+        c->queued = queued;
+        c->initial = queued - NetSinceBase(c);
         SpinLockRelease(&c->mutex);
         total += queued;
     }
@@ -333,6 +373,14 @@ void CountQueueChange(const char *destination, int64 queued, int64 produced, int
     d.queued += queued;
     d.produced += produced;
     d.removed += removed;
+}
+
+void CountOutcomes(const char *destination, int64 delivered, int64 dead, int64 expired) {
+    Delta &d = DeltaFor(destination);
+    d.queued -= delivered + dead + expired;
+    d.delivered += delivered;
+    d.dead += dead;
+    d.expired += expired;
 }
 
 void CountSuperseded(const char *destination, int64 superseded) {

@@ -13,7 +13,8 @@
 // login role could stop a served database's workers over and over with a DROP DATABASE that
 // fails anyway.
 //
-// CREATE EXTENSION outbox wakes the launcher and the database's workers at commit.
+// CREATE EXTENSION outbox wakes the launcher and the database's workers at commit, and warns
+// when the database is not in outbox.databases (no worker would deliver its messages).
 //
 // DROP EXTENSION outbox (or DROP SCHEMA outbox CASCADE) would delete the queue and the dead
 // letters without a word: refused while they have rows, unless outbox.drop_nonempty is on.
@@ -42,6 +43,7 @@ extern "C" {
 #include "outbox/pg/inbox.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/producer.hpp"
+#include "outbox/pg/served.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 #include "outbox/pg/workers.hpp"
@@ -250,6 +252,9 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
     Oid database = DatabaseNeededAlone(pstmt->utilityStmt, context);
     if (OidIsValid(database))
         HoldDatabase(database, kWaitForWorkersMs);
+    // CREATE EXTENSION IF NOT EXISTS of an installed extension creates nothing: no warning.
+    bool creates =
+        CreatesThisExtension(pstmt->utilityStmt) && !OidIsValid(get_extension_oid("outbox", true));
     PgFinally(
         [&] {
             if (prev_utility_hook)
@@ -266,6 +271,8 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
     if (CreatesThisExtension(pstmt->utilityStmt)) {
         wake_launcher_at_commit = true;
         ReloadAtCommit();
+        if (creates)
+            WarnIfNotServed();
     }
 }
 
