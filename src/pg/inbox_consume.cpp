@@ -143,10 +143,6 @@ SPIPlanPtr cursors_plan, load_plan, read_offset_plan, blocked_plan, dedup_plan, 
     dead_letter_plan, requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan,
     insert_offset_plan, show_error_plan, forget_watermarks_plan;
 
-// What the consumer reports when a metadata request got no answer (src/drivers/
-// kafka_consumer.cpp, FetchRound): with no answer ever, or none now, the cluster cannot be
-// reached.
-constexpr const char *kNoAnswer = "metadata request failed";
 constexpr const char *kUnreachable = "the cluster cannot be reached: ";
 
 Datum Text(const std::string &s) {
@@ -379,7 +375,7 @@ void InboxConsumer::Own(Subscription &s) {
             error += " (and " + std::to_string(state.missing_topics.size() - 1) + " more)";
     }
     // No answer from the cluster (never, or not now): said so, and the lag is unknown.
-    bool unreachable = !error.empty() && (!state.known || error.rfind(kNoAnswer, 0) == 0);
+    bool unreachable = !error.empty() && !state.reachable;
     if (unreachable && error.rfind(kUnreachable, 0) != 0)
         error = kUnreachable + error;
     // Before the cluster first answered, no error is no news: the assignment clears the
