@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Roots of Debian releases for the package build (test/build_debs) and the package smoke test
 # (test/package_smoke), sourced by both. Each root is made once by mmdebstrap from the host's
 # Debian mirror, kept as a pristine tarball under /var/cache/outbox-debs (OUTBOX_DEBS_CACHE
