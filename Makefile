@@ -15,7 +15,7 @@ MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
-            src/dispatcher.cpp src/driver_protocol.cpp src/driver_supervisor.cpp src/pipe_io.cpp \
+            src/dispatcher.cpp src/ipc/protocol.cpp src/ipc/supervisor.cpp src/ipc/pipe_io.cpp \
             src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
             src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp \
             src/inbox_record.cpp src/broker_address.cpp
@@ -54,7 +54,7 @@ $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp) outbox.control
 # with its own flags and objects (PGXS cannot build a MODULE_big and a PROGRAM from shared OBJS),
 # and installed next to the module, in $libdir, where the worker looks for it.
 DRIVER_HOST = outbox-driver
-DRIVER_HOST_SRCS = src/driver_host/main.cpp src/driver_protocol.cpp src/pipe_io.cpp $(DRIVER_SRCS) \
+DRIVER_HOST_SRCS = src/ipc/helper_main.cpp src/ipc/protocol.cpp src/ipc/pipe_io.cpp $(DRIVER_SRCS) \
                    src/message.cpp src/classify.cpp src/config.cpp src/duration.cpp \
                    src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp \
                    src/network_policy.cpp src/broker_address.cpp
@@ -62,7 +62,7 @@ DRIVER_HOST_OBJS = $(patsubst %.cpp,build/driver-host/%.o,$(DRIVER_HOST_SRCS))
 DRIVER_HOST_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Iinclude -fPIE -fstack-protector-strong \
                        -D_FORTIFY_SOURCE=2 $(if $(WERROR),-Werror)
 
-build/driver-host/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/drivers/*.hpp)
+build/driver-host/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
 	@mkdir -p $(dir $@)
 	$(CXX) $(DRIVER_HOST_CXXFLAGS) -c -o $@ $<
 
@@ -86,7 +86,7 @@ UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror
 UNIT_BUILD = test/unit/build$(if $(UNIT_SANITIZE),-sanitize)
 UNIT_OBJS = $(patsubst %.cpp,$(UNIT_BUILD)/%.o,$(UNIT_SRCS))
 
-$(UNIT_BUILD)/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/drivers/*.hpp)
+$(UNIT_BUILD)/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
 	@mkdir -p $(dir $@)
 	$(CXX) $(UNIT_CXXFLAGS) -c -o $@ $<
 

@@ -29,7 +29,7 @@
 
 #include "outbox/clock.hpp"
 #include "outbox/config.hpp"
-#include "outbox/driver_protocol.hpp"
+#include "outbox/ipc/protocol.hpp"
 #include "outbox/drivers/signals.hpp"
 
 namespace outbox {

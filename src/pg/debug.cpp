@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 
 extern "C" {
 #include "postgres.h"

@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "outbox/driver_protocol.hpp"
+#include "outbox/ipc/protocol.hpp"
 #include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/kafka.hpp"
 #include "outbox/drivers/nats.hpp"

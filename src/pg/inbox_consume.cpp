@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/inbox_event_id.hpp"
 #include "outbox/inbox_record.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 
 extern "C" {
 #include "postgres.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "outbox/dispatcher.hpp"
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 
 extern "C" {
 #include "postgres.h"

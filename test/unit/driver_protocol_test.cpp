@@ -3,7 +3,7 @@
 // trailing bytes, impossible counts and values, random bytes, bit flips) crashes the decoder or
 // makes it allocate what the bytes do not hold: it says Error (the worker then kills the helper)
 // or NeedMore (a frame not complete yet).
-#include "outbox/driver_protocol.hpp"
+#include "outbox/ipc/protocol.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // made to crash, leak, hang and run out of memory (its test-only fault switch), and replaced by
 // fake helpers that send malformed frames (this test binary itself, re-executed with
 // --outbox-fake-helper=SCENARIO). Every test asserts what the worker would write back.
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/driver_protocol.hpp"
+#include "outbox/ipc/protocol.hpp"
 #include "outbox/drivers/kafka.hpp"
 
 namespace outbox {

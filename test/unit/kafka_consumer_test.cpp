@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "outbox/consumer.hpp"
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 #include "outbox/drivers/kafka_consumer.hpp"
 
 namespace outbox {

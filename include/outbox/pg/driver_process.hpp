@@ -8,7 +8,7 @@
 #include <string>
 
 #include "outbox/dispatcher.hpp"
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 
 namespace outbox::pg {
 

@@ -51,7 +51,7 @@
 #include <vector>
 
 #include "outbox/consumer.hpp"
-#include "outbox/driver_protocol.hpp"
+#include "outbox/ipc/protocol.hpp"
 #include "outbox/drivers/driver.hpp"
 
 namespace outbox {

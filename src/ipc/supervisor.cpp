@@ -1,9 +1,9 @@
-// The worker's side of the driver process (see include/outbox/driver_supervisor.hpp).
+// The worker's side of the driver process (see include/outbox/ipc/supervisor.hpp).
 //
 // Threads: none. Everything runs on the worker's thread, inside the dispatcher's calls. The
 // helper is the only other party, and it is not trusted to be well-behaved: a malformed frame,
 // a write that cannot make progress or a silence while an answer is due ends it.
-#include "outbox/driver_supervisor.hpp"
+#include "outbox/ipc/supervisor.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,7 +24,7 @@
 #include <utility>
 
 #include "outbox/clock.hpp"
-#include "outbox/pipe_io.hpp"
+#include "outbox/ipc/pipe_io.hpp"
 
 extern char **environ;
 

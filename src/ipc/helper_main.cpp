@@ -36,14 +36,14 @@
 #include <utility>
 #include <vector>
 
-#include "outbox/driver_protocol.hpp"
+#include "outbox/ipc/protocol.hpp"
 #include "outbox/drivers/amqp.hpp"
 #include "outbox/drivers/driver.hpp"
 #include "outbox/drivers/kafka.hpp"
 #include "outbox/drivers/kafka_consumer.hpp"
 #include "outbox/drivers/nats.hpp"
 #include "outbox/drivers/webhook.hpp"
-#include "outbox/pipe_io.hpp"
+#include "outbox/ipc/pipe_io.hpp"
 
 namespace outbox {
 namespace {

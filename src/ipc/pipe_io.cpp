@@ -1,4 +1,4 @@
-#include "outbox/pipe_io.hpp"
+#include "outbox/ipc/pipe_io.hpp"
 
 #include <sys/socket.h>
 

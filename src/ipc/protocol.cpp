@@ -1,5 +1,5 @@
-// The worker <-> driver process protocol (see include/outbox/driver_protocol.hpp).
-#include "outbox/driver_protocol.hpp"
+// The worker <-> driver process protocol (see include/outbox/ipc/protocol.hpp).
+#include "outbox/ipc/protocol.hpp"
 
 #include <cstring>
 #include <tuple>
@@ -12,10 +12,10 @@ namespace outbox::protocol {
 // (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
 static_assert(sizeof(KafkaDriverOptions) == 184,
               "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
-              "(include/outbox/driver_protocol.hpp), then update this size");
+              "(include/outbox/ipc/protocol.hpp), then update this size");
 static_assert(sizeof(WebhookDriverOptions) == 312,
               "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
-              "(include/outbox/driver_protocol.hpp), then update this size");
+              "(include/outbox/ipc/protocol.hpp), then update this size");
 // A bool may land in padding without changing a size (Message.tombstone did): the round-trip
 // tests in test/unit/driver_protocol_test.cpp set every field to a value other than its default.
 // Message.first_failed_at_ms (208 -> 216) is the worker's own ("retry_budget") and deliberately
@@ -25,10 +25,10 @@ static_assert(sizeof(Message) == 216,
               "size");
 static_assert(sizeof(AmqpDriverOptions) == 368,
               "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
-              "(include/outbox/driver_protocol.hpp), then update this size");
+              "(include/outbox/ipc/protocol.hpp), then update this size");
 static_assert(sizeof(KafkaConsumerOptions) == 176,
               "KafkaConsumerOptions changed: add the new field to VisitKafkaConsumerOptions "
-              "(include/outbox/driver_protocol.hpp), then update this size");
+              "(include/outbox/ipc/protocol.hpp), then update this size");
 static_assert(sizeof(ConsumedRecord) == 160,
               "ConsumedRecord changed: add the new field to PutRecord and GetRecord, then update "
               "this size");
@@ -37,7 +37,7 @@ static_assert(sizeof(PartitionInfo) == 56 && sizeof(ConsumerState) == 88,
               "decoder, then update these sizes");
 static_assert(sizeof(NatsDriverOptions) == 520,
               "NatsDriverOptions changed: add the new field to VisitNatsOptions "
-              "(include/outbox/driver_protocol.hpp), then update this size");
+              "(include/outbox/ipc/protocol.hpp), then update this size");
 
 namespace {
 
