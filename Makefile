@@ -14,16 +14,16 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
-PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/retry_after.cpp src/signing.cpp src/uuid7.cpp \
+PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/signing.cpp src/uuid7.cpp \
             src/dispatcher.cpp src/ipc/protocol.cpp src/ipc/supervisor.cpp src/ipc/pipe_io.cpp \
-            src/duration.cpp src/classify.cpp src/headers.cpp src/config.cpp src/quote.cpp \
+            src/duration.cpp src/headers.cpp src/config.cpp src/quote.cpp \
             src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp \
             src/inbox_record.cpp src/broker_address.cpp
-DRIVER_SRCS = $(wildcard src/drivers/*.cpp)
+DRIVER_SRCS = $(wildcard src/brokers/*.cpp src/brokers/*/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 # The inbox's Kafka consumer runs in outbox-driver only (the module talks to it through
 # RemoteConsumer, driver_supervisor.cpp).
-MODULE_DRIVER_SRCS = $(filter-out src/drivers/kafka_consumer.cpp,$(DRIVER_SRCS))
+MODULE_DRIVER_SRCS = $(filter-out src/brokers/kafka/consumer.cpp,$(DRIVER_SRCS))
 OBJS = $(PURE_SRCS:.cpp=.o) $(MODULE_DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/outbox--*.sql)
@@ -47,7 +47,8 @@ include $(PGXS)
 
 # The object files depend on every header; a changed header rebuilds everything (small project).
 # outbox.control too: its default_version is compiled in (OUTBOX_EXTVERSION).
-$(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp) outbox.control
+HEADERS = $(shell find include -name '*.hpp')
+$(OBJS): $(HEADERS) outbox.control
 
 # outbox-driver: the network drivers in a process of their own, started by each delivery worker
 # (README "How it works"). A plain executable that includes no PostgreSQL header, so it is built
@@ -55,14 +56,14 @@ $(OBJS): $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp) outbox.control
 # and installed next to the module, in $libdir, where the worker looks for it.
 DRIVER_HOST = outbox-driver
 DRIVER_HOST_SRCS = src/ipc/helper_main.cpp src/ipc/protocol.cpp src/ipc/pipe_io.cpp $(DRIVER_SRCS) \
-                   src/message.cpp src/classify.cpp src/config.cpp src/duration.cpp \
-                   src/headers.cpp src/signing.cpp src/retry_after.cpp src/quote.cpp \
+                   src/message.cpp src/config.cpp src/duration.cpp \
+                   src/headers.cpp src/signing.cpp src/quote.cpp \
                    src/network_policy.cpp src/broker_address.cpp
 DRIVER_HOST_OBJS = $(patsubst %.cpp,build/driver-host/%.o,$(DRIVER_HOST_SRCS))
 DRIVER_HOST_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Iinclude -fPIE -fstack-protector-strong \
                        -D_FORTIFY_SOURCE=2 $(if $(WERROR),-Werror)
 
-build/driver-host/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
+build/driver-host/%.o: %.cpp $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(DRIVER_HOST_CXXFLAGS) -c -o $@ $<
 
@@ -86,7 +87,7 @@ UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror
 UNIT_BUILD = test/unit/build$(if $(UNIT_SANITIZE),-sanitize)
 UNIT_OBJS = $(patsubst %.cpp,$(UNIT_BUILD)/%.o,$(UNIT_SRCS))
 
-$(UNIT_BUILD)/%.o: %.cpp $(wildcard include/outbox/*.hpp include/outbox/*/*.hpp)
+$(UNIT_BUILD)/%.o: %.cpp $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(UNIT_CXXFLAGS) -c -o $@ $<
 

@@ -2,7 +2,7 @@
 // in the worker, so a config that was accepted is exactly the config that runs. Every problem
 // is collected so that a DBA fixes a config in one round trip, not one error at a time.
 #include "outbox/config.hpp"
-#include "outbox/drivers/rabbitmq_c.hpp"
+#include "outbox/brokers/amqp/rabbitmq_c.hpp"
 
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>

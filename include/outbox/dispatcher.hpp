@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "outbox/config.hpp"
-#include "outbox/drivers/driver.hpp"
+#include "outbox/driver.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox {

@@ -37,12 +37,12 @@
 #include <vector>
 
 #include "outbox/ipc/protocol.hpp"
-#include "outbox/drivers/amqp.hpp"
-#include "outbox/drivers/driver.hpp"
-#include "outbox/drivers/kafka.hpp"
-#include "outbox/drivers/kafka_consumer.hpp"
-#include "outbox/drivers/nats.hpp"
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/brokers/amqp/driver.hpp"
+#include "outbox/driver.hpp"
+#include "outbox/brokers/kafka/driver.hpp"
+#include "outbox/brokers/kafka/consumer.hpp"
+#include "outbox/brokers/nats/driver.hpp"
+#include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/ipc/pipe_io.hpp"
 
 namespace outbox {

@@ -4,10 +4,10 @@
 #include <string>
 
 #include "outbox/ipc/protocol.hpp"
-#include "outbox/drivers/amqp.hpp"
-#include "outbox/drivers/kafka.hpp"
-#include "outbox/drivers/nats.hpp"
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/brokers/amqp/driver.hpp"
+#include "outbox/brokers/kafka/driver.hpp"
+#include "outbox/brokers/nats/driver.hpp"
+#include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/pg/driver_process.hpp"
 
 extern "C" {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <nats/nats.h>
 
-#include "outbox/classify.hpp"
-#include "outbox/drivers/rabbitmq_c.hpp"
+#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/amqp/rabbitmq_c.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox {

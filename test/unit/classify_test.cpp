@@ -1,5 +1,5 @@
 // Classification: an outage defers, a rejection retries, a permanent failure is dead.
-#include "outbox/classify.hpp"
+#include "outbox/brokers/classify.hpp"
 
 #include <curl/curl.h>
 #include <gtest/gtest.h>

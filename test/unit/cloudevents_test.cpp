@@ -1,7 +1,7 @@
 // The Kafka record of a message, checked against the CloudEvents Kafka protocol binding
 // (binary and structured content modes) and the JSON event format, with the attribute values of
 // the binding's own examples.
-#include "outbox/drivers/cloudevents.hpp"
+#include "outbox/brokers/cloudevents.hpp"
 
 #include <gtest/gtest.h>
 

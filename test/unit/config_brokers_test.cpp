@@ -7,7 +7,7 @@
 #include <string>
 
 #include "outbox/config.hpp"
-#include "outbox/drivers/cloudevents.hpp"
+#include "outbox/brokers/cloudevents.hpp"
 #include "outbox/headers.hpp"
 
 namespace outbox {

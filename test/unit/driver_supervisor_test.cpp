@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "outbox/ipc/protocol.hpp"
-#include "outbox/drivers/kafka.hpp"
+#include "outbox/brokers/kafka/driver.hpp"
 
 namespace outbox {
 namespace {

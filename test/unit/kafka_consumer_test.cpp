@@ -24,7 +24,7 @@
 
 #include "outbox/consumer.hpp"
 #include "outbox/ipc/supervisor.hpp"
-#include "outbox/drivers/kafka_consumer.hpp"
+#include "outbox/brokers/kafka/consumer.hpp"
 
 namespace outbox {
 namespace {

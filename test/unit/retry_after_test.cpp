@@ -1,5 +1,5 @@
 // Retry-After: delay-seconds and all three HTTP-date forms, relative to "now".
-#include "outbox/retry_after.hpp"
+#include "outbox/brokers/webhook/retry_after.hpp"
 
 #include <gtest/gtest.h>
 

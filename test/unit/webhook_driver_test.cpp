@@ -3,7 +3,7 @@
 //
 // The sink is found through $OUTBOX_WEBHOOK_SINK, else next to the test binary
 // (../tools/webhook_sink.py), else at test/tools/webhook_sink.py from the current directory.
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/brokers/webhook/driver.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "outbox/drivers/cloudevents.hpp"
+#include "outbox/brokers/cloudevents.hpp"
 
 namespace outbox {
 namespace {

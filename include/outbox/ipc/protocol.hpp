@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "outbox/consumer.hpp"
-#include "outbox/drivers/amqp.hpp"
-#include "outbox/drivers/kafka.hpp"
-#include "outbox/drivers/nats.hpp"
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/brokers/amqp/driver.hpp"
+#include "outbox/brokers/kafka/driver.hpp"
+#include "outbox/brokers/nats/driver.hpp"
+#include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox::protocol {

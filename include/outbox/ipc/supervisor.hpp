@@ -52,7 +52,7 @@
 
 #include "outbox/consumer.hpp"
 #include "outbox/ipc/protocol.hpp"
-#include "outbox/drivers/driver.hpp"
+#include "outbox/driver.hpp"
 
 namespace outbox {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "outbox/config.hpp"
-#include "outbox/drivers/driver.hpp"
+#include "outbox/driver.hpp"
 #include "outbox/network_policy.hpp"
 
 namespace outbox {

@@ -11,7 +11,7 @@
 // is reported by PollTimeoutMs. Poll serves the ready sockets and the expired timer with
 // curl_multi_socket_action, then collects finished transfers. Over HTTPS it also serves every
 // socket every 50 ms while transfers run, against a lost HTTP/2 wake-up in libcurl (Sweep).
-#include "outbox/drivers/webhook.hpp"
+#include "outbox/brokers/webhook/driver.hpp"
 
 #include <arpa/inet.h>
 #include <strings.h>
@@ -32,12 +32,12 @@
 
 #include <curl/curl.h>
 
-#include "outbox/classify.hpp"
-#include "outbox/drivers/cloudevents.hpp"
-#include "outbox/drivers/signals.hpp"
+#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/signals.hpp"
 #include "outbox/headers.hpp"
 #include "outbox/network_policy.hpp"
-#include "outbox/retry_after.hpp"
+#include "outbox/brokers/webhook/retry_after.hpp"
 #include "outbox/signing.hpp"
 
 namespace outbox {

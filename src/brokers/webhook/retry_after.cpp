@@ -3,7 +3,7 @@
 // server's TZ); it is lenient by design (any zone, missing fields, 31 Feb rolled into March), so
 // a date is accepted only when it reads back exactly: the value curl found, written again in
 // the form the header used, must equal the header apart from letter case and the weekday name.
-#include "outbox/retry_after.hpp"
+#include "outbox/brokers/webhook/retry_after.hpp"
 
 #include <cstdint>
 #include <cstdio>

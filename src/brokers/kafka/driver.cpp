@@ -4,7 +4,7 @@
 // (delivery reports, errors, logs) are routed to the main queue and served only by Poll(),
 // on the worker's thread, and only record into plain members. The main queue writes a byte to
 // a pipe when it becomes non-empty, so the worker can sleep on that fd instead of polling.
-#include "outbox/drivers/kafka.hpp"
+#include "outbox/brokers/kafka/driver.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -20,10 +20,10 @@
 #include <librdkafka/rdkafka.h>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/classify.hpp"
+#include "outbox/brokers/classify.hpp"
 #include "outbox/clock.hpp"
-#include "outbox/drivers/cloudevents.hpp"
-#include "outbox/drivers/signals.hpp"
+#include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/signals.hpp"
 
 namespace outbox {
 

@@ -1,5 +1,5 @@
 // CloudEvents attributes shared by the drivers, and the Kafka record in either content mode.
-#include "outbox/drivers/cloudevents.hpp"
+#include "outbox/brokers/cloudevents.hpp"
 
 #include <cstdio>
 #include <ctime>

@@ -12,8 +12,8 @@
 // acknowledges them (basic.ack, possibly "multiple") or refuses them (basic.nack). A mandatory
 // message no queue is bound for comes back as basic.return before its basic.ack; the return
 // is matched to the oldest unconfirmed publish with its message_id (= event_id).
-#include "outbox/drivers/amqp.hpp"
-#include "outbox/drivers/rabbitmq_c.hpp"
+#include "outbox/brokers/amqp/driver.hpp"
+#include "outbox/brokers/amqp/rabbitmq_c.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -35,10 +35,10 @@
 #include <vector>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/classify.hpp"
+#include "outbox/brokers/classify.hpp"
 #include "outbox/clock.hpp"
-#include "outbox/drivers/cloudevents.hpp"
-#include "outbox/drivers/signals.hpp"
+#include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/signals.hpp"
 #include "outbox/headers.hpp"
 
 namespace outbox {

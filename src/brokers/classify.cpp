@@ -1,8 +1,8 @@
 // Outcome classification. Design §1 "Guarantees": a Defer must only be returned when the
 // destination certainly did not act on the message, because a Defer never spends the retry
 // budget; anything doubtful is a Retry, which does.
-#include "outbox/classify.hpp"
-#include "outbox/drivers/rabbitmq_c.hpp"
+#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/amqp/rabbitmq_c.hpp"
 
 #include <cctype>
 

@@ -1,4 +1,4 @@
-// The inbox's Kafka consumer (see include/outbox/drivers/kafka_consumer.hpp).
+// The inbox's Kafka consumer (see include/outbox/brokers/kafka/consumer.hpp).
 //
 // Threads: librdkafka's own; one metadata thread of ours, which only calls librdkafka's
 // blocking metadata and watermark queries and hands its result over under a mutex; and the
@@ -7,7 +7,7 @@
 // to the consumer queue, and that queue writes a byte to a pipe when it gets something, as does
 // the metadata thread when it has a new result, so the loop sleeps on one fd.
 #include "outbox/broker_address.hpp"
-#include "outbox/drivers/kafka_consumer.hpp"
+#include "outbox/brokers/kafka/consumer.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,7 +30,7 @@
 #include "outbox/clock.hpp"
 #include "outbox/config.hpp"
 #include "outbox/ipc/protocol.hpp"
-#include "outbox/drivers/signals.hpp"
+#include "outbox/brokers/signals.hpp"
 
 namespace outbox {
 

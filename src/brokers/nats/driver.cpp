@@ -10,7 +10,7 @@
 // Correlation: a PubAck comes back with the natsMsg that was published; the Core maps each
 // message in flight to its row. The map is updated under the lock before the publish and in
 // the callback itself, so a message's address is never mistaken for a later one's.
-#include "outbox/drivers/nats.hpp"
+#include "outbox/brokers/nats/driver.hpp"
 
 #include <fcntl.h>
 #include <strings.h>
@@ -32,10 +32,10 @@
 #include <nats/nats.h>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/classify.hpp"
+#include "outbox/brokers/classify.hpp"
 #include "outbox/clock.hpp"
-#include "outbox/drivers/cloudevents.hpp"
-#include "outbox/drivers/signals.hpp"
+#include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/signals.hpp"
 
 namespace outbox {
 
