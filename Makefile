@@ -15,15 +15,15 @@ MODULE_big = outbox
 
 # Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
 PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/signing.cpp src/uuid7.cpp \
-            src/dispatcher.cpp src/ipc/protocol.cpp src/ipc/supervisor.cpp src/ipc/pipe_io.cpp \
+            src/dispatcher.cpp src/ipc/protocol.cpp src/ipc/options.cpp src/ipc/supervisor.cpp src/ipc/pipe_io.cpp \
             src/duration.cpp src/headers.cpp src/config.cpp src/quote.cpp \
-            src/network_policy.cpp src/webhook_verify.cpp src/subscription_config.cpp src/inbox_event_id.cpp \
+            src/network_policy.cpp src/webhook_verify.cpp src/inbox_event_id.cpp \
             src/inbox_record.cpp src/broker_address.cpp
 DRIVER_SRCS = $(wildcard src/brokers/*.cpp src/brokers/*/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 # The inbox's Kafka consumer runs in outbox-driver only (the module talks to it through
 # RemoteConsumer, driver_supervisor.cpp).
-MODULE_DRIVER_SRCS = $(filter-out src/brokers/kafka/consumer.cpp,$(DRIVER_SRCS))
+MODULE_DRIVER_SRCS = $(DRIVER_SRCS)
 OBJS = $(PURE_SRCS:.cpp=.o) $(MODULE_DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/outbox--*.sql)
@@ -55,7 +55,8 @@ $(OBJS): $(HEADERS) outbox.control
 # with its own flags and objects (PGXS cannot build a MODULE_big and a PROGRAM from shared OBJS),
 # and installed next to the module, in $libdir, where the worker looks for it.
 DRIVER_HOST = outbox-driver
-DRIVER_HOST_SRCS = src/ipc/helper_main.cpp src/ipc/protocol.cpp src/ipc/pipe_io.cpp $(DRIVER_SRCS) \
+DRIVER_HOST_SRCS = src/ipc/helper_main.cpp src/ipc/protocol.cpp src/ipc/options.cpp src/ipc/pipe_io.cpp \
+                   $(DRIVER_SRCS) \
                    src/message.cpp src/config.cpp src/duration.cpp \
                    src/headers.cpp src/signing.cpp src/quote.cpp \
                    src/network_policy.cpp src/broker_address.cpp

@@ -83,20 +83,6 @@ std::string ReplaceBrokerUrlHost(std::string_view url, const std::string &host) 
            std::string(trimmed.substr(start + old.size()));
 }
 
-std::vector<std::string> KafkaHosts(
-    const std::vector<std::pair<std::string, std::string>> &properties) {
-    std::vector<std::string> hosts;
-    for (const auto &[key, value] : properties) {
-        if (key == "bootstrap.servers" || key == "metadata.broker.list") {
-            for (std::string &h : KafkaBootstrapHosts(value))
-                hosts.push_back(std::move(h));
-        } else if (key == "sasl.oauthbearer.token.endpoint.url") {
-            hosts.push_back(BrokerUrlHost(value));
-        }
-    }
-    return hosts;
-}
-
 std::optional<HostRefusal> RefusedNewBrokerHost(const std::vector<std::string> &hosts,
                                                 const std::vector<std::string> &old_hosts,
                                                 const std::vector<Network> &allowed) {
@@ -110,25 +96,6 @@ std::optional<HostRefusal> RefusedNewBrokerHost(const std::vector<std::string> &
             return refused;
     }
     return std::nullopt;
-}
-
-std::vector<std::string> BrokerHosts(const DestinationConfig &config) {
-    std::vector<std::string> hosts;
-    switch (config.kind) {
-        case DestinationKind::Kafka:
-            hosts = KafkaHosts(config.kafka.properties);
-            break;
-        case DestinationKind::Amqp:
-            hosts.push_back(BrokerUrlHost(config.amqp.url));
-            break;
-        case DestinationKind::Nats:
-            for (const std::string &server : config.nats.servers)
-                hosts.push_back(BrokerUrlHost(server));
-            break;
-        case DestinationKind::Webhook:
-            break;
-    }
-    return hosts;
 }
 
 bool BrokerGuard::Set(const BrokerAddressRule &rule, std::string *error) {

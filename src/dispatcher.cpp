@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "outbox/broker_address.hpp"
+#include "outbox/broker_kind.hpp"
 #include "outbox/backoff.hpp"
 #include "outbox/duration.hpp"
 
@@ -146,7 +147,8 @@ void Dispatcher::SetSettings(const DispatchSettings &settings) {
     if (!rebuild && !rebuild_webhooks && !rebuild_brokers)
         return;
     for (auto &[name, d] : destinations_) {
-        bool webhook = d->spec.config.kind == DestinationKind::Webhook;
+        bool webhook =
+            d->spec.config.kind != nullptr && d->spec.config.kind->network == NetworkRule::Webhook;
         if (!d->driver || (!rebuild && !(webhook ? rebuild_webhooks : rebuild_brokers)))
             continue;
         // The old driver finishes its messages under a retired copy of the destination.
@@ -385,7 +387,8 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
             // Why a broker a role other than a superuser configured cannot be reached is not
             // shown: a refused connection, a timeout and a stranger's protocol would tell what
             // listens at an address (the server log has the driver's own words).
-            if (d.spec.config.kind != DestinationKind::Webhook && !d.spec.config_by_superuser)
+            if (d.spec.config.kind != nullptr &&
+                d.spec.config.kind->network == NetworkRule::Broker && !d.spec.config_by_superuser)
                 r.error = kWhyHidden;
             r.error = "deferred, destination unreachable: " + r.error;
             break;
@@ -568,7 +571,7 @@ size_t Dispatcher::Room(const Destination &d) const {
     size_t room = d.driver->Capacity();
     if (d.backlog)
         return room;
-    size_t narrow = 2 * static_cast<size_t>(std::max(1, settings_.batch_size));
+    size_t narrow = InFlightWindow(settings_.batch_size);
     size_t in_flight = d.driver->InFlight();
     return std::min(room, in_flight >= narrow ? 0 : narrow - in_flight);
 }

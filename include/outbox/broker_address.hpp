@@ -5,7 +5,7 @@
 // like a webhook's (network_policy.hpp). For a config that a role other than a superuser wrote,
 // a broker may be at a loopback, private, link-local or other restricted address only inside a
 // network a superuser listed; a superuser's brokers may be anywhere. The literal hosts of a
-// config are checked when it is set (BrokerHosts, RefusedLiteralHost); every address a client
+// config are checked when it is set (DriverSide::hosts, RefusedLiteralHost); every address a client
 // library actually connects to is checked again then (BrokerGuard), so that a name resolving to
 // an internal address, or a Kafka broker advertising one, is refused too.
 #pragma once
@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "outbox/config.hpp"
 #include "outbox/network_policy.hpp"
 
 struct sockaddr;
@@ -29,14 +28,6 @@ std::string BrokerUrlHost(std::string_view url);
 
 // `url` with its host replaced by `host` (an IPv6 address gets brackets); the rest as written.
 std::string ReplaceBrokerUrlHost(std::string_view url, const std::string &host);
-
-// Every host librdkafka properties name for it to connect to: the broker list
-// ("bootstrap.servers", "metadata.broker.list") and the OIDC token endpoint.
-std::vector<std::string> KafkaHosts(
-    const std::vector<std::pair<std::string, std::string>> &properties);
-
-// Every host a destination config names for its brokers (none for a webhook).
-std::vector<std::string> BrokerHosts(const DestinationConfig &config);
 
 // The first of `hosts` that is not in `old_hosts` (a host kept as it was is not checked again:
 // the rule applies when an address is chosen) and that `allowed` refuses before anything is

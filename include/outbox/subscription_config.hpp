@@ -1,6 +1,7 @@
 // Subscription configs (the `config jsonb` of outbox.create_subscription, issue 23): one parser
-// for the definition-time check and for the worker, as for destinations (config.hpp). Every
-// problem is collected; secrets are never quoted.
+// for the definition-time check and for the consumer, as for destinations (config.hpp). Every
+// problem is collected; secrets are never quoted. The parsers are the kind's (a row's
+// read_subscription and check_subscription, broker_kind.hpp; kafka: src/brokers/kafka/).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +15,7 @@
 
 namespace outbox {
 
-enum class SubscriptionKind { Kafka };
-
-// "kafka"
-std::optional<SubscriptionKind> ParseSubscriptionKind(std::string_view text);
+struct BrokerKind;
 
 // What a handler that raises does to its partition.
 enum class OnError {
@@ -32,7 +30,7 @@ constexpr int kMaxInboxBatch = 10000;
 constexpr int64_t kMaxHandlerTimeoutMs = 24 * 3600 * 1000;
 
 struct SubscriptionConfig {
-    SubscriptionKind kind = SubscriptionKind::Kafka;
+    const BrokerKind *kind = nullptr;
     std::vector<std::string> topics;  // "topics": at least one, no repeats
     OnError on_error = OnError::Skip;
     std::string event_id_header;  // "event_id_header": read when a record has no ce_id; "" none
@@ -57,24 +55,6 @@ struct SubscriptionCheck {
     std::vector<PrivilegedSetting> privileged;
     bool ok() const { return problems.empty(); }
 };
-
-// Parses and validates `json_text` (a JSON object) for a subscription of `kind`.
-//
-// kafka: "bootstrap.servers" (required, a string), "topics" (required: a non-empty array of
-// Kafka topic names, no repeats), "on_error" ("skip" or "block"), "event_id_header" (a header
-// name, 1..255 bytes), "batch_size" (1..kMaxInboxBatch), "start" ("earliest" or "latest"),
-// "handler_timeout" (a duration: milliseconds or a string such as "30s"; 0 to 24 h, 0 for no
-// limit).
-// Every other key is a librdkafka property, checked with librdkafka itself and by the rules of
-// destination properties (CheckDestinationConfig: values strings, numbers or booleans; the
-// callbacks outbox owns, "plugin.library.paths" and "internal.termination.signal" refused;
-// Kerberos and file settings reported in `privileged`). Refused because offsets are the
-// extension's, committed with the handlers' effects: "enable.auto.commit",
-// "enable.auto.offset.store", "auto.commit.interval.ms", "group.instance.id",
-// "auto.offset.reset" (use "start"); and the destination settings that mean nothing here
-// ("topic", "ordering", "max_attempts"...).
-SubscriptionCheck CheckSubscriptionConfig(SubscriptionKind kind, std::string_view json_text,
-                                          const CheckOptions &options = {});
 
 // A subscription name: the rule of destination names (IsValidDestinationName).
 bool IsValidSubscriptionName(std::string_view name);

@@ -11,6 +11,16 @@
 
 namespace outbox {
 
+void CheckCloudEventsKey(const JsonObject &value, CloudEventsMode *mode,
+                         std::vector<std::string> *problems) {
+    if (value == "binary")
+        *mode = CloudEventsMode::Binary;
+    else if (value == "structured")
+        *mode = CloudEventsMode::Structured;
+    else
+        problems->push_back("\"cloudevents\" must be \"binary\" or \"structured\"");
+}
+
 namespace {
 
 // Case-insensitive ASCII comparison with a lower-case literal (header names are tokens).

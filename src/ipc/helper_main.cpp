@@ -13,6 +13,8 @@
 // abandon...); poll every driver; send their outcomes, state and log lines in one write. It
 // exits when the worker closes the socket (EOF), at once, and dies with it (PR_SET_PDEATHSIG).
 //
+// `outbox-driver --check` answers one definition-time config check instead (AnswerOneCheck).
+//
 // Exit codes: 0 EOF; 2 a malformed frame from the worker; 3 out of memory
 // (outbox.driver_memory_limit, RLIMIT_AS); 4 not started by a worker; 5 another error.
 #include <fcntl.h>
@@ -33,17 +35,16 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "outbox/ipc/protocol.hpp"
-#include "outbox/brokers/amqp/driver.hpp"
-#include "outbox/driver.hpp"
-#include "outbox/brokers/kafka/driver.hpp"
+#include "outbox/brokers/config_service.hpp"
 #include "outbox/brokers/kafka/consumer.hpp"
-#include "outbox/brokers/nats/driver.hpp"
-#include "outbox/brokers/webhook/driver.hpp"
+#include "outbox/brokers/registry.hpp"
+#include "outbox/driver.hpp"
 #include "outbox/ipc/pipe_io.hpp"
+#include "outbox/ipc/protocol.hpp"
 
 namespace outbox {
 namespace {
@@ -114,7 +115,7 @@ class Host {
         bool told = false;
     };
 
-    // A consumer (kind "kafka-consumer"): records go to the worker as far as its window allows.
+    // A consumer (kind "<kind>-consumer"): records go to the worker as far as its window allows.
     struct ConsumerSlot {
         std::unique_ptr<KafkaConsumer> consumer;
         std::string name;
@@ -123,7 +124,7 @@ class Host {
 
     bool Handle(protocol::Frame &frame);
     void Open(protocol::OpenFrame &f);
-    void OpenConsumer(protocol::OpenFrame &f);
+    void OpenConsumer(protocol::OpenFrame &f, std::string_view kind);
     void PollConsumers();
     void Watch(int fd, uint64_t handle);
     void Submit(protocol::SubmitFrame &f);
@@ -291,12 +292,12 @@ void Host::Watch(int fd, uint64_t handle) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void Host::OpenConsumer(protocol::OpenFrame &f) {
-    std::string error;
-    KafkaConsumerOptions options;
+void Host::OpenConsumer(protocol::OpenFrame &f, std::string_view kind) {
+    std::string error, config;
+    ConsumerContext context;
     std::unique_ptr<KafkaConsumer> consumer;
-    if (protocol::DecodeOptions(f.options, &options, &error))
-        consumer = MakeKafkaConsumer(options, &error);
+    if (protocol::DecodeOpenOptions(f.options, &config, &context, &error))
+        consumer = outbox::OpenConsumer(kind, config, context, &error);
     if (!consumer) {
         protocol::Encode(protocol::OpenedFrame{f.handle, false, error}, &out_);
         return;
@@ -328,31 +329,23 @@ void Host::PollConsumers() {
 }
 
 void Host::Open(protocol::OpenFrame &f) {
+    constexpr std::string_view kConsumer = "-consumer";
     std::string error;
     std::unique_ptr<Driver> driver;
+    std::string_view kind = f.kind;
     if (drivers_.count(f.handle) || consumers_.count(f.handle)) {
         error = "handle " + std::to_string(f.handle) + " is already open";
-    } else if (f.kind == "kafka-consumer") {
-        OpenConsumer(f);
+    } else if (kind.size() > kConsumer.size() &&
+               kind.substr(kind.size() - kConsumer.size()) == kConsumer) {
+        OpenConsumer(f, kind.substr(0, kind.size() - kConsumer.size()));
         return;
-    } else if (f.kind == "kafka") {
-        KafkaDriverOptions options;
-        if (protocol::DecodeOptions(f.options, &options, &error))
-            driver = MakeKafkaDriver(options, &error);
-    } else if (f.kind == "webhook") {
-        WebhookDriverOptions options;
-        if (protocol::DecodeOptions(f.options, &options, &error))
-            driver = MakeWebhookDriver(options, &error);
-    } else if (f.kind == "amqp") {
-        AmqpDriverOptions options;
-        if (protocol::DecodeOptions(f.options, &options, &error))
-            driver = MakeAmqpDriver(options, &error);
-    } else if (f.kind == "nats") {
-        NatsDriverOptions options;
-        if (protocol::DecodeOptions(f.options, &options, &error))
-            driver = MakeNatsDriver(options, &error);
-    } else {
+    } else if (FindBrokerKind(kind) == nullptr) {
         error = "this outbox-driver has no driver of kind \"" + f.kind + "\"";
+    } else {
+        std::string config;
+        DriverContext context;
+        if (protocol::DecodeOpenOptions(f.options, &config, &context, &error))
+            driver = OpenDriver(kind, config, context, &error);
     }
     if (!driver) {
         protocol::Encode(protocol::OpenedFrame{f.handle, false, error}, &out_);
@@ -482,6 +475,48 @@ bool Host::Flush() {
     return true;
 }
 
+// outbox-driver --check: one definition-time check for a backend that runs
+// create/alter_destination or create/alter_subscription (src/ipc/check_client.cpp). Reads one
+// Check frame from the socket, answers it with one Checked frame, and exits.
+int AnswerOneCheck() {
+    protocol::FrameReader reader(protocol::kMaxToHelperFrame);
+    protocol::Frame frame;
+    for (;;) {
+        std::string error;
+        protocol::FrameReader::Result r = reader.Next(&frame, &error);
+        if (r == protocol::FrameReader::Result::Frame)
+            break;
+        if (r == protocol::FrameReader::Result::Error) {
+            fprintf(stderr, "outbox-driver: malformed frame from the server: %s\n", error.c_str());
+            return protocol::kExitProtocol;
+        }
+        char *at = reader.Reserve(kReadChunk);
+        ssize_t got = read(kSocketFd, at, kReadChunk);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return 0;  // the server went away: nobody to answer
+        reader.Commit(size_t(got));
+    }
+    auto *check = std::get_if<protocol::CheckFrame>(&frame);
+    if (check == nullptr) {
+        fprintf(stderr, "outbox-driver: --check was sent a frame other than Check\n");
+        return protocol::kExitProtocol;
+    }
+    std::string out;
+    protocol::Encode(protocol::CheckedFrame{AnswerConfigQuery(check->query)}, &out);
+    size_t done = 0;
+    while (done < out.size()) {
+        ssize_t n = write(kSocketFd, out.data() + done, out.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        done += size_t(n);
+    }
+    return 0;
+}
+
 void IgnoreSignal(int sig) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -495,7 +530,8 @@ void IgnoreSignal(int sig) {
 int main(int argc, char **argv) {
     using namespace outbox;
     struct stat st;
-    if (argc > 1 || fstat(kSocketFd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    bool check_mode = argc == 2 && strcmp(argv[1], "--check") == 0;
+    if ((argc > 1 && !check_mode) || fstat(kSocketFd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
         fprintf(stderr,
                 "%s: the network drivers of an outbox delivery worker. It is started by the "
                 "worker (fd %d is its socket) and is not meant to be run by hand.\n",
@@ -503,7 +539,8 @@ int main(int argc, char **argv) {
         return protocol::kExitStartup;
     }
     fcntl(kSocketFd, F_SETFD, FD_CLOEXEC);  // not inherited by anything a library runs
-    fcntl(kSocketFd, F_SETFL, fcntl(kSocketFd, F_GETFL) | O_NONBLOCK);
+    if (!check_mode)
+        fcntl(kSocketFd, F_SETFL, fcntl(kSocketFd, F_GETFL) | O_NONBLOCK);
     // The worker decides when this process ends (EOF, or SIGKILL); signals meant for the
     // server's processes do not end it. SIGPIPE: writes report EPIPE instead.
     for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2})
@@ -519,7 +556,9 @@ int main(int argc, char **argv) {
     // Fewer malloc arenas: each reserves 64 MB of address space, which RLIMIT_AS counts.
     mallopt(M_ARENA_MAX, 2);
     try {
-        EnsureCurlGlobalInit();  // before any thread exists
+        InitBrokerKinds();  // the client libraries' global init, before any thread exists
+        if (check_mode)
+            _exit(AnswerOneCheck());
         Host host;
         int code = host.Run();
         // Straight out, without destroying the drivers: the worker has every answer it will

@@ -5,84 +5,28 @@
 #include <tuple>
 #include <type_traits>
 
+#include "outbox/ipc/wire.hpp"
+
 namespace outbox::protocol {
 
-// A field added to an options struct without a line in its visitor would silently not reach
-// the helper: these sizes change with any new field, and then this is the place to look.
-// (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
-static_assert(sizeof(KafkaDriverOptions) == 184,
-              "KafkaDriverOptions changed: add the new field to VisitKafkaOptions "
-              "(include/outbox/ipc/protocol.hpp), then update this size");
-static_assert(sizeof(WebhookDriverOptions) == 312,
-              "WebhookDriverOptions changed: add the new field to VisitWebhookOptions "
-              "(include/outbox/ipc/protocol.hpp), then update this size");
 // A bool may land in padding without changing a size (Message.tombstone did): the round-trip
 // tests in test/unit/driver_protocol_test.cpp set every field to a value other than its default.
 // Message.first_failed_at_ms (208 -> 216) is the worker's own ("retry_budget") and deliberately
 // not sent: SubmitRoundTripKeepsEveryField checks that it arrives as 0.
+// (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
 static_assert(sizeof(Message) == 216,
               "Message changed: add the new field to PutMessage and GetMessage, then update this "
               "size");
-static_assert(sizeof(AmqpDriverOptions) == 368,
-              "AmqpDriverOptions changed: add the new field to VisitAmqpOptions "
-              "(include/outbox/ipc/protocol.hpp), then update this size");
-static_assert(sizeof(KafkaConsumerOptions) == 176,
-              "KafkaConsumerOptions changed: add the new field to VisitKafkaConsumerOptions "
-              "(include/outbox/ipc/protocol.hpp), then update this size");
 static_assert(sizeof(ConsumedRecord) == 160,
               "ConsumedRecord changed: add the new field to PutRecord and GetRecord, then update "
               "this size");
 static_assert(sizeof(PartitionInfo) == 56 && sizeof(ConsumerState) == 88,
               "ConsumerState changed: add the new field to Encode(ConsumerStateFrame) and its "
               "decoder, then update these sizes");
-static_assert(sizeof(NatsDriverOptions) == 520,
-              "NatsDriverOptions changed: add the new field to VisitNatsOptions "
-              "(include/outbox/ipc/protocol.hpp), then update this size");
+
+using namespace wire;
 
 namespace {
-
-// --- writing -------------------------------------------------------------------------------
-
-void PutU8(std::string *out, uint8_t v) {
-    out->push_back(static_cast<char>(v));
-}
-
-void PutU32(std::string *out, uint32_t v) {
-    char b[4];
-    for (int i = 0; i < 4; i++)
-        b[i] = static_cast<char>(v >> (8 * i));
-    out->append(b, 4);
-}
-
-void PutU64(std::string *out, uint64_t v) {
-    char b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = static_cast<char>(v >> (8 * i));
-    out->append(b, 8);
-}
-
-void PutI64(std::string *out, int64_t v) {
-    PutU64(out, static_cast<uint64_t>(v));
-}
-
-void PutString(std::string *out, std::string_view s) {
-    PutU32(out, static_cast<uint32_t>(s.size()));
-    out->append(s.data(), s.size());
-}
-
-// Starts a frame of `type`; returns where its length goes (filled by EndFrame).
-size_t BeginFrame(std::string *out, FrameType type) {
-    size_t at = out->size();
-    PutU32(out, 0);
-    PutU8(out, static_cast<uint8_t>(type));
-    return at;
-}
-
-void EndFrame(std::string *out, size_t at) {
-    uint32_t len = static_cast<uint32_t>(out->size() - at - 4);
-    for (int i = 0; i < 4; i++)
-        (*out)[at + i] = static_cast<char>(len >> (8 * i));
-}
 
 void PutMessage(std::string *out, const Message &m) {
     PutI64(out, m.id);
@@ -139,98 +83,6 @@ void PutRecord(std::string *out, const ConsumedRecord &r) {
     }
     PutI64(out, r.timestamp_ms);
 }
-
-// --- reading -------------------------------------------------------------------------------
-
-// Reads fields off a frame body; the first failure sticks, and everything after it reads as
-// zero, so a decoder checks ok() once at the end.
-class Reader {
-  public:
-    explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-
-    bool ok() const { return ok_; }
-    bool AtEnd() const { return ok_ && pos_ == bytes_.size(); }
-    size_t Left() const { return bytes_.size() - pos_; }
-    void Fail(const char *why) {
-        if (ok_)
-            why_ = why;
-        ok_ = false;
-    }
-    const char *why() const { return why_; }
-
-    uint8_t U8() {
-        if (!Need(1))
-            return 0;
-        return static_cast<uint8_t>(bytes_[pos_++]);
-    }
-    uint32_t U32() {
-        if (!Need(4))
-            return 0;
-        uint32_t v = 0;
-        for (int i = 0; i < 4; i++)
-            v |= uint32_t(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
-        pos_ += 4;
-        return v;
-    }
-    uint64_t U64() {
-        if (!Need(8))
-            return 0;
-        uint64_t v = 0;
-        for (int i = 0; i < 8; i++)
-            v |= uint64_t(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
-        pos_ += 8;
-        return v;
-    }
-    int64_t I64() { return static_cast<int64_t>(U64()); }
-    bool Bool() {
-        uint8_t v = U8();
-        if (v > 1)
-            Fail("a boolean is neither 0 nor 1");
-        return v == 1;
-    }
-    // A value of the int range stored as 64 bits.
-    int Int() {
-        int64_t v = I64();
-        if (v < INT32_MIN || v > INT32_MAX)
-            Fail("an integer is out of range");
-        return ok_ ? static_cast<int>(v) : 0;
-    }
-    std::string_view View() {
-        uint32_t len = U32();
-        if (!Need(len))
-            return {};
-        std::string_view s = bytes_.substr(pos_, len);
-        pos_ += len;
-        return s;
-    }
-    std::string String() { return std::string(View()); }
-    // A list count, checked against the bytes left (every element takes at least
-    // `min_element_bytes`), so that a hostile count cannot make the caller reserve memory.
-    uint32_t Count(size_t min_element_bytes) {
-        uint32_t n = U32();
-        if (ok_ && uint64_t(n) * min_element_bytes > Left()) {
-            Fail("a list is longer than the frame");
-            return 0;
-        }
-        return n;
-    }
-
-  private:
-    bool Need(size_t n) {
-        if (!ok_)
-            return false;
-        if (Left() < n) {
-            Fail("the frame ends in the middle of a field");
-            return false;
-        }
-        return true;
-    }
-
-    std::string_view bytes_;
-    size_t pos_ = 0;
-    bool ok_ = true;
-    const char *why_ = "";
-};
 
 // A topic, partition and offset as bytes of a consumer's frame; checked for what Kafka allows.
 constexpr size_t kMaxTopicBytes = 249;
@@ -350,148 +202,7 @@ DriverState GetState(Reader &r) {
     return s;
 }
 
-// --- options ---------------------------------------------------------------------------------
-
-enum class Tag : uint8_t { String = 1, Bool, Int, Int64, Size, Strings, Pairs, CloudEvents };
-
-struct OptionWriter {
-    std::string *out;
-    void Head(const char *name, Tag tag) {
-        PutString(out, name);
-        PutU8(out, static_cast<uint8_t>(tag));
-    }
-    void operator()(const char *name, const std::string &v) {
-        Head(name, Tag::String);
-        PutString(out, v);
-    }
-    void operator()(const char *name, bool v) {
-        Head(name, Tag::Bool);
-        PutU8(out, v ? 1 : 0);
-    }
-    void operator()(const char *name, int v) {
-        Head(name, Tag::Int);
-        PutI64(out, v);
-    }
-    void operator()(const char *name, int64_t v) {
-        Head(name, Tag::Int64);
-        PutI64(out, v);
-    }
-    void operator()(const char *name, size_t v) {
-        Head(name, Tag::Size);
-        PutU64(out, v);
-    }
-    void operator()(const char *name, CloudEventsMode v) {
-        Head(name, Tag::CloudEvents);
-        PutU8(out, v == CloudEventsMode::Structured ? 1 : 0);
-    }
-    void operator()(const char *name, const std::vector<std::string> &v) {
-        Head(name, Tag::Strings);
-        PutU32(out, static_cast<uint32_t>(v.size()));
-        for (const std::string &s : v)
-            PutString(out, s);
-    }
-    void operator()(const char *name, const std::vector<std::pair<std::string, std::string>> &v) {
-        Head(name, Tag::Pairs);
-        PutU32(out, static_cast<uint32_t>(v.size()));
-        for (const auto &[a, b] : v) {
-            PutString(out, a);
-            PutString(out, b);
-        }
-    }
-};
-
-struct OptionReader {
-    Reader &r;
-    std::string *field;  // the first field that did not match, for the error
-    bool Head(const char *name, Tag tag) {
-        std::string_view got = r.View();
-        uint8_t got_tag = r.U8();
-        if (r.ok() && (got != name || got_tag != static_cast<uint8_t>(tag))) {
-            *field = name;
-            r.Fail("the options do not match this build (expected another field)");
-        }
-        return r.ok();
-    }
-    void operator()(const char *name, std::string &v) {
-        if (Head(name, Tag::String))
-            v = r.String();
-    }
-    void operator()(const char *name, bool &v) {
-        if (Head(name, Tag::Bool))
-            v = r.Bool();
-    }
-    void operator()(const char *name, int &v) {
-        if (Head(name, Tag::Int))
-            v = r.Int();
-    }
-    void operator()(const char *name, int64_t &v) {
-        if (Head(name, Tag::Int64))
-            v = r.I64();
-    }
-    void operator()(const char *name, size_t &v) {
-        if (Head(name, Tag::Size))
-            v = static_cast<size_t>(r.U64());
-    }
-    void operator()(const char *name, CloudEventsMode &v) {
-        if (!Head(name, Tag::CloudEvents))
-            return;
-        uint8_t mode = r.U8();
-        if (mode > 1)
-            r.Fail("a CloudEvents content mode is neither binary nor structured");
-        v = mode == 1 ? CloudEventsMode::Structured : CloudEventsMode::Binary;
-    }
-    void operator()(const char *name, std::vector<std::string> &v) {
-        if (!Head(name, Tag::Strings))
-            return;
-        uint32_t n = r.Count(4);
-        v.clear();
-        v.reserve(n);
-        for (uint32_t i = 0; i < n && r.ok(); i++)
-            v.push_back(r.String());
-    }
-    void operator()(const char *name, std::vector<std::pair<std::string, std::string>> &v) {
-        if (!Head(name, Tag::Pairs))
-            return;
-        uint32_t n = r.Count(8);
-        v.clear();
-        v.reserve(n);
-        for (uint32_t i = 0; i < n && r.ok(); i++) {
-            std::string a = r.String();
-            std::string b = r.String();
-            v.emplace_back(std::move(a), std::move(b));
-        }
-    }
-};
-
-template <typename Options, typename Visit>
-bool DecodeOptionsWith(std::string_view bytes, Options *options, std::string *error, Visit visit) {
-    Reader r(bytes);
-    std::string field;
-    Options decoded{};
-    visit(decoded, OptionReader{r, &field});
-    if (!r.AtEnd()) {
-        if (r.ok())
-            r.Fail("the options have bytes after their last field");
-        *error = std::string("bad driver options: ") + r.why();
-        if (!field.empty())
-            *error += " \"" + field + "\"";
-        return false;
-    }
-    *options = std::move(decoded);
-    return true;
-}
-
 }  // namespace
-
-std::string CutText(std::string_view text, size_t max_bytes) {
-    if (text.size() <= max_bytes)
-        return std::string(text);
-    size_t end = max_bytes;
-    // Back off continuation bytes so that no UTF-8 sequence is cut in half.
-    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80)
-        end--;
-    return std::string(text.substr(0, end));
-}
 
 void Encode(const ConfigureFrame &f, std::string *out) {
     size_t at = BeginFrame(out, FrameType::Configure);
@@ -588,6 +299,18 @@ void Encode(const CreditFrame &f, std::string *out) {
     EndFrame(out, at);
 }
 
+void Encode(const CheckFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Check);
+    PutConfigQuery(out, f.query);
+    EndFrame(out, at);
+}
+
+void Encode(const CheckedFrame &f, std::string *out) {
+    size_t at = BeginFrame(out, FrameType::Checked);
+    PutConfigAnswer(out, f.answer);
+    EndFrame(out, at);
+}
+
 void Encode(const ConsumerStateFrame &f, std::string *out) {
     size_t at = BeginFrame(out, FrameType::ConsumerState);
     PutU64(out, f.handle);
@@ -605,12 +328,6 @@ void Encode(const ConsumerStateFrame &f, std::string *out) {
         PutString(out, t);
     PutString(out, CutText(f.state.error, kMaxTextBytes));
     EndFrame(out, at);
-}
-
-bool RecordFits(const ConsumedRecord &record) {
-    size_t n = 4 + record.topic.size() + 8 + 8 + 1 + 4 + 1 + 4 + 4 + 8 + RecordBytes(record) +
-               8 * record.headers.size();
-    return n <= kMaxRecordBytes;
 }
 
 void EncodeRecords(uint64_t handle, uint64_t generation, const std::vector<ConsumedRecord> &records,
@@ -677,172 +394,224 @@ void EncodeOutcomes(uint64_t handle, const std::vector<Outcome> &outcomes, const
     } while (i < outcomes.size());
 }
 
-bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *error) {
-    Reader r(body);
-    switch (static_cast<FrameType>(type)) {
-        case FrameType::Configure: {
-            ConfigureFrame f;
-            uint32_t n = r.Count(8);
-            f.settings.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++) {
-                std::string key = r.String();
-                std::string value = r.String();
-                f.settings.emplace_back(std::move(key), std::move(value));
-            }
-            *frame = std::move(f);
-            break;
+namespace {
+
+ConfigureFrame DecodeConfigure(Reader &r) {
+    ConfigureFrame f;
+    uint32_t n = r.Count(8);
+    f.settings.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        std::string key = r.String();
+        std::string value = r.String();
+        f.settings.emplace_back(std::move(key), std::move(value));
+    }
+    return f;
+}
+
+OpenFrame DecodeOpen(Reader &r) {
+    OpenFrame f;
+    f.handle = r.U64();
+    f.kind = r.String();
+    f.name = r.String();
+    f.options = r.String();
+    return f;
+}
+
+SubmitFrame DecodeSubmit(Reader &r) {
+    SubmitFrame f;
+    f.handle = r.U64();
+    uint32_t n = r.Count(kMinMessageBytes);
+    f.messages.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++)
+        f.messages.push_back(GetMessage(r));
+    return f;
+}
+
+SetProbingFrame DecodeSetProbing(Reader &r) {
+    SetProbingFrame f;
+    f.handle = r.U64();
+    f.probing = r.Bool();
+    return f;
+}
+
+HelloFrame DecodeHello(Reader &r) {
+    HelloFrame f;
+    f.version = r.U32();
+    f.pid = r.U32();
+    return f;
+}
+
+OpenedFrame DecodeOpened(Reader &r) {
+    OpenedFrame f;
+    f.handle = r.U64();
+    f.ok = r.Bool();
+    f.error = r.String();
+    if (f.error.size() > kMaxTextBytes)
+        r.Fail("an error text is longer than allowed");
+    return f;
+}
+
+OutcomesFrame DecodeOutcomes(Reader &r) {
+    OutcomesFrame f;
+    f.handle = r.U64();
+    uint32_t n = r.Count(kMinOutcomeBytes);
+    f.outcomes.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++)
+        f.outcomes.push_back(GetOutcome(r));
+    f.state = GetState(r);
+    return f;
+}
+
+LogFrame DecodeLog(Reader &r) {
+    LogFrame f;
+    f.handle = r.U64();
+    uint32_t n = r.Count(4);
+    f.lines.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        f.lines.push_back(r.String());
+        if (f.lines.back().size() > kMaxTextBytes)
+            r.Fail("a log line is longer than allowed");
+    }
+    return f;
+}
+
+AssignFrame DecodeAssign(Reader &r) {
+    AssignFrame f;
+    f.handle = r.U64();
+    f.generation = r.U64();
+    uint32_t n = r.Count(kMinAssignmentBytes);
+    f.assignment.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        ConsumerAssignment a;
+        a.topic = GetTopic(r);
+        a.partition = GetPartition(r);
+        a.offset = r.I64();
+        if (r.ok() && a.offset < 0)
+            r.Fail("an assignment starts at a negative offset");
+        f.assignment.push_back(std::move(a));
+    }
+    return f;
+}
+
+CreditFrame DecodeCredit(Reader &r) {
+    CreditFrame f;
+    f.handle = r.U64();
+    f.records = r.U64();
+    f.bytes = r.U64();
+    return f;
+}
+
+RecordsFrame DecodeRecords(Reader &r) {
+    RecordsFrame f;
+    f.handle = r.U64();
+    f.generation = r.U64();
+    uint32_t n = r.Count(kMinRecordBytes);
+    f.records.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++)
+        f.records.push_back(GetRecord(r));
+    return f;
+}
+
+ConsumerStateFrame DecodeConsumerState(Reader &r) {
+    ConsumerStateFrame f;
+    f.handle = r.U64();
+    f.state.known = r.Bool();
+    f.state.reachable = r.Bool();
+    uint32_t n = r.Count(kMinPartitionBytes);
+    f.state.partitions.reserve(n);
+    for (uint32_t i = 0; i < n && r.ok(); i++) {
+        PartitionInfo p;
+        p.topic = GetTopic(r);
+        p.partition = GetPartition(r);
+        p.low = r.I64();
+        p.high = r.I64();
+        if (r.ok() && (p.low < -1 || p.high < -1))
+            r.Fail("a watermark is below -1");
+        if (r.ok() && !f.state.partitions.empty()) {
+            const PartitionInfo &prev = f.state.partitions.back();
+            if (std::tie(prev.topic, prev.partition) >= std::tie(p.topic, p.partition))
+                r.Fail("the partitions are not sorted (topic, partition) without repeats");
         }
-        case FrameType::Open: {
-            OpenFrame f;
-            f.handle = r.U64();
-            f.kind = r.String();
-            f.name = r.String();
-            f.options = r.String();
-            *frame = std::move(f);
-            break;
-        }
+        f.state.partitions.push_back(std::move(p));
+    }
+    uint32_t m = r.Count(4);
+    f.state.missing_topics.reserve(m);
+    for (uint32_t i = 0; i < m && r.ok(); i++)
+        f.state.missing_topics.push_back(GetTopic(r));
+    f.state.error = r.String();
+    if (f.state.error.size() > kMaxTextBytes)
+        r.Fail("an error text is longer than allowed");
+    return f;
+}
+
+// The frame of `type` in `r`; false for a type nobody sends.
+bool DecodeFrame(FrameType type, Reader &r, Frame *frame) {
+    switch (type) {
+        case FrameType::Configure:
+            *frame = DecodeConfigure(r);
+            return true;
+        case FrameType::Open:
+            *frame = DecodeOpen(r);
+            return true;
         case FrameType::Close:
             *frame = CloseFrame{r.U64()};
-            break;
-        case FrameType::Submit: {
-            SubmitFrame f;
-            f.handle = r.U64();
-            uint32_t n = r.Count(kMinMessageBytes);
-            f.messages.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++)
-                f.messages.push_back(GetMessage(r));
-            *frame = std::move(f);
-            break;
-        }
+            return true;
+        case FrameType::Submit:
+            *frame = DecodeSubmit(r);
+            return true;
         case FrameType::Abandon:
             *frame = AbandonFrame{r.U64()};
-            break;
-        case FrameType::SetProbing: {
-            SetProbingFrame f;
-            f.handle = r.U64();
-            f.probing = r.Bool();
-            *frame = f;
-            break;
-        }
+            return true;
+        case FrameType::SetProbing:
+            *frame = DecodeSetProbing(r);
+            return true;
         case FrameType::Ping:
             *frame = PingFrame{r.U64()};
-            break;
-        case FrameType::Hello: {
-            HelloFrame f;
-            f.version = r.U32();
-            f.pid = r.U32();
-            *frame = f;
-            break;
-        }
-        case FrameType::Opened: {
-            OpenedFrame f;
-            f.handle = r.U64();
-            f.ok = r.Bool();
-            f.error = r.String();
-            if (f.error.size() > kMaxTextBytes)
-                r.Fail("an error text is longer than allowed");
-            *frame = std::move(f);
-            break;
-        }
-        case FrameType::Outcomes: {
-            OutcomesFrame f;
-            f.handle = r.U64();
-            uint32_t n = r.Count(kMinOutcomeBytes);
-            f.outcomes.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++)
-                f.outcomes.push_back(GetOutcome(r));
-            f.state = GetState(r);
-            *frame = std::move(f);
-            break;
-        }
-        case FrameType::Log: {
-            LogFrame f;
-            f.handle = r.U64();
-            uint32_t n = r.Count(4);
-            f.lines.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++) {
-                f.lines.push_back(r.String());
-                if (f.lines.back().size() > kMaxTextBytes)
-                    r.Fail("a log line is longer than allowed");
-            }
-            *frame = std::move(f);
-            break;
-        }
+            return true;
+        case FrameType::Assign:
+            *frame = DecodeAssign(r);
+            return true;
+        case FrameType::Credit:
+            *frame = DecodeCredit(r);
+            return true;
+        case FrameType::Check:
+            *frame = CheckFrame{GetConfigQuery(r)};
+            return true;
+        case FrameType::Hello:
+            *frame = DecodeHello(r);
+            return true;
+        case FrameType::Opened:
+            *frame = DecodeOpened(r);
+            return true;
+        case FrameType::Outcomes:
+            *frame = DecodeOutcomes(r);
+            return true;
+        case FrameType::Log:
+            *frame = DecodeLog(r);
+            return true;
         case FrameType::Pong:
             *frame = PongFrame{r.U64()};
-            break;
-        case FrameType::Assign: {
-            AssignFrame f;
-            f.handle = r.U64();
-            f.generation = r.U64();
-            uint32_t n = r.Count(kMinAssignmentBytes);
-            f.assignment.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++) {
-                ConsumerAssignment a;
-                a.topic = GetTopic(r);
-                a.partition = GetPartition(r);
-                a.offset = r.I64();
-                if (r.ok() && a.offset < 0)
-                    r.Fail("an assignment starts at a negative offset");
-                f.assignment.push_back(std::move(a));
-            }
-            *frame = std::move(f);
-            break;
-        }
-        case FrameType::Credit: {
-            CreditFrame f;
-            f.handle = r.U64();
-            f.records = r.U64();
-            f.bytes = r.U64();
-            *frame = f;
-            break;
-        }
-        case FrameType::Records: {
-            RecordsFrame f;
-            f.handle = r.U64();
-            f.generation = r.U64();
-            uint32_t n = r.Count(kMinRecordBytes);
-            f.records.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++)
-                f.records.push_back(GetRecord(r));
-            *frame = std::move(f);
-            break;
-        }
-        case FrameType::ConsumerState: {
-            ConsumerStateFrame f;
-            f.handle = r.U64();
-            f.state.known = r.Bool();
-            f.state.reachable = r.Bool();
-            uint32_t n = r.Count(kMinPartitionBytes);
-            f.state.partitions.reserve(n);
-            for (uint32_t i = 0; i < n && r.ok(); i++) {
-                PartitionInfo p;
-                p.topic = GetTopic(r);
-                p.partition = GetPartition(r);
-                p.low = r.I64();
-                p.high = r.I64();
-                if (r.ok() && (p.low < -1 || p.high < -1))
-                    r.Fail("a watermark is below -1");
-                if (r.ok() && !f.state.partitions.empty()) {
-                    const PartitionInfo &prev = f.state.partitions.back();
-                    if (std::tie(prev.topic, prev.partition) >= std::tie(p.topic, p.partition))
-                        r.Fail("the partitions are not sorted (topic, partition) without repeats");
-                }
-                f.state.partitions.push_back(std::move(p));
-            }
-            uint32_t m = r.Count(4);
-            f.state.missing_topics.reserve(m);
-            for (uint32_t i = 0; i < m && r.ok(); i++)
-                f.state.missing_topics.push_back(GetTopic(r));
-            f.state.error = r.String();
-            if (f.state.error.size() > kMaxTextBytes)
-                r.Fail("an error text is longer than allowed");
-            *frame = std::move(f);
-            break;
-        }
-        default:
-            *error = "unknown frame type " + std::to_string(type);
-            return false;
+            return true;
+        case FrameType::Records:
+            *frame = DecodeRecords(r);
+            return true;
+        case FrameType::ConsumerState:
+            *frame = DecodeConsumerState(r);
+            return true;
+        case FrameType::Checked:
+            *frame = CheckedFrame{GetConfigAnswer(r)};
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *error) {
+    Reader r(body);
+    if (!DecodeFrame(static_cast<FrameType>(type), r, frame)) {
+        *error = "unknown frame type " + std::to_string(type);
+        return false;
     }
     if (!r.ok()) {
         *error = std::string("bad frame of type ") + std::to_string(type) + ": " + r.why();
@@ -905,64 +674,6 @@ FrameReader::Result FrameReader::Next(Frame *frame, std::string *error) {
     }
     begin_ += 4 + size_t(len);
     return Result::Frame;
-}
-
-std::string EncodeOptions(const KafkaDriverOptions &options) {
-    std::string out;
-    VisitKafkaOptions(options, OptionWriter{&out});
-    return out;
-}
-
-std::string EncodeOptions(const WebhookDriverOptions &options) {
-    std::string out;
-    VisitWebhookOptions(options, OptionWriter{&out});
-    return out;
-}
-
-std::string EncodeOptions(const AmqpDriverOptions &options) {
-    std::string out;
-    VisitAmqpOptions(options, OptionWriter{&out});
-    return out;
-}
-
-std::string EncodeOptions(const NatsDriverOptions &options) {
-    std::string out;
-    VisitNatsOptions(options, OptionWriter{&out});
-    return out;
-}
-
-std::string EncodeOptions(const KafkaConsumerOptions &options) {
-    std::string out;
-    VisitKafkaConsumerOptions(options, OptionWriter{&out});
-    return out;
-}
-
-bool DecodeOptions(std::string_view bytes, KafkaConsumerOptions *options, std::string *error) {
-    return DecodeOptionsWith(bytes, options, error, [](KafkaConsumerOptions &o, OptionReader v) {
-        VisitKafkaConsumerOptions(o, v);
-    });
-}
-
-bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error) {
-    return DecodeOptionsWith(bytes, options, error, [](KafkaDriverOptions &o, OptionReader v) {
-        VisitKafkaOptions(o, v);
-    });
-}
-
-bool DecodeOptions(std::string_view bytes, WebhookDriverOptions *options, std::string *error) {
-    return DecodeOptionsWith(bytes, options, error, [](WebhookDriverOptions &o, OptionReader v) {
-        VisitWebhookOptions(o, v);
-    });
-}
-
-bool DecodeOptions(std::string_view bytes, AmqpDriverOptions *options, std::string *error) {
-    return DecodeOptionsWith(bytes, options, error,
-                             [](AmqpDriverOptions &o, OptionReader v) { VisitAmqpOptions(o, v); });
-}
-
-bool DecodeOptions(std::string_view bytes, NatsDriverOptions *options, std::string *error) {
-    return DecodeOptionsWith(bytes, options, error,
-                             [](NatsDriverOptions &o, OptionReader v) { VisitNatsOptions(o, v); });
 }
 
 }  // namespace outbox::protocol

@@ -468,8 +468,10 @@ void DriverProcess::AwaitOpened(const std::function<bool()> &opening) {
     }
 }
 
-std::unique_ptr<RemoteConsumer> DriverProcess::OpenConsumer(const std::string &name,
-                                                            const KafkaConsumerOptions &options,
+std::unique_ptr<RemoteConsumer> DriverProcess::OpenConsumer(const std::string &kind,
+                                                            const std::string &name,
+                                                            const std::string &config,
+                                                            const ConsumerContext &context,
                                                             std::string *error) {
     if (epoll_fd_ < 0) {
         *error = "could not create an epoll fd for the driver process";
@@ -480,9 +482,9 @@ std::unique_ptr<RemoteConsumer> DriverProcess::OpenConsumer(const std::string &n
         *error = start_error_;
         return nullptr;
     }
-    std::unique_ptr<RemoteConsumer> c(
-        new RemoteConsumer(this, next_handle_++, name, protocol::EncodeOptions(options),
-                           options.window_records, options.window_bytes));
+    std::unique_ptr<RemoteConsumer> c(new RemoteConsumer(
+        this, next_handle_++, kind, name, protocol::EncodeOpenOptions(config, context),
+        context.window_records, context.window_bytes));
     consumers_[c->handle_] = c.get();
     if (Running())
         SendOpen(c.get());
@@ -525,7 +527,7 @@ void DriverProcess::SendOpen(RemoteDriver *d) {
 void DriverProcess::SendOpen(RemoteConsumer *c) {
     c->SetLink(RemoteConsumer::Link::Opening, "opening in the driver process");
     std::string bytes;
-    protocol::Encode(protocol::OpenFrame{c->handle_, "kafka-consumer", c->name_, c->options_},
+    protocol::Encode(protocol::OpenFrame{c->handle_, c->kind_ + "-consumer", c->name_, c->options_},
                      &bytes);
     // An assignment made while there was no helper goes right after the Open.
     if (!c->assignment_.empty())

@@ -22,6 +22,8 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+#include "outbox/broker_kind.hpp"
+#include "outbox/brokers/registry.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
@@ -120,16 +122,13 @@ static void LoadCache() {
             static_cast<CachedDestination *>(hash_search(table, name_str, HASH_ENTER, nullptr));
         Datum kind = heap_getattr(tuple, att_kind, desc, &isnull);
         const char *kind_text = isnull ? "" : TextDatumGetCString(kind);
-        entry->is_kafka = strcmp(kind_text, "kafka") == 0;
-        entry->is_amqp = strcmp(kind_text, "amqp") == 0;
-        entry->is_nats = strcmp(kind_text, "nats") == 0;
-        const char *topic_key = entry->is_amqp   ? "routing_key"
-                                : entry->is_nats ? "subject"
-                                                 : "topic";
+        entry->kind = FindBrokerKind(kind_text);
+        const char *topic_key = entry->kind ? entry->kind->topic.default_key : "topic";
+        const char *limit_key = entry->kind ? entry->kind->message_limit.config_key : nullptr;
         entry->has_topic = false;
         entry->ordered = false;
         entry->structured = false;
-        entry->max_message_bytes = entry->is_kafka ? kKafkaDefaultMaxMessageBytes : 0;
+        entry->max_message_bytes = limit_key ? entry->kind->message_limit.default_bytes : 0;
         entry->max_pending = 0;
         entry->ttl_ms = 0;
         entry->compacting = false;
@@ -145,9 +144,9 @@ static void LoadCache() {
             JsonbValue *mode = getKeyJsonValueFromContainer(&jb->root, "cloudevents", 11, nullptr);
             entry->structured = mode && mode->type == jbvString && mode->val.string.len == 10 &&
                                 memcmp(mode->val.string.val, "structured", 10) == 0;
-            JsonbValue *max = entry->is_kafka ? getKeyJsonValueFromContainer(
-                                                    &jb->root, "message.max.bytes", 17, nullptr)
-                                              : nullptr;
+            JsonbValue *max = limit_key ? getKeyJsonValueFromContainer(&jb->root, limit_key,
+                                                                       strlen(limit_key), nullptr)
+                                        : nullptr;
             if (max && max->type == jbvString) {
                 char buf[32] = "";
                 memcpy(buf, max->val.string.val, Min(max->val.string.len, int(sizeof buf) - 1));

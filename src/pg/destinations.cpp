@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "outbox/broker_address.hpp"
+#include "outbox/broker_kind.hpp"
+#include "outbox/brokers/registry.hpp"
 #include "outbox/config.hpp"
-#include "outbox/network_policy.hpp"
+#include "outbox/config_query.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -47,49 +48,6 @@ struct CallerPrivileges {
     bool reads_files;  // a superuser or a member of pg_read_server_files
 };
 
-// The networks of a list setting (its check hook has already refused a bad one).
-static std::vector<Network> AllowedNetworks(const char *setting) {
-    std::vector<Network> allowed;
-    std::string error;
-    if (!ParseNetworkList(setting ? setting : "", &allowed, &error))
-        allowed.clear();
-    return allowed;
-}
-
-// A webhook URL whose host is an address (in any spelling) or localhost that
-// outbox.webhook_allowed_networks does not allow is refused now, rather than every message
-// later. (A name is resolved only when connecting: that check is the driver's.)
-static void CheckWebhookAddress(const std::string &destination, const std::string &url) {
-    std::optional<HostRefusal> refused =
-        RefusedLiteralUrlHost(url, AllowedNetworks(setting_webhook_allowed_networks));
-    if (!refused)
-        return;
-    throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
-                  "permission denied to configure " + destination + ": its URL names " +
-                      refused->what + ", which is not allowed by outbox.webhook_allowed_networks",
-                  "That is " + WithArticle(refused->kind) +
-                      " address. Webhooks may reach loopback, unspecified, private, link-local, "
-                      "multicast, reserved and IPv4-mapped addresses only where a superuser "
-                      "allows them.",
-                  "Use the endpoint's public address or name, or ask a superuser to add its "
-                  "network to outbox.webhook_allowed_networks (postgresql.conf, then a reload).");
-}
-
-// The page and anchor of the manual that lists the settings of a kind.
-static const char *DocsOfKind(DestinationKind kind) {
-    switch (kind) {
-        case DestinationKind::Kafka:
-            return "docs/destinations.md#kafka";
-        case DestinationKind::Webhook:
-            return "docs/destinations.md#webhook";
-        case DestinationKind::Amqp:
-            return "docs/destinations.md#amqp";
-        case DestinationKind::Nats:
-            return "docs/destinations.md#nats";
-    }
-    return "docs/destinations.md";
-}
-
 // Validates a destination's config with the same parser the worker uses, and checks that the
 // caller may use the privileged settings it adds or changes; throws a PgError for the first
 // of these that fails (privileges before validity), with every problem of that kind in it.
@@ -100,50 +58,46 @@ static const char *DocsOfKind(DestinationKind kind) {
 // carries those settings when an operator changes its retry settings, and the operator did
 // not choose them. Changing or adding such a setting, or respelling it, needs the privilege.
 //
-// A webhook is also checked against the settings of the server, when it is created and when
-// the setting concerned changes (not for every alter: a setting of the server that changed
-// since is applied by the driver, see README): a given timeout_ms must fit in half of
-// outbox.lease_timeout, and a literal address (or localhost) in the URL must be allowed by
-// outbox.webhook_allowed_networks.
-static void CheckConfigOrThrow(const char *name, DestinationKind kind, const char *json,
+// A kind may also check a config against the settings of the server (DriverSide::check_server:
+// a webhook's URL against outbox.webhook_allowed_networks and its timeout against
+// outbox.lease_timeout): a refusal is raised after the privileges, its problems with the
+// config's.
+//
+// The check runs in outbox-driver (the kinds' checks need their client libraries, which the
+// module does not link).
+static void CheckConfigOrThrow(const char *name, const BrokerKind &kind, const char *json,
                                const char *old_json, CallerPrivileges caller) {
-    const std::string destination =
-        std::string(DestinationKindName(kind)) + " destination \"" + name + "\"";
-    CheckOptions options;
+    const std::string destination = std::string(kind.name) + " destination \"" + name + "\"";
+    ConfigQuery query;
+    query.kind = kind.name;
+    query.config = json;
+    query.has_old = old_json != nullptr;
+    query.old_config = old_json ? old_json : "";
     // A role that may not have the server read files must not learn which paths exist.
-    options.check_files = caller.reads_files;
-    ConfigCheck check = CheckDestinationConfig(kind, json, options);
+    query.check_files = caller.reads_files;
+    query.server.lease_timeout_ms = setting_lease_timeout_ms;
+    query.server.webhook_allowed_networks =
+        setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "";
+    ConfigAnswer answer = CheckConfig(query);
 
-    std::vector<PrivilegedSetting> chosen = check.privileged;
-    ConfigCheck old;
-    if (old_json != nullptr) {
-        CheckOptions no_files;
-        no_files.check_files = false;
-        old = CheckDestinationConfig(kind, old_json, no_files);
-        chosen = AddedOrChangedSettings(old.privileged, check.privileged);
-    }
+    std::vector<PrivilegedSetting> chosen = answer.config.privileged;
+    if (old_json != nullptr)
+        chosen = AddedOrChangedSettings(answer.old.privileged, answer.config.privileged);
     ThrowIfSettingsDenied(
         destination, chosen, caller.runs_code, caller.reads_files,
         "Such settings that a superuser chose stay in place when you alter others.");
-    if (check.ok() && !caller.runs_code)
-        ThrowIfBrokerHostRefused(destination, BrokerHosts(check.config),
-                                 old_json ? BrokerHosts(old.config) : std::vector<std::string>());
-
-    if (check.ok() && kind == DestinationKind::Webhook) {
-        const WebhookConfig &webhook = check.config.webhook;
-        if (old_json == nullptr || webhook.url != old.config.webhook.url)
-            CheckWebhookAddress(destination, webhook.url);
-        bool timeout_changed = old_json == nullptr ||
-                               webhook.timeout_set != old.config.webhook.timeout_set ||
-                               webhook.timeout_ms != old.config.webhook.timeout_ms;
-        if (timeout_changed) {
-            if (auto problem = WebhookTimeoutProblem(webhook, setting_lease_timeout_ms)) {
-                check.problems.push_back(problem->first);
-                check.hints.push_back(problem->second);
-            }
-        }
-    }
-    ThrowIfConfigProblems(destination, check.problems, check.hints, DocsOfKind(kind));
+    if (answer.config.ok() && !caller.runs_code)
+        ThrowIfBrokerHostRefused(destination, answer.config.hosts,
+                                 old_json ? answer.old.hosts : std::vector<std::string>());
+    if (answer.server.refused)
+        throw PgError(ERRCODE_INSUFFICIENT_PRIVILEGE,
+                      "permission denied to configure " + destination + ": " + answer.server.reason,
+                      answer.server.detail, answer.server.hint);
+    std::vector<std::string> problems = answer.config.problems;
+    std::vector<std::string> hints = answer.config.hints;
+    problems.insert(problems.end(), answer.server.problems.begin(), answer.server.problems.end());
+    hints.insert(hints.end(), answer.server.hints.begin(), answer.server.hints.end());
+    ThrowIfConfigProblems(destination, problems, hints, kind.docs);
 }
 
 // A text column of `tuple`, palloc'd (nullptr when NULL).
@@ -188,12 +142,12 @@ static HeapTuple CheckDestinationRow(TriggerData *td) {
     if (kind_text == nullptr)
         throw PgError(ERRCODE_NOT_NULL_VIOLATION,
                       std::string("destination \"") + name + "\" needs a kind", "",
-                      "Use \"kafka\", \"webhook\", \"amqp\" or \"nats\".");
-    auto kind = outbox::ParseDestinationKind(kind_text);
+                      "Use " + BrokerKindList() + ".");
+    const BrokerKind *kind = FindBrokerKind(kind_text);
     if (!kind)
         throw PgError(ERRCODE_INVALID_PARAMETER_VALUE,
                       std::string("unknown destination kind \"") + kind_text + "\"", "",
-                      "Use \"kafka\", \"webhook\", \"amqp\" or \"nats\".");
+                      "Use " + BrokerKindList() + ".");
     char *old_json = nullptr;
     if (is_update) {
         char *old_name = TextColumn(td->tg_trigtuple, desc, "name");

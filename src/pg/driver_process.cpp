@@ -3,11 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "outbox/broker_kind.hpp"
+#include "outbox/brokers/config_service.hpp"
 #include "outbox/ipc/protocol.hpp"
-#include "outbox/brokers/amqp/driver.hpp"
-#include "outbox/brokers/kafka/driver.hpp"
-#include "outbox/brokers/nats/driver.hpp"
-#include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/pg/driver_process.hpp"
 
 extern "C" {
@@ -39,70 +37,30 @@ DriverProcessOptions CurrentDriverProcessOptions() {
     return o;
 }
 
+DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &database,
+                                const DispatchSettings &settings) {
+    DriverContext context;
+    context.destination = spec.name;
+    context.source = "/outbox/" + database;
+    context.client_name = "outbox-" + database + "-" + spec.name;
+    context.lease_timeout_ms = settings.lease_timeout_ms;
+    context.default_in_flight = InFlightWindow(settings.batch_size);
+    // An answer due well within the lease.
+    context.answer_timeout_ms = std::max<int64_t>(1000, settings.lease_timeout_ms / 2);
+    context.config_by_superuser = spec.config_by_superuser;
+    context.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
+    context.webhook_allowed_networks = settings.webhook_allowed_networks;
+    return context;
+}
+
 std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpec &spec,
                                     const std::string &database, const DispatchSettings &settings,
                                     std::string *error) {
-    bool in_process = setting_debug_drivers_in_process || process == nullptr;
-    if (spec.config.kind == DestinationKind::Webhook) {
-        WebhookDriverOptions options;
-        options.config = spec.config.webhook;
-        options.destination = spec.name;
-        options.source = "/outbox/" + database;
-        options.lease_timeout_ms = settings.lease_timeout_ms;
-        options.allowed_networks = settings.webhook_allowed_networks;
-        options.show_response_body = spec.config_by_superuser;
-        if (in_process)
-            return MakeWebhookDriver(options, error);
-        return process->Open("webhook", spec.name, protocol::EncodeOptions(options), error);
-    }
-    // Twice a batch in flight by default, and an answer due well within the lease.
-    size_t in_flight = size_t(settings.batch_size) * 2;
-    int64_t answer_ms = std::max<int64_t>(1000, settings.lease_timeout_ms / 2);
-    if (spec.config.kind == DestinationKind::Amqp) {
-        AmqpDriverOptions options;
-        options.config = spec.config.amqp;
-        options.destination = spec.name;
-        options.source = "/outbox/" + database;
-        options.client_name = "outbox-" + database + "-" + spec.name;
-        options.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
-        options.confirm_timeout_ms = answer_ms;
-        options.max_in_flight =
-            options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
-        if (in_process)
-            return MakeAmqpDriver(options, error);
-        return process->Open("amqp", spec.name, protocol::EncodeOptions(options), error);
-    }
-    if (spec.config.kind == DestinationKind::Nats) {
-        NatsDriverOptions options;
-        options.config = spec.config.nats;
-        options.destination = spec.name;
-        options.source = "/outbox/" + database;
-        options.client_name = "outbox-" + database + "-" + spec.name;
-        options.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
-        options.ack_timeout_ms = options.config.ack_timeout_ms > 0
-                                     ? std::min(options.config.ack_timeout_ms, answer_ms)
-                                     : std::min<int64_t>(5000, answer_ms);
-        options.max_in_flight =
-            options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
-        if (in_process)
-            return MakeNatsDriver(options, error);
-        return process->Open("nats", spec.name, protocol::EncodeOptions(options), error);
-    }
-    KafkaDriverOptions options;
-    options.config = spec.config.kafka;
-    options.client_id = "outbox-" + database + "-" + spec.name;
-    options.source = "/outbox/" + database;
-    options.lease_timeout_ms = settings.lease_timeout_ms;
-    options.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
-    // "max_in_flight" widens it for a cluster whose acks=all round trip is long: the drain runs
-    // at most one window per round trip. The dispatcher uses the width only while claims come
-    // back full (Dispatcher::Room): caught up, two batches stay in flight, so claims stay large
-    // when the producers commit a row at a time.
-    options.max_in_flight =
-        options.config.max_in_flight > 0 ? size_t(options.config.max_in_flight) : in_flight;
-    if (in_process)
-        return MakeKafkaDriver(options, error);
-    return process->Open("kafka", spec.name, protocol::EncodeOptions(options), error);
+    DriverContext context = MakeDriverContext(spec, database, settings);
+    if (setting_debug_drivers_in_process || process == nullptr)
+        return OpenDriver(spec.config.kind->name, spec.config_json, context, error);
+    return process->Open(spec.config.kind->name, spec.name,
+                         protocol::EncodeOpenOptions(spec.config_json, context), error);
 }
 
 }  // namespace outbox::pg

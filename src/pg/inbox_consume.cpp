@@ -10,8 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "outbox/ipc/supervisor.hpp"
+#include "outbox/broker_kind.hpp"
+#include "outbox/brokers/registry.hpp"
 #include "outbox/duration.hpp"
+#include "outbox/ipc/supervisor.hpp"
 #include "outbox/inbox_event_id.hpp"
 #include "outbox/inbox_record.hpp"
 #include "outbox/uuid7.hpp"
@@ -60,7 +62,7 @@ const char *const kLoadSql =
     "       r.oid IS NOT NULL, s.last_error,"
     "       r.oid IS NOT NULL AND p.oid IS NOT NULL"
     "         AND pg_catalog.has_function_privilege(s.owner, p.oid, 'EXECUTE'),"
-    "       'outbox.inbox_message'::pg_catalog.regtype::pg_catalog.oid"
+    "       'outbox.inbox_message'::pg_catalog.regtype::pg_catalog.oid, s.kind"
     "  FROM outbox.inbox_subscriptions AS s"
     "  LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = pg_catalog.to_regprocedure(s.handler)"
     "  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = s.owner"
@@ -242,7 +244,7 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
 // closes consumers.
 void InboxConsumer::Load() {
     struct Row {
-        std::string name, config, handler, last_error;
+        std::string name, config, handler, last_error, kind;
         Oid owner = InvalidOid, handler_oid = InvalidOid, message_type = InvalidOid;
         bool paused = false, owner_found = false, may_execute = false;
     };
@@ -276,6 +278,7 @@ void InboxConsumer::Load() {
             r.last_error = text(8);
             r.may_execute = DatumGetBool(SPI_getbinval(t, d, 9, &isnull));
             r.message_type = DatumGetObjectId(SPI_getbinval(t, d, 10, &isnull));
+            r.kind = text(11);
         });
         rows.push_back(std::move(r));
     }
@@ -310,7 +313,14 @@ void InboxConsumer::Load() {
         s->shown_error = r.last_error;
         s->address_rule = rule;
         std::string error;
-        SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, r.config);
+        // The settings the worker reads itself; the driver process checks the whole config
+        // before it builds the consumer (an error there is the consumer's).
+        SubscriptionCheck check;
+        const BrokerKind *kind = FindBrokerKind(r.kind);
+        if (kind != nullptr && kind->read_subscription != nullptr)
+            kind->read_subscription(r.config, &check);
+        else
+            check.problems.push_back("unknown subscription kind \"" + r.kind + "\"");
         if (!check.ok()) {
             error = "the config is not valid: " + check.problems.front();
         } else if (r.handler_oid == InvalidOid) {
@@ -333,14 +343,12 @@ void InboxConsumer::Load() {
                 s->message_desc = lookup_rowtype_tupdesc_copy(r.message_type, -1);
                 MemoryContextSwitchTo(old);
             });
-            KafkaConsumerOptions options;
-            options.name = r.name;
-            options.topics = s->config.topics;
-            options.properties = s->config.properties;
-            options.client_id = "outbox-inbox-" + database_ + "-" + r.name;
-            options.window_records = size_t(std::max(2 * s->config.batch_size, 1000));
-            options.address_rule = rule;
-            s->consumer = drivers_->OpenConsumer(r.name, options, &error);
+            ConsumerContext context;
+            context.subscription = r.name;
+            context.client_id = "outbox-inbox-" + database_ + "-" + r.name;
+            context.window_records = std::max<size_t>(InFlightWindow(s->config.batch_size), 1000);
+            context.address_rule = rule;
+            s->consumer = drivers_->OpenConsumer(r.kind, r.name, r.config, context, &error);
             if (s->consumer)
                 s->epoch = s->consumer->Epoch();
         }
@@ -1031,7 +1039,7 @@ bool InboxConsumer::Consume(bool poll) {
             Assign(s);
         // Take what arrived, keeping only records of the current assignment, in order.
         std::vector<ConsumedRecord> taken;
-        size_t room = size_t(s.config.batch_size) * 2;
+        size_t room = InFlightWindow(s.config.batch_size);
         if (s.pending.size() < room)
             s.consumer->Take(&taken, room - s.pending.size());
         for (ConsumedRecord &r : taken) {

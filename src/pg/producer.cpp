@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "outbox/broker_kind.hpp"
 #include "outbox/config.hpp"
 #include "outbox/headers.hpp"
 #include "outbox/quote.hpp"
@@ -764,6 +765,12 @@ static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
                         errhint("Create it with outbox.create_destination(), or check the name "
                                 "against outbox.destinations.")));
     CachedDestination dest = *found;
+    if (dest.kind == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("outbox destination \"%s\" has a kind this module does not know",
+                               dest.name),
+                        errhint("Update the outbox module, or drop the destination.")));
+    const outbox::BrokerKind &kind = *dest.kind;
 
     // Exactly one payload, within the size limit.
     Datum payload = heap_getattr(tuple, c.payload, desc, &isnull);
@@ -775,14 +782,15 @@ static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
                         errmsg("outbox message has both payload and payload_bytes"),
                         errhint("Set exactly one: payload for JSON, payload_bytes for binary "
                                 "formats.")));
-    // Neither: a Kafka tombstone (a null value deletes the key from a compacted topic), which
-    // only a Kafka destination can send and only for a key.
-    if (!has_json && !has_bytes && !(dest.is_kafka && !heap_attisnull(tuple, c.key, desc))) {
-        if (dest.is_kafka)
+    // Neither: a tombstone (a Kafka record with a null value deletes the key from a compacted
+    // topic), which only such a kind can send and only for a key.
+    if (!has_json && !has_bytes && !(kind.tombstones && !heap_attisnull(tuple, c.key, desc))) {
+        if (kind.tombstones)
             ereport(ERROR,
                     (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
-                     errdetail("A message to a Kafka destination without payload and "
-                               "payload_bytes is a tombstone, and a tombstone needs a key."),
+                     errdetail("A message to a %s destination without payload and "
+                               "payload_bytes is a tombstone, and a tombstone needs a key.",
+                               kind.title),
                      errhint("Set payload (jsonb) or payload_bytes (bytea), or set key to "
                              "send a tombstone for that key.")));
         ereport(ERROR,
@@ -814,28 +822,29 @@ static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
                         errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
                         errhint("Use a shorter identifier, such as a hash of the key.")));
 
-    // A Kafka destination sends at most message.max.bytes per record (librdkafka refuses more):
-    // a message that cannot fit is refused now, not dead-lettered later.
+    // A kind with a record limit (Kafka: message.max.bytes, librdkafka refuses more): a message
+    // that cannot fit is refused now, not dead-lettered later.
     if (dest.max_message_bytes > 0) {
+        const outbox::MessageLimit &limit_rule = kind.message_limit;
         // Structured mode sends payload_bytes as base64 inside the event.
         int64 value = dest.structured && has_bytes ? (size + 2) / 3 * 4 : size;
-        int64 record = value + kKafkaRelayOverheadBytes +
+        int64 record = value + limit_rule.overhead_bytes +
                        (has_key ? int64(toast_raw_datum_size(key)) - VARHDRSZ : 0) +
                        (has_headers ? int64(toast_raw_datum_size(headers)) - VARHDRSZ : 0);
         if (record > dest.max_message_bytes)
-            ereport(
-                ERROR,
-                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                 errmsg("outbox message for kafka destination \"%s\" is %lld bytes with its key "
-                        "and headers, over what it sends (message.max.bytes %lld)",
-                        dest.name, (long long)record, (long long)dest.max_message_bytes),
-                 errdetail("%lld bytes of that are kept for the headers outbox adds.",
-                           (long long)kKafkaRelayOverheadBytes),
-                 errhint("Send a reference to the data instead, or raise message.max.bytes "
-                         "of the destination (and max.message.bytes of the topic on the "
-                         "brokers): SELECT outbox.alter_destination('%s', "
-                         "'{\"message.max.bytes\": ...}');",
-                         dest.name)));
+            ereport(ERROR,
+                    (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                     errmsg("outbox message for %s destination \"%s\" is %lld bytes with its key "
+                            "and headers, over what it sends (%s %lld)",
+                            kind.name, dest.name, (long long)record, limit_rule.config_key,
+                            (long long)dest.max_message_bytes),
+                     errdetail("%lld bytes of that are kept for the headers outbox adds.",
+                               (long long)limit_rule.overhead_bytes),
+                     errhint("Send a reference to the data instead, or raise %s of the "
+                             "destination%s: SELECT outbox.alter_destination('%s', "
+                             "'{\"%s\": ...}');",
+                             limit_rule.config_key, limit_rule.raise_also, dest.name,
+                             limit_rule.config_key)));
     }
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
@@ -850,51 +859,28 @@ static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
     }
 
     Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
-    // Kafka needs a topic and NATS a subject: the message's, else the destination's default.
-    // (An AMQP routing key may be empty: a fanout exchange ignores it.)
-    if (isnull && (dest.is_kafka || dest.is_nats)) {
-        const char *kind = dest.is_kafka ? "kafka" : "nats";
-        const char *what = dest.is_kafka ? "topic" : "subject";
+    // Some kinds need a topic (Kafka a topic, NATS a subject): the message's, else the
+    // destination's default. (An AMQP routing key may be empty: a fanout exchange ignores it.)
+    if (isnull && kind.topic.required) {
         if (!dest.has_topic)
             ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                            errmsg("outbox message for %s destination \"%s\" has no %s", kind,
-                                   dest.name, what),
+                            errmsg("outbox message for %s destination \"%s\" has no %s", kind.name,
+                                   dest.name, kind.topic.noun),
                             errhint("Set topic in the message, or give the destination a default: "
                                     "SELECT outbox.alter_destination('%s', '{\"%s\": \"...\"}');",
-                                    dest.name, what)));
+                                    dest.name, kind.topic.default_key)));
         replace_cols[nreplace] = c.topic;
         replace_values[nreplace++] = CStringGetTextDatum(dest.topic);
     } else if (!isnull) {
         text *t = DatumGetTextPP(topic);
         std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-        // A webhook's topic travels as the ce-type header: it must be a safe header value.
-        bool ok = dest.is_kafka  ? outbox::IsValidKafkaTopic(name)
-                  : dest.is_amqp ? outbox::IsValidAmqpRoutingKey(name)
-                  : dest.is_nats
-                      ? outbox::IsValidNatsSubject(name)
-                      : !name.empty() && name.size() <= 249 && outbox::IsValidHeaderValue(name);
-        if (!ok) {
+        if (!kind.topic.valid(name)) {
             outbox::QuoteText(name, shown);
-            const char *kind = dest.is_kafka  ? "kafka"
-                               : dest.is_amqp ? "amqp"
-                               : dest.is_nats ? "nats"
-                                              : "webhook";
-            const char *detail =
-                dest.is_kafka  ? "A Kafka topic name is 1 to 249 characters of letters, digits, "
-                                 "'.', '_' and '-'."
-                : dest.is_amqp ? "An AMQP routing key is 1 to 255 bytes of UTF-8 without control "
-                                 "characters."
-                : dest.is_nats
-                    ? "A NATS subject is 1 to 255 bytes of printable ASCII: tokens separated by "
-                      "'.', no spaces, no wildcards ('*', '>'), not a system subject ('$...', "
-                      "'_INBOX...')."
-                    : "A topic is 1 to 249 bytes of UTF-8 without control characters (it is "
-                      "sent as the ce-type header).";
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                             errmsg("outbox message topic %s is not valid for %s destination "
                                    "\"%s\"",
-                                   shown, kind, dest.name),
-                            errdetail("%s", detail)));
+                                   shown, kind.name, dest.name),
+                            errdetail("%s", kind.topic.rule)));
         }
     }
 

@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "outbox/brokers/registry.hpp"
 #include "outbox/config.hpp"
 
 extern "C" {
@@ -926,15 +927,13 @@ std::vector<DestinationSpec> LoadDestinations() {
         spec.config_json = rows[i].config;
         spec.paused = rows[i].paused;
         spec.config_by_superuser = rows[i].by_superuser;
-        auto kind = ParseDestinationKind(rows[i].kind);
-        if (!kind) {
+        // The common settings only: the driver process checks the whole config before it
+        // builds the destination's driver (an error there is the driver's build error).
+        const BrokerKind *kind = FindBrokerKind(rows[i].kind);
+        if (!kind)
             spec.config_error = std::string("unknown kind \"") + rows[i].kind + "\"";
-        } else {
-            ConfigCheck check = CheckDestinationConfig(*kind, spec.config_json);
-            spec.config = std::move(check.config);
-            for (const std::string &p : check.problems)
-                spec.config_error += (spec.config_error.empty() ? "invalid config: " : "; ") + p;
-        }
+        else
+            spec.config = ReadDestinationSettings(*kind, spec.config_json);
         specs.push_back(std::move(spec));
     }
     return specs;

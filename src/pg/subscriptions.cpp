@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "outbox/broker_address.hpp"
+#include "outbox/broker_kind.hpp"
+#include "outbox/brokers/registry.hpp"
 #include "outbox/config.hpp"
+#include "outbox/config_query.hpp"
 #include "outbox/subscription_config.hpp"
 
 extern "C" {
@@ -93,27 +95,27 @@ std::string RoleName(Oid role) {
 // that make the server run code or read files, as for destinations (destinations.cpp). The
 // brokers of a subscription whose owner is not a superuser are held to
 // outbox.broker_allowed_networks (its consumer is guarded the same way: inbox_consume.cpp).
-void CheckConfigOrThrow(const char *name, const char *json, const char *old_json, bool runs_code,
-                        bool reads_files, bool owner_is_superuser) {
-    const std::string subscription = std::string("kafka subscription \"") + name + "\"";
-    CheckOptions options;
-    options.check_files = reads_files;
-    SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, json, options);
-    std::vector<PrivilegedSetting> chosen = check.privileged;
-    std::vector<std::string> old_hosts;
-    if (old_json != nullptr) {
-        CheckOptions no_files;
-        no_files.check_files = false;
-        SubscriptionCheck old =
-            CheckSubscriptionConfig(SubscriptionKind::Kafka, old_json, no_files);
-        chosen = AddedOrChangedSettings(old.privileged, check.privileged);
-        old_hosts = KafkaHosts(old.config.properties);
-    }
+void CheckConfigOrThrow(const char *name, const BrokerKind &kind, const char *json,
+                        const char *old_json, bool runs_code, bool reads_files,
+                        bool owner_is_superuser) {
+    const std::string subscription = std::string(kind.name) + " subscription \"" + name + "\"";
+    ConfigQuery query;
+    query.subscription = true;
+    query.kind = kind.name;
+    query.config = json;
+    query.has_old = old_json != nullptr;
+    query.old_config = old_json ? old_json : "";
+    query.check_files = reads_files;
+    ConfigAnswer answer = CheckConfig(query);
+    std::vector<PrivilegedSetting> chosen = answer.config.privileged;
+    if (old_json != nullptr)
+        chosen = AddedOrChangedSettings(answer.old.privileged, answer.config.privileged);
     ThrowIfSettingsDenied(subscription, chosen, runs_code, reads_files);
     // The brokers of a subscription its owner could not have configured as a superuser.
-    if (check.ok() && !owner_is_superuser)
-        ThrowIfBrokerHostRefused(subscription, KafkaHosts(check.config.properties), old_hosts);
-    ThrowIfConfigProblems(subscription, check.problems, check.hints,
+    if (answer.config.ok() && !owner_is_superuser)
+        ThrowIfBrokerHostRefused(subscription, answer.config.hosts,
+                                 old_json ? answer.old.hosts : std::vector<std::string>());
+    ThrowIfConfigProblems(subscription, answer.config.problems, answer.config.hints,
                           "docs/inbox.md#subscription-settings");
 }
 
@@ -221,11 +223,12 @@ HeapTuple CheckSubscriptionRow(TriggerData *td) {
                       std::string("invalid subscription name \"") + name + "\"",
                       kSubscriptionNameRule);
     char *kind = TextColumn(tuple, desc, "kind");
-    if (kind == nullptr || !ParseSubscriptionKind(kind))
+    const BrokerKind *row = kind ? FindBrokerKind(kind) : nullptr;
+    if (row == nullptr || row->read_subscription == nullptr)
         throw PgError(ERRCODE_INVALID_PARAMETER_VALUE,
                       kind == nullptr ? std::string("subscription \"") + name + "\" needs a kind"
                                       : std::string("unknown subscription kind \"") + kind + "\"",
-                      "", "Use \"kafka\".");
+                      "", "Use " + BrokerKindList(/*subscriptions=*/true) + ".");
     char *old_json = nullptr;
     Oid owner = OwnerColumn(tuple, desc);
     if (is_update) {
@@ -259,7 +262,7 @@ HeapTuple CheckSubscriptionRow(TriggerData *td) {
                       "Pass a JSON object, for example '{\"bootstrap.servers\": \"host:9092\", "
                       "\"topics\": [\"orders\"]}'.");
     bool owner_is_superuser = PgTry([owner] { return superuser_arg(owner); });
-    CheckConfigOrThrow(name, json, old_json, runs_code, reads_files, owner_is_superuser);
+    CheckConfigOrThrow(name, *row, json, old_json, runs_code, reads_files, owner_is_superuser);
     char *handler = TextColumn(tuple, desc, "handler");
     if (handler == nullptr)
         throw PgError(ERRCODE_NOT_NULL_VIOLATION,

@@ -1,6 +1,12 @@
 // Where the brokers of a destination or subscription may be (outbox.broker_allowed_networks):
 // the hosts a config names, the definition-time refusal, and the connect-time guard.
 #include "outbox/broker_address.hpp"
+#include "outbox/brokers/amqp/kind.hpp"
+#include "outbox/brokers/kafka/config.hpp"
+#include "outbox/brokers/kafka/kind.hpp"
+#include "outbox/brokers/nats/kind.hpp"
+#include "outbox/brokers/webhook/kind.hpp"
+#include "outbox/config.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -40,24 +46,25 @@ TEST(BrokerAddress, UrlHosts) {
 }
 
 TEST(BrokerAddress, HostsOfEachKind) {
-    DestinationConfig kafka;
-    kafka.kind = DestinationKind::Kafka;
-    kafka.kafka.properties = {{"bootstrap.servers", "b1:9092,b2:9092"},
-                              {"linger.ms", "1"},
-                              {"sasl.oauthbearer.token.endpoint.url", "https://idp:8443/token"}};
-    EXPECT_EQ(BrokerHosts(kafka), (Strings{"b1", "b2", "idp"}));
-    DestinationConfig amqp;
-    amqp.kind = DestinationKind::Amqp;
-    amqp.amqp.url = "amqp://guest:guest@127.0.0.1:5672/";
-    EXPECT_EQ(BrokerHosts(amqp), (Strings{"127.0.0.1"}));
-    DestinationConfig nats;
-    nats.kind = DestinationKind::Nats;
-    nats.nats.servers = {"nats://n1:4222", "tls://n2:4222"};
-    EXPECT_EQ(BrokerHosts(nats), (Strings{"n1", "n2"}));
-    DestinationConfig webhook;
-    webhook.kind = DestinationKind::Webhook;
-    webhook.webhook.url = "http://127.0.0.1/";
-    EXPECT_EQ(BrokerHosts(webhook), Strings{});  // outbox.webhook_allowed_networks' rule
+    // The hosts a valid config names (each row's DriverSide::hosts).
+    auto hosts = [](const BrokerKind &kind, const char *json) {
+        ConfigCheck check = CheckDestinationConfig(kind, json);
+        EXPECT_TRUE(check.ok()) << json;
+        return kind.driver->hosts(check.config);
+    };
+    EXPECT_EQ(hosts(kKafkaKind, R"({"bootstrap.servers": "b1:9092,b2:9092", "linger.ms": 1})"),
+              (Strings{"b1", "b2"}));
+    // The OIDC token endpoint too (a property this librdkafka may not know yet).
+    EXPECT_EQ(KafkaHosts({{"bootstrap.servers", "b1:9092,b2:9092"},
+                          {"linger.ms", "1"},
+                          {"sasl.oauthbearer.token.endpoint.url", "https://idp:8443/token"}}),
+              (Strings{"b1", "b2", "idp"}));
+    EXPECT_EQ(hosts(kAmqpKind, R"({"url": "amqp://guest:guest@127.0.0.1:5672/"})"),
+              (Strings{"127.0.0.1"}));
+    EXPECT_EQ(hosts(kNatsKind, R"({"servers": ["nats://n1:4222", "tls://n2:4222"]})"),
+              (Strings{"n1", "n2"}));
+    // outbox.webhook_allowed_networks' rule
+    EXPECT_EQ(hosts(kWebhookKind, R"({"url": "http://127.0.0.1/"})"), Strings{});
 }
 
 TEST(BrokerAddress, LiteralHostsRefusedWhenChosen) {

@@ -1,6 +1,12 @@
 // The Kafka record of a message, checked against the CloudEvents Kafka protocol binding
 // (binary and structured content modes) and the JSON event format, with the attribute values of
 // the binding's own examples.
+#include "outbox/brokers/amqp/kind.hpp"
+#include "outbox/brokers/kafka/config.hpp"
+#include "outbox/brokers/kafka/kind.hpp"
+#include "outbox/brokers/webhook/config.hpp"
+#include "outbox/brokers/webhook/kind.hpp"
+#include "outbox/config.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 
 #include <gtest/gtest.h>
@@ -217,35 +223,35 @@ TEST(CloudEvents, TypeHeaderNames) {
 
 TEST(CloudEventsConfig, ModeOfKafkaAndWebhookDestinations) {
     ConfigCheck k = CheckDestinationConfig(
-        DestinationKind::Kafka, R"({"bootstrap.servers": "b", "cloudevents": "structured"})");
+        kKafkaKind, R"({"bootstrap.servers": "b", "cloudevents": "structured"})");
     ASSERT_TRUE(k.ok());
-    EXPECT_EQ(k.config.kafka.cloudevents, CloudEventsMode::Structured);
+    EXPECT_EQ(k.config.Settings<KafkaConfig>().cloudevents, CloudEventsMode::Structured);
     // Not handed to librdkafka as a property.
-    for (const auto &p : k.config.kafka.properties)
+    for (const auto &p : k.config.Settings<KafkaConfig>().properties)
         EXPECT_NE(p.first, "cloudevents");
     ConfigCheck b = CheckDestinationConfig(
-        DestinationKind::Kafka, R"({"bootstrap.servers": "b", "cloudevents": "binary"})");
+        kKafkaKind, R"({"bootstrap.servers": "b", "cloudevents": "binary"})");
     ASSERT_TRUE(b.ok());
-    EXPECT_EQ(b.config.kafka.cloudevents, CloudEventsMode::Binary);
+    EXPECT_EQ(b.config.Settings<KafkaConfig>().cloudevents, CloudEventsMode::Binary);
     ConfigCheck w = CheckDestinationConfig(
-        DestinationKind::Webhook, R"({"url": "http://127.0.0.1/", "cloudevents": "structured"})");
+        kWebhookKind, R"({"url": "http://127.0.0.1/", "cloudevents": "structured"})");
     ASSERT_TRUE(w.ok());
-    EXPECT_EQ(w.config.webhook.cloudevents, CloudEventsMode::Structured);
-    EXPECT_EQ(CheckDestinationConfig(DestinationKind::Webhook, R"({"url": "http://127.0.0.1/"})")
-                  .config.webhook.cloudevents,
+    EXPECT_EQ(w.config.Settings<WebhookConfig>().cloudevents, CloudEventsMode::Structured);
+    EXPECT_EQ(CheckDestinationConfig(kWebhookKind, R"({"url": "http://127.0.0.1/"})")
+                  .config.Settings<WebhookConfig>()
+                  .cloudevents,
               CloudEventsMode::Binary);
 }
 
 TEST(CloudEventsConfig, BadModesAreRefused) {
     for (const char *bad : {R"("Structured")", "true", "1", R"("batch")"}) {
         ConfigCheck k = CheckDestinationConfig(
-            DestinationKind::Kafka,
-            std::string(R"({"bootstrap.servers": "b", "cloudevents": )") + bad + "}");
+            kKafkaKind, std::string(R"({"bootstrap.servers": "b", "cloudevents": )") + bad + "}");
         ASSERT_EQ(k.problems.size(), 1u) << bad;
         EXPECT_EQ(k.problems[0], R"("cloudevents" must be "binary" or "structured")");
     }
     ConfigCheck a = CheckDestinationConfig(
-        DestinationKind::Amqp, R"({"url": "amqp://127.0.0.1", "cloudevents": "structured"})");
+        kAmqpKind, R"({"url": "amqp://127.0.0.1", "cloudevents": "structured"})");
     ASSERT_EQ(a.problems.size(), 1u);
     EXPECT_EQ(a.problems[0], R"(unknown key "cloudevents" for an amqp destination)");
 }

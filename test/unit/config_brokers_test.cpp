@@ -6,6 +6,11 @@
 #include <cstdio>
 #include <string>
 
+#include "outbox/brokers/amqp/config.hpp"
+#include "outbox/brokers/amqp/kind.hpp"
+#include "outbox/brokers/nats/config.hpp"
+#include "outbox/brokers/nats/kind.hpp"
+#include "outbox/brokers/registry.hpp"
 #include "outbox/config.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/headers.hpp"
@@ -30,22 +35,22 @@ bool HasProblem(const ConfigCheck &check, const std::string &problem) {
 ConfigCheck Amqp(const std::string &json, bool check_files = true) {
     CheckOptions options;
     options.check_files = check_files;
-    return CheckDestinationConfig(DestinationKind::Amqp, json, options);
+    return CheckDestinationConfig(kAmqpKind, json, options);
 }
 
 ConfigCheck Nats(const std::string &json, bool check_files = true) {
     CheckOptions options;
     options.check_files = check_files;
-    return CheckDestinationConfig(DestinationKind::Nats, json, options);
+    return CheckDestinationConfig(kNatsKind, json, options);
 }
 
 TEST(BrokerConfigTest, KindNames) {
-    EXPECT_EQ(ParseDestinationKind("amqp"), DestinationKind::Amqp);
-    EXPECT_EQ(ParseDestinationKind("nats"), DestinationKind::Nats);
-    EXPECT_EQ(ParseDestinationKind("rabbitmq"), std::nullopt);
-    EXPECT_EQ(ParseDestinationKind("AMQP"), std::nullopt);
-    EXPECT_STREQ(DestinationKindName(DestinationKind::Amqp), "amqp");
-    EXPECT_STREQ(DestinationKindName(DestinationKind::Nats), "nats");
+    EXPECT_EQ(FindBrokerKind("amqp"), &kAmqpKind);
+    EXPECT_EQ(FindBrokerKind("nats"), &kNatsKind);
+    EXPECT_EQ(FindBrokerKind("rabbitmq"), nullptr);
+    EXPECT_EQ(FindBrokerKind("AMQP"), nullptr);
+    EXPECT_STREQ(kAmqpKind.name, "amqp");
+    EXPECT_STREQ(kNatsKind.name, "nats");
 }
 
 TEST(BrokerConfigTest, ValidAmqpConfigParsesIntoFields) {
@@ -53,8 +58,8 @@ TEST(BrokerConfigTest, ValidAmqpConfigParsesIntoFields) {
         "exchange": "orders", "routing_key": "order.created", "max_in_flight": 64,
         "heartbeat": "10s", "connect_timeout": 2000, "max_attempts": 4, "ordering": "key"})");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    const AmqpConfig &a = check.config.amqp;
-    EXPECT_EQ(check.config.kind, DestinationKind::Amqp);
+    const AmqpConfig &a = check.config.Settings<AmqpConfig>();
+    EXPECT_EQ(check.config.kind, &kAmqpKind);
     EXPECT_EQ(a.url, "amqp://outbox:s3cret@rabbit:5673/prod");
     EXPECT_EQ(a.exchange, "orders");
     EXPECT_EQ(a.routing_key, "order.created");
@@ -69,13 +74,18 @@ TEST(BrokerConfigTest, ValidAmqpConfigParsesIntoFields) {
 TEST(BrokerConfigTest, AmqpDefaults) {
     ConfigCheck check = Amqp(R"({"url": "amqp://rabbit"})");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    EXPECT_EQ(check.config.amqp.exchange, "");  // the default exchange
-    EXPECT_EQ(check.config.amqp.routing_key, "");
-    EXPECT_EQ(check.config.amqp.heartbeat_s, 30);
-    EXPECT_TRUE(check.config.amqp.tls_verify);
+    EXPECT_EQ(check.config.Settings<AmqpConfig>().exchange, "");  // the default exchange
+    EXPECT_EQ(check.config.Settings<AmqpConfig>().routing_key, "");
+    EXPECT_EQ(check.config.Settings<AmqpConfig>().heartbeat_s, 30);
+    EXPECT_TRUE(check.config.Settings<AmqpConfig>().tls_verify);
     // Half a second of heartbeat is one second, not off.
-    EXPECT_EQ(Amqp(R"({"url": "amqp://r", "heartbeat": "500ms"})").config.amqp.heartbeat_s, 1);
-    EXPECT_EQ(Amqp(R"({"url": "amqp://r", "heartbeat": 0})").config.amqp.heartbeat_s, 0);
+    EXPECT_EQ(Amqp(R"({"url": "amqp://r", "heartbeat": "500ms"})")
+                  .config.Settings<AmqpConfig>()
+                  .heartbeat_s,
+              1);
+    EXPECT_EQ(
+        Amqp(R"({"url": "amqp://r", "heartbeat": 0})").config.Settings<AmqpConfig>().heartbeat_s,
+        0);
 }
 
 TEST(BrokerConfigTest, AmqpProblemsAllAtOnceWithoutTheUrl) {
@@ -142,7 +152,7 @@ TEST(BrokerConfigTest, ValidNatsConfigParsesIntoFields) {
         "user": "outbox", "password": "pw", "max_in_flight": 32, "ack_timeout": "2s",
         "retry_base": "100ms"})");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    const NatsConfig &n = check.config.nats;
+    const NatsConfig &n = check.config.Settings<NatsConfig>();
     ASSERT_EQ(n.servers.size(), 2u);
     EXPECT_EQ(n.servers[0], "nats://a:4222");
     EXPECT_EQ(n.servers[1], "tls://b:4223");
@@ -153,7 +163,7 @@ TEST(BrokerConfigTest, ValidNatsConfigParsesIntoFields) {
     EXPECT_EQ(n.ack_timeout_ms, 2000);
     ConfigCheck array = Nats(R"({"servers": ["nats://127.0.0.1:4222", "localhost:4223"]})");
     ASSERT_TRUE(array.ok()) << JoinProblems(array);
-    EXPECT_EQ(array.config.nats.servers.size(), 2u);
+    EXPECT_EQ(array.config.Settings<NatsConfig>().servers.size(), 2u);
 }
 
 TEST(BrokerConfigTest, NatsProblemsAllAtOnceWithoutSecrets) {

@@ -1,5 +1,12 @@
 // Destination configs: what a DBA passes to create_destination and what the worker runs with.
 #include "outbox/config.hpp"
+#include "outbox/brokers/amqp/kind.hpp"
+#include "outbox/brokers/kafka/config.hpp"
+#include "outbox/brokers/kafka/kind.hpp"
+#include "outbox/brokers/nats/kind.hpp"
+#include "outbox/brokers/registry.hpp"
+#include "outbox/brokers/webhook/config.hpp"
+#include "outbox/brokers/webhook/kind.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -46,11 +53,11 @@ bool HasProblemContaining(const ConfigCheck &check, const std::string &fragment)
 }
 
 ConfigCheck Kafka(const std::string &json) {
-    return CheckDestinationConfig(DestinationKind::Kafka, json);
+    return CheckDestinationConfig(kKafkaKind, json);
 }
 
 ConfigCheck Webhook(const std::string &json) {
-    return CheckDestinationConfig(DestinationKind::Webhook, json);
+    return CheckDestinationConfig(kWebhookKind, json);
 }
 
 // A readable file for "ca_file", removed when the test ends.
@@ -80,13 +87,13 @@ constexpr char kSecret[] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 constexpr char kOtherSecret[] = "whsec_Zm9vYmFy";  // "foobar"
 
 TEST(ConfigTest, DestinationKindNames) {
-    EXPECT_EQ(ParseDestinationKind("kafka"), DestinationKind::Kafka);
-    EXPECT_EQ(ParseDestinationKind("webhook"), DestinationKind::Webhook);
-    EXPECT_EQ(ParseDestinationKind("Kafka"), std::nullopt);
-    EXPECT_EQ(ParseDestinationKind("http"), std::nullopt);
-    EXPECT_EQ(ParseDestinationKind(""), std::nullopt);
-    EXPECT_STREQ(DestinationKindName(DestinationKind::Kafka), "kafka");
-    EXPECT_STREQ(DestinationKindName(DestinationKind::Webhook), "webhook");
+    EXPECT_EQ(FindBrokerKind("kafka"), &kKafkaKind);
+    EXPECT_EQ(FindBrokerKind("webhook"), &kWebhookKind);
+    EXPECT_EQ(FindBrokerKind("Kafka"), nullptr);
+    EXPECT_EQ(FindBrokerKind("http"), nullptr);
+    EXPECT_EQ(FindBrokerKind(""), nullptr);
+    EXPECT_STREQ(kKafkaKind.name, "kafka");
+    EXPECT_STREQ(kWebhookKind.name, "webhook");
 }
 
 TEST(ConfigTest, ValidKafkaConfigParsesIntoFields) {
@@ -108,8 +115,8 @@ TEST(ConfigTest, ValidKafkaConfigParsesIntoFields) {
     })");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
     const DestinationConfig &config = check.config;
-    EXPECT_EQ(config.kind, DestinationKind::Kafka);
-    EXPECT_EQ(config.kafka.default_topic, "orders.v1");
+    EXPECT_EQ(config.kind, &kKafkaKind);
+    EXPECT_EQ(config.Settings<KafkaConfig>().default_topic, "orders.v1");
     EXPECT_EQ(config.retry.max_attempts, 5);
     EXPECT_EQ(config.retry.retry_base_ms, 500);
     EXPECT_EQ(config.retry.retry_max_ms, 120000);
@@ -126,13 +133,13 @@ TEST(ConfigTest, ValidKafkaConfigParsesIntoFields) {
         {"queue.buffering.max.ms", "0.5"},
         {"client.id", "outbox-test"},
     };
-    EXPECT_EQ(config.kafka.properties, expected);
+    EXPECT_EQ(config.Settings<KafkaConfig>().properties, expected);
 }
 
 TEST(ConfigTest, KafkaDefaultsWhenOnlyTheBrokerIsGiven) {
     ConfigCheck check = Kafka(R"({"bootstrap.servers": "localhost:9092"})");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    EXPECT_EQ(check.config.kafka.default_topic, "");
+    EXPECT_EQ(check.config.Settings<KafkaConfig>().default_topic, "");
     EXPECT_EQ(check.config.retry.max_attempts, -1);
     EXPECT_EQ(check.config.retry.retry_base_ms, -1);
     EXPECT_EQ(check.config.retry.retry_max_ms, -1);
@@ -160,8 +167,8 @@ TEST(ConfigTest, ValidWebhookConfigParsesIntoFields) {
     })";
     ConfigCheck check = Webhook(json);
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    const WebhookConfig &webhook = check.config.webhook;
-    EXPECT_EQ(check.config.kind, DestinationKind::Webhook);
+    const WebhookConfig &webhook = check.config.Settings<WebhookConfig>();
+    EXPECT_EQ(check.config.kind, &kWebhookKind);
     EXPECT_EQ(webhook.url, "https://hooks.example.com:8443/outbox?tenant=1");
     ASSERT_EQ(webhook.secret_keys.size(), 2u);
     EXPECT_EQ(webhook.secret_keys[0].size(), 24u);
@@ -181,7 +188,7 @@ TEST(ConfigTest, ValidWebhookConfigParsesIntoFields) {
 TEST(ConfigTest, WebhookDefaultsWhenOnlyTheUrlIsGiven) {
     ConfigCheck check = Webhook(R"({"url": "http://127.0.0.1:8080/hook", "secret": "whsec_Zm9v"})");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    const WebhookConfig &webhook = check.config.webhook;
+    const WebhookConfig &webhook = check.config.Settings<WebhookConfig>();
     EXPECT_EQ(webhook.secret_keys, std::vector<std::string>{"foo"});
     EXPECT_TRUE(webhook.headers.empty());
     EXPECT_EQ(webhook.timeout_ms, 10000);
@@ -233,8 +240,8 @@ TEST(ConfigTest, WebhookReportsFiveProblemsAtOnce) {
 TEST(ConfigTest, ConfigMustBeAJsonObject) {
     for (const char *json : {"", "   ", "{", "[]", "[{}]", "5", "\"x\"", "null", "true",
                              "{\"url\": }", "{} {}", "{\"a\": \"\xff\"}"}) {
-        for (DestinationKind kind : {DestinationKind::Kafka, DestinationKind::Webhook}) {
-            ConfigCheck check = CheckDestinationConfig(kind, json);
+        for (const BrokerKind *kind : {&kKafkaKind, &kWebhookKind}) {
+            ConfigCheck check = CheckDestinationConfig(*kind, json);
             ASSERT_EQ(check.problems.size(), 1u) << json;
             EXPECT_EQ(check.problems[0], "the config must be a JSON object") << json;
         }
@@ -357,7 +364,7 @@ TEST(ConfigTest, KafkaTopicNames) {
         ConfigCheck check =
             Kafka(std::string(R"({"bootstrap.servers": "b", "topic": ")") + topic + "\"}");
         EXPECT_TRUE(check.ok()) << topic << ": " << JoinProblems(check);
-        EXPECT_EQ(check.config.kafka.default_topic, topic);
+        EXPECT_EQ(check.config.Settings<KafkaConfig>().default_topic, topic);
     }
     EXPECT_TRUE(
         Kafka(R"({"bootstrap.servers": "b", "topic": ")" + std::string(249, 't') + "\"}").ok());
@@ -412,7 +419,7 @@ TEST(ConfigTest, WebhookUrls) {
           "http://[::1]:9000/", "HTTPS://EXAMPLE.COM/", "https://user@example.com/x"}) {
         ConfigCheck check = Webhook(std::string(R"({"url": ")") + url + "\"}");
         EXPECT_TRUE(check.ok()) << url << ": " << JoinProblems(check);
-        EXPECT_EQ(check.config.webhook.url, url);
+        EXPECT_EQ(check.config.Settings<WebhookConfig>().url, url);
     }
     for (const char *url : {"", "example.com/hook", "ftp://example.com/", "file:///etc/passwd",
                             "http://", "https:///path", "http:/h/", "http://exa mple.com/",
@@ -442,7 +449,7 @@ TEST(ConfigTest, WebhookSecrets) {
     ASSERT_EQ(check.problems.size(), 2u) << JoinProblems(check);
     EXPECT_EQ(check.problems[0], "element 2 of \"secret\" must be \"whsec_\" followed by base64");
     EXPECT_EQ(check.problems[1], "element 3 of \"secret\" must be \"whsec_\" followed by base64");
-    EXPECT_TRUE(check.config.webhook.secret_keys.empty());
+    EXPECT_TRUE(check.config.Settings<WebhookConfig>().secret_keys.empty());
 }
 
 // v1a: whsk_ private keys sign beside whsec_ secrets; a public key given by mistake is named.
@@ -451,15 +458,15 @@ TEST(ConfigTest, WebhookSigningKeys) {
     const std::string pub = "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
     ConfigCheck check = Webhook(R"({"url": "http://h/", "secret": ")" + seed + "\"}");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    ASSERT_EQ(check.config.webhook.signing_keys.size(), 1u);
-    EXPECT_EQ(check.config.webhook.signing_keys[0].size(), 32u);
-    EXPECT_TRUE(check.config.webhook.secret_keys.empty());
+    ASSERT_EQ(check.config.Settings<WebhookConfig>().signing_keys.size(), 1u);
+    EXPECT_EQ(check.config.Settings<WebhookConfig>().signing_keys[0].size(), 32u);
+    EXPECT_TRUE(check.config.Settings<WebhookConfig>().secret_keys.empty());
 
     check = Webhook(R"({"url": "http://h/", "secret": [")" + std::string(kSecret) + R"(", ")" +
                     seed + R"("]})");
     ASSERT_TRUE(check.ok()) << JoinProblems(check);
-    EXPECT_EQ(check.config.webhook.secret_keys.size(), 1u);
-    EXPECT_EQ(check.config.webhook.signing_keys.size(), 1u);
+    EXPECT_EQ(check.config.Settings<WebhookConfig>().secret_keys.size(), 1u);
+    EXPECT_EQ(check.config.Settings<WebhookConfig>().signing_keys.size(), 1u);
 
     check = Webhook(R"({"url": "http://h/", "secret": ")" + pub + "\"}");
     ASSERT_EQ(check.problems.size(), 1u);
@@ -471,7 +478,7 @@ TEST(ConfigTest, WebhookSigningKeys) {
     EXPECT_EQ(check.problems[0],
               "element 2 of \"secret\" must be \"whsk_\" followed by the base64 of a 32-byte "
               "ed25519 private key (or of libsodium's 64-byte secret key)");
-    EXPECT_TRUE(check.config.webhook.signing_keys.empty());
+    EXPECT_TRUE(check.config.Settings<WebhookConfig>().signing_keys.empty());
     // Neither problem quotes the key.
     check = Webhook(R"({"url": "http://h/", "secret": ")" + seed.substr(0, 20) + "\"}");
     ASSERT_EQ(check.problems.size(), 1u);
@@ -498,7 +505,7 @@ TEST(ConfigTest, WebhookHeaders) {
     EXPECT_EQ(check.problems[4],
               "header \"X-Injected\" in \"headers\" must be valid UTF-8 of at most 8192 bytes "
               "without CR, LF or NUL");
-    EXPECT_EQ(check.config.webhook.headers, (Headers{{"X-Good", "ok"}}));
+    EXPECT_EQ(check.config.Settings<WebhookConfig>().headers, (Headers{{"X-Good", "ok"}}));
 
     EXPECT_FALSE(Webhook(R"({"url": "http://h/", "headers": ["a"]})").ok());
     EXPECT_FALSE(Webhook(R"({"url": "http://h/", "headers": "a: b"})").ok());
@@ -516,12 +523,14 @@ TEST(ConfigTest, WebhookTimeoutAndConcurrency) {
     auto webhook = [](const std::string &members) {
         return Webhook(R"({"url": "http://h/", )" + members + "}");
     };
-    EXPECT_EQ(webhook(R"("timeout_ms": 1)").config.webhook.timeout_ms, 1);
-    EXPECT_EQ(webhook(R"("timeout_ms": "10min")").config.webhook.timeout_ms, 600000);
-    EXPECT_EQ(webhook(R"("timeout_ms": "1.5s")").config.webhook.timeout_ms, 1500);
-    EXPECT_EQ(webhook(R"("max_in_flight": 1)").config.webhook.max_in_flight, 1);
-    EXPECT_EQ(webhook(R"("max_in_flight": 1024)").config.webhook.max_in_flight, 1024);
-    EXPECT_EQ(webhook(R"("tls_verify": true)").config.webhook.tls_verify, true);
+    EXPECT_EQ(webhook(R"("timeout_ms": 1)").config.Settings<WebhookConfig>().timeout_ms, 1);
+    EXPECT_EQ(webhook(R"("timeout_ms": "10min")").config.Settings<WebhookConfig>().timeout_ms,
+              600000);
+    EXPECT_EQ(webhook(R"("timeout_ms": "1.5s")").config.Settings<WebhookConfig>().timeout_ms, 1500);
+    EXPECT_EQ(webhook(R"("max_in_flight": 1)").config.Settings<WebhookConfig>().max_in_flight, 1);
+    EXPECT_EQ(webhook(R"("max_in_flight": 1024)").config.Settings<WebhookConfig>().max_in_flight,
+              1024);
+    EXPECT_EQ(webhook(R"("tls_verify": true)").config.Settings<WebhookConfig>().tls_verify, true);
     for (const char *bad :
          {R"("timeout_ms": 0)", R"("timeout_ms": "11min")", R"("timeout_ms": "-1s")",
           R"("timeout_ms": "soon")", R"("max_in_flight": 0)", R"("max_in_flight": 1025)",
@@ -552,60 +561,57 @@ TEST(ConfigTest, WebhookCaFileMustBeReadable) {
 }
 
 TEST(ConfigTest, OrderingSettings) {
-    ConfigCheck none =
-        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ConfigCheck none = CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092"})");
     ASSERT_TRUE(none.ok()) << JoinProblems(none);
     EXPECT_EQ(none.config.ordering, Ordering::None);
 
-    ConfigCheck key = CheckDestinationConfig(DestinationKind::Webhook,
-                                             R"({"url": "http://h/", "ordering": "key"})");
+    ConfigCheck key =
+        CheckDestinationConfig(kWebhookKind, R"({"url": "http://h/", "ordering": "key"})");
     ASSERT_TRUE(key.ok()) << JoinProblems(key);
     EXPECT_EQ(key.config.ordering, Ordering::Key);
     EXPECT_EQ(key.config.on_dead, OnDead::Block);  // the default holds a key on a dead letter
 
     ConfigCheck skip = CheckDestinationConfig(
-        DestinationKind::Webhook, R"({"url": "http://h/", "ordering": "key", "on_dead": "skip"})");
+        kWebhookKind, R"({"url": "http://h/", "ordering": "key", "on_dead": "skip"})");
     ASSERT_TRUE(skip.ok()) << JoinProblems(skip);
     EXPECT_EQ(skip.config.on_dead, OnDead::Skip);
 
     ConfigCheck bad = CheckDestinationConfig(
-        DestinationKind::Kafka,
+        kKafkaKind,
         R"({"bootstrap.servers": "b:9092", "ordering": "partition", "on_dead": "drop"})");
     EXPECT_TRUE(HasProblem(bad, "\"ordering\" must be \"none\" or \"key\"")) << JoinProblems(bad);
     EXPECT_TRUE(HasProblem(bad, "\"on_dead\" must be \"block\" or \"skip\"")) << JoinProblems(bad);
 
-    ConfigCheck stray = CheckDestinationConfig(DestinationKind::Webhook,
-                                               R"({"url": "http://h/", "on_dead": "skip"})");
+    ConfigCheck stray =
+        CheckDestinationConfig(kWebhookKind, R"({"url": "http://h/", "on_dead": "skip"})");
     EXPECT_TRUE(HasProblemContaining(stray, "\"on_dead\" applies only with"))
         << JoinProblems(stray);
 
     ConfigCheck random = CheckDestinationConfig(
-        DestinationKind::Kafka,
+        kKafkaKind,
         R"({"bootstrap.servers": "b:9092", "ordering": "key", "partitioner": "random"})");
     EXPECT_TRUE(HasProblemContaining(random, "\"partitioner\" must map a key to one partition"))
         << JoinProblems(random);
 }
 
 TEST(ConfigTest, MaxPending) {
-    ConfigCheck none =
-        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ConfigCheck none = CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092"})");
     ASSERT_TRUE(none.ok()) << JoinProblems(none);
     EXPECT_EQ(none.config.max_pending, 0);  // no cap
 
     for (const char *cap : {"1", "1000000000", "5.0"}) {
         ConfigCheck ok = CheckDestinationConfig(
-            DestinationKind::Webhook,
-            std::string(R"({"url": "http://h/", "max_pending": )") + cap + "}");
+            kWebhookKind, std::string(R"({"url": "http://h/", "max_pending": )") + cap + "}");
         EXPECT_TRUE(ok.ok()) << cap << ": " << JoinProblems(ok);
     }
-    ConfigCheck top = CheckDestinationConfig(DestinationKind::Amqp,
-                                             R"({"url": "amqp://h/", "max_pending": 1000000000})");
+    ConfigCheck top =
+        CheckDestinationConfig(kAmqpKind, R"({"url": "amqp://h/", "max_pending": 1000000000})");
     ASSERT_TRUE(top.ok()) << JoinProblems(top);
     EXPECT_EQ(top.config.max_pending, 1000000000);
 
     for (const char *bad : {"0", "-1", "1000000001", "2.5", "\"10\"", "true", "null", "[1]"}) {
         ConfigCheck check = CheckDestinationConfig(
-            DestinationKind::Kafka,
+            kKafkaKind,
             std::string(R"({"bootstrap.servers": "b:9092", "max_pending": )") + bad + "}");
         EXPECT_TRUE(
             HasProblem(check, "\"max_pending\" must be an integer between 1 and 1000000000"))
@@ -615,8 +621,7 @@ TEST(ConfigTest, MaxPending) {
 
 // Policies of issue 26: "ttl".
 TEST(ConfigTest, Ttl) {
-    ConfigCheck none =
-        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ConfigCheck none = CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092"})");
     ASSERT_TRUE(none.ok()) << JoinProblems(none);
     EXPECT_EQ(none.config.ttl_ms, 0);
 
@@ -627,14 +632,14 @@ TEST(ConfigTest, Ttl) {
                                                      {"1500.7", 1500}};
     for (const auto &[ttl, ms] : good) {
         ConfigCheck ok = CheckDestinationConfig(
-            DestinationKind::Webhook, std::string(R"({"url": "http://h/", "ttl": )") + ttl + "}");
+            kWebhookKind, std::string(R"({"url": "http://h/", "ttl": )") + ttl + "}");
         ASSERT_TRUE(ok.ok()) << ttl << ": " << JoinProblems(ok);
         EXPECT_EQ(ok.config.ttl_ms, ms) << ttl;
     }
     for (const char *bad :
          {"\"999ms\"", "999", "\"367d\"", "-1000", "\"soon\"", "true", "null", "[1]", "\"\""}) {
         ConfigCheck check = CheckDestinationConfig(
-            DestinationKind::Nats,
+            kNatsKind,
             std::string(R"({"servers": "nats://h:4222", "subject": "s", "ttl": )") + bad + "}");
         EXPECT_TRUE(HasProblem(check,
                                "\"ttl\" must be a duration between 1s and 366d (a number of "
@@ -644,20 +649,17 @@ TEST(ConfigTest, Ttl) {
 }
 
 TEST(ConfigTest, RetryBudget) {
-    ConfigCheck none =
-        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ConfigCheck none = CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092"})");
     ASSERT_TRUE(none.ok()) << JoinProblems(none);
     EXPECT_EQ(none.config.retry.retry_budget_ms, 0);
-    ConfigCheck day =
-        CheckDestinationConfig(DestinationKind::Webhook,
-                               R"({"url": "http://h/", "retry_budget": "24h", "max_attempts": 5})");
+    ConfigCheck day = CheckDestinationConfig(
+        kWebhookKind, R"({"url": "http://h/", "retry_budget": "24h", "max_attempts": 5})");
     ASSERT_TRUE(day.ok()) << JoinProblems(day);
     EXPECT_EQ(day.config.retry.retry_budget_ms, 86400000);
     EXPECT_EQ(day.config.retry.max_attempts, 5);
     for (const char *bad : {"\"0s\"", "999", "\"367d\"", "\"a day\"", "false"}) {
         ConfigCheck check = CheckDestinationConfig(
-            DestinationKind::Webhook,
-            std::string(R"({"url": "http://h/", "retry_budget": )") + bad + "}");
+            kWebhookKind, std::string(R"({"url": "http://h/", "retry_budget": )") + bad + "}");
         EXPECT_TRUE(
             HasProblem(check,
                        "\"retry_budget\" must be a duration between 1s and 366d (a number "
@@ -667,39 +669,37 @@ TEST(ConfigTest, RetryBudget) {
 }
 
 TEST(ConfigTest, IdempotentProducerLimitsAreCheckedNow) {
-    ConfigCheck retries = CheckDestinationConfig(
-        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "retries": 0})");
+    ConfigCheck retries =
+        CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092", "retries": 0})");
     EXPECT_TRUE(HasProblemContaining(retries, "must be at least 1 for the idempotent producer"))
         << JoinProblems(retries);
     ConfigCheck in_flight = CheckDestinationConfig(
-        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max.in.flight": 6})");
+        kKafkaKind, R"({"bootstrap.servers": "b:9092", "max.in.flight": 6})");
     EXPECT_TRUE(HasProblemContaining(in_flight, "must be at most 5 for the idempotent producer"))
         << JoinProblems(in_flight);
     // librdkafka's own default (1000000) is lowered by idempotence itself: not a problem.
     ConfigCheck fine = CheckDestinationConfig(
-        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max.in.flight": 5})");
+        kKafkaKind, R"({"bootstrap.servers": "b:9092", "max.in.flight": 5})");
     EXPECT_TRUE(fine.ok()) << JoinProblems(fine);
 }
 
 // "max_in_flight" is the relay's window (not librdkafka's "max.in.flight", above): 1..100000.
 TEST(ConfigTest, KafkaMaxInFlightIsTheRelaysWindow) {
     ConfigCheck given = CheckDestinationConfig(
-        DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092", "max_in_flight": 50000})");
+        kKafkaKind, R"({"bootstrap.servers": "b:9092", "max_in_flight": 50000})");
     ASSERT_TRUE(given.ok()) << JoinProblems(given);
-    EXPECT_EQ(given.config.kafka.max_in_flight, 50000);
+    EXPECT_EQ(given.config.Settings<KafkaConfig>().max_in_flight, 50000);
     // Not handed to librdkafka as a property.
-    for (const auto &[key, value] : given.config.kafka.properties)
+    for (const auto &[key, value] : given.config.Settings<KafkaConfig>().properties)
         EXPECT_NE(key, "max_in_flight");
-    ConfigCheck absent =
-        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
-    EXPECT_EQ(absent.config.kafka.max_in_flight, 0);  // the worker's default
-    EXPECT_TRUE(
-        CheckDestinationConfig(DestinationKind::Kafka,
-                               R"({"bootstrap.servers": "b:9092", "max_in_flight": 100000})")
-            .ok());
+    ConfigCheck absent = CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092"})");
+    EXPECT_EQ(absent.config.Settings<KafkaConfig>().max_in_flight, 0);  // the worker's default
+    EXPECT_TRUE(CheckDestinationConfig(
+                    kKafkaKind, R"({"bootstrap.servers": "b:9092", "max_in_flight": 100000})")
+                    .ok());
     for (const char *bad : {"0", "100001", "1.5", "\"8\"", "-1", "true"}) {
         ConfigCheck check = CheckDestinationConfig(
-            DestinationKind::Kafka,
+            kKafkaKind,
             std::string(R"({"bootstrap.servers": "b:9092", "max_in_flight": )") + bad + "}");
         EXPECT_TRUE(HasProblem(check, "\"max_in_flight\" must be an integer between 1 and 100000"))
             << bad << ": " << JoinProblems(check);
@@ -900,19 +900,17 @@ TEST(ConfigTest, CaFileIsLookedUpOnlyWhenAsked) {
     CheckOptions options;
     options.check_files = false;
     ConfigCheck check = CheckDestinationConfig(
-        DestinationKind::Webhook, R"({"url": "https://h/", "ca_file": "/nonexistent/ca.pem"})",
-        options);
+        kWebhookKind, R"({"url": "https://h/", "ca_file": "/nonexistent/ca.pem"})", options);
     EXPECT_TRUE(check.ok()) << JoinProblems(check);
     EXPECT_EQ(Privileged(check), std::vector<std::string>{"files ca_file"});
-    check = CheckDestinationConfig(DestinationKind::Webhook,
-                                   R"({"url": "https://h/", "ca_file": "/tmp"})", options);
+    check = CheckDestinationConfig(kWebhookKind, R"({"url": "https://h/", "ca_file": "/tmp"})",
+                                   options);
     EXPECT_TRUE(check.ok()) << JoinProblems(check);
     // What says nothing about the server is still checked.
-    check = CheckDestinationConfig(DestinationKind::Webhook,
-                                   R"({"url": "https://h/", "ca_file": ""})", options);
+    check =
+        CheckDestinationConfig(kWebhookKind, R"({"url": "https://h/", "ca_file": ""})", options);
     EXPECT_EQ(JoinProblems(check), "\"ca_file\" must name a readable file\n");
-    check = CheckDestinationConfig(DestinationKind::Webhook,
-                                   R"({"url": "https://h/", "ca_file": 5})", options);
+    check = CheckDestinationConfig(kWebhookKind, R"({"url": "https://h/", "ca_file": 5})", options);
     EXPECT_FALSE(check.ok());
 }
 
@@ -1037,7 +1035,7 @@ TEST(ConfigTest, NumbersOutOfRangeAreReportedWhereTheyAre) {
     check = Webhook(R"({"url": "http://h/", "topic": "1e400", "retry_base": 1e-400})");
     EXPECT_TRUE(HasProblemContaining(check, "\"retry_base\" must be a duration"))
         << JoinProblems(check);
-    EXPECT_EQ(check.config.webhook.default_topic, "1e400");
+    EXPECT_EQ(check.config.Settings<WebhookConfig>().default_topic, "1e400");
     // Still not an object, or not JSON.
     EXPECT_EQ(JoinProblems(Webhook("1e400")), "the config must be a JSON object\n");
     EXPECT_EQ(JoinProblems(Webhook(R"({"url": 1e400)")), "the config must be a JSON object\n");
@@ -1053,10 +1051,10 @@ TEST(ConfigTest, ProblemsAreSinglePrintableLines) {
 // (the driver lowers it).
 TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
     ConfigCheck given = CheckDestinationConfig(
-        DestinationKind::Webhook, R"({"url": "https://example.com/", "timeout_ms": "20s"})");
+        kWebhookKind, R"({"url": "https://example.com/", "timeout_ms": "20s"})");
     ASSERT_TRUE(given.ok());
-    EXPECT_TRUE(given.config.webhook.timeout_set);
-    auto problem = WebhookTimeoutProblem(given.config.webhook, 5000);
+    EXPECT_TRUE(given.config.Settings<WebhookConfig>().timeout_set);
+    auto problem = WebhookTimeoutProblem(given.config.Settings<WebhookConfig>(), 5000);
     ASSERT_TRUE(problem.has_value());
     EXPECT_EQ(problem->first,
               "\"timeout_ms\" (20000 ms) must be at most half of outbox.lease_timeout (5000 ms): a "
@@ -1064,13 +1062,14 @@ TEST(ConfigTest, WebhookTimeoutMustFitHalfTheLease) {
     EXPECT_EQ(problem->second,
               "Lower \"timeout_ms\" to at most 2500, or raise outbox.lease_timeout to at least "
               "40000 ms.");
-    EXPECT_FALSE(WebhookTimeoutProblem(given.config.webhook, 40000).has_value());
-    EXPECT_TRUE(WebhookTimeoutProblem(given.config.webhook, 39999).has_value());
+    EXPECT_FALSE(WebhookTimeoutProblem(given.config.Settings<WebhookConfig>(), 40000).has_value());
+    EXPECT_TRUE(WebhookTimeoutProblem(given.config.Settings<WebhookConfig>(), 39999).has_value());
 
     ConfigCheck defaulted =
-        CheckDestinationConfig(DestinationKind::Webhook, R"({"url": "https://example.com/"})");
-    EXPECT_FALSE(defaulted.config.webhook.timeout_set);
-    EXPECT_FALSE(WebhookTimeoutProblem(defaulted.config.webhook, 1000).has_value());
+        CheckDestinationConfig(kWebhookKind, R"({"url": "https://example.com/"})");
+    EXPECT_FALSE(defaulted.config.Settings<WebhookConfig>().timeout_set);
+    EXPECT_FALSE(
+        WebhookTimeoutProblem(defaulted.config.Settings<WebhookConfig>(), 1000).has_value());
 }
 
 }  // namespace
@@ -1081,31 +1080,32 @@ namespace {
 
 // Policies of issue 26: "compaction".
 TEST(ConfigTest, Compaction) {
-    ConfigCheck none =
-        CheckDestinationConfig(DestinationKind::Kafka, R"({"bootstrap.servers": "b:9092"})");
+    ConfigCheck none = CheckDestinationConfig(kKafkaKind, R"({"bootstrap.servers": "b:9092"})");
     ASSERT_TRUE(none.ok()) << JoinProblems(none);
     EXPECT_EQ(none.config.compaction, Compaction::None);
 
-    const std::pair<const char *, DestinationKind> kinds[] = {
-        {R"({"bootstrap.servers": "b:9092", "compaction": )", DestinationKind::Kafka},
-        {R"({"url": "http://h/", "compaction": )", DestinationKind::Webhook},
-        {R"({"url": "amqp://h/", "compaction": )", DestinationKind::Amqp},
-        {R"({"servers": "nats://h:4222", "subject": "s", "compaction": )", DestinationKind::Nats}};
+    const std::pair<const char *, const BrokerKind *> kinds[] = {
+        {R"({"bootstrap.servers": "b:9092", "compaction": )", &kKafkaKind},
+        {R"({"url": "http://h/", "compaction": )", &kWebhookKind},
+        {R"({"url": "amqp://h/", "compaction": )", &kAmqpKind},
+        {R"({"servers": "nats://h:4222", "subject": "s", "compaction": )", &kNatsKind}};
     for (const auto &[prefix, kind] : kinds) {
-        ConfigCheck key = CheckDestinationConfig(kind, std::string(prefix) + "\"key\"}");
+        ConfigCheck key = CheckDestinationConfig(*kind, std::string(prefix) + "\"key\"}");
         ASSERT_TRUE(key.ok()) << prefix << ": " << JoinProblems(key);
         EXPECT_EQ(key.config.compaction, Compaction::Key);
-        ConfigCheck off = CheckDestinationConfig(kind, std::string(prefix) + "\"none\"}");
+        ConfigCheck off = CheckDestinationConfig(*kind, std::string(prefix) + "\"none\"}");
         ASSERT_TRUE(off.ok()) << prefix << ": " << JoinProblems(off);
         EXPECT_EQ(off.config.compaction, Compaction::None);
         // Not a librdkafka property for Kafka: it is never handed to librdkafka.
-        EXPECT_TRUE(key.config.kafka.properties.empty() ||
-                    key.config.kafka.properties.back().first != "compaction");
+        if (kind == &kKafkaKind) {
+            EXPECT_TRUE(key.config.Settings<KafkaConfig>().properties.empty() ||
+                        key.config.Settings<KafkaConfig>().properties.back().first != "compaction");
+        }
     }
     for (const char *bad : {"\"Key\"", "\"keys\"", "\"\"", "true", "1", "null", "[\"key\"]"}) {
         ConfigCheck check = CheckDestinationConfig(
-            DestinationKind::Webhook, std::string(R"({"url": "http://h/", "compaction": )") + bad +
-                                          ", \"ordering\": \"key\"}");
+            kWebhookKind, std::string(R"({"url": "http://h/", "compaction": )") + bad +
+                              ", \"ordering\": \"key\"}");
         EXPECT_TRUE(HasProblem(check,
                                "\"compaction\" must be \"key\" (a newer message of a key "
                                "supersedes its older undelivered one) or \"none\""))
@@ -1113,9 +1113,8 @@ TEST(ConfigTest, Compaction) {
         EXPECT_EQ(check.config.compaction, Compaction::None) << bad;
     }
     // With ordering by key too.
-    ConfigCheck both =
-        CheckDestinationConfig(DestinationKind::Webhook,
-                               R"({"url": "http://h/", "compaction": "key", "ordering": "key"})");
+    ConfigCheck both = CheckDestinationConfig(
+        kWebhookKind, R"({"url": "http://h/", "compaction": "key", "ordering": "key"})");
     ASSERT_TRUE(both.ok()) << JoinProblems(both);
     EXPECT_EQ(both.config.compaction, Compaction::Key);
     EXPECT_EQ(both.config.ordering, Ordering::Key);

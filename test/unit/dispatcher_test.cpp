@@ -1,6 +1,8 @@
 // The dispatcher's pure logic, driven the way the worker drives it (PlanClaims, Submit, Poll,
 // StopAll, ReleaseAll) against a scripted in-memory driver: every test asserts what the worker's
 // write-back would do with the rows. Time is passed in explicitly; nothing sleeps.
+#include "outbox/brokers/kafka/kind.hpp"
+#include "outbox/brokers/webhook/kind.hpp"
 #include "outbox/dispatcher.hpp"
 
 #include <gtest/gtest.h>
@@ -103,14 +105,15 @@ class ScriptedDriver : public Driver {
     std::vector<Outcome> pending_;
 };
 
+// What each scripted driver keeps in flight (a webhook's default "max_in_flight").
+constexpr size_t kSinkInFlight = 32;
+
 DestinationSpec Spec(const std::string &name, Ordering ordering = Ordering::None,
                      bool paused = false) {
     DestinationSpec spec;
     spec.name = name;
     spec.paused = paused;
-    spec.config.kind = DestinationKind::Webhook;
-    spec.config.webhook.url = "http://sink.invalid/hook";
-    spec.config.webhook.max_in_flight = 32;
+    spec.config.kind = &kWebhookKind;
     spec.config.ordering = ordering;
     spec.config_json = std::string("{\"url\": \"http://sink.invalid/hook\", \"ordering\": \"") +
                        (ordering == Ordering::Key ? "key" : "none") + "\"}";
@@ -136,9 +139,8 @@ class DispatcherTest : public ::testing::Test {
         : dispatcher_(
               [this](const DestinationSpec &spec, std::string *) -> std::unique_ptr<Driver> {
                   ++builds_[spec.name];
-                  auto driver = std::make_unique<ScriptedDriver>(
-                      static_cast<size_t>(spec.config.webhook.max_in_flight),
-                      &destroyed_[spec.name]);
+                  auto driver =
+                      std::make_unique<ScriptedDriver>(kSinkInFlight, &destroyed_[spec.name]);
                   drivers_[spec.name] = driver.get();
                   return driver;
               },
@@ -422,7 +424,7 @@ TEST_F(DispatcherTest, DeadBuriesAsRejected) {
 TEST_F(DispatcherTest, DeferOfANonSuperusersBrokerHidesWhatAnswered) {
     auto Broker = [](const std::string &name, bool by_superuser) {
         DestinationSpec spec = Spec(name);
-        spec.config.kind = DestinationKind::Kafka;
+        spec.config.kind = &kKafkaKind;
         spec.config_json = "{\"topic\": \"" + name + "\"}";
         spec.config_by_superuser = by_superuser;
         return spec;
@@ -958,7 +960,7 @@ TEST_F(DispatcherTest, RowClaimedAgainWhileInFlightIsNotSentTwice) {
 // check addresses with it), other drivers are kept.
 TEST_F(DispatcherTest, AllowedNetworksRebuildWebhookDriversOnly) {
     DestinationSpec kafka = Spec("stream");
-    kafka.config.kind = DestinationKind::Kafka;
+    kafka.config.kind = &kKafkaKind;
     dispatcher_.SetDestinations(Specs({Spec("hooks"), kafka}));
     dispatcher_.PlanClaims(kT0);
     EXPECT_EQ(builds_["hooks"], 1);

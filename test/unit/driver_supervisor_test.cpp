@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "outbox/ipc/protocol.hpp"
+#include "outbox/brokers/config_service.hpp"
 #include "outbox/brokers/kafka/driver.hpp"
 
 namespace outbox {
@@ -195,20 +196,26 @@ class DriverSupervisorTest : public ::testing::Test {
         return o;
     }
 
-    KafkaDriverOptions Kafka() const {
-        KafkaDriverOptions k;
-        k.config.properties = {{"bootstrap.servers", bootstrap_}};
-        k.config.default_topic = "t";
-        k.client_id = "outbox-test";
-        k.source = "/outbox/test";
-        k.lease_timeout_ms = 30000;
-        k.max_in_flight = 1000;
-        return k;
+    // A kafka destination's config as stored (`extra`: more keys, each with a leading comma).
+    std::string KafkaJson(const std::string &extra = "") const {
+        return "{\"bootstrap.servers\": \"" + bootstrap_ + "\", \"topic\": \"t\"" + extra + "}";
     }
+    DriverContext Context() const {
+        DriverContext c;
+        c.destination = "orders";
+        c.client_name = "outbox-test";
+        c.source = "/outbox/test";
+        c.lease_timeout_ms = 30000;
+        c.default_in_flight = 1000;
+        c.config_by_superuser = true;
+        return c;
+    }
+    // The Open options of that destination.
+    std::string Kafka() const { return protocol::EncodeOpenOptions(KafkaJson(), Context()); }
 
     std::unique_ptr<Driver> OpenKafka(DriverProcess &p, std::string *error = nullptr) {
         std::string e;
-        auto d = p.Open("kafka", "orders", protocol::EncodeOptions(Kafka()), &e);
+        auto d = p.Open("kafka", "orders", Kafka(), &e);
         EXPECT_NE(d, nullptr) << e;
         if (error)
             *error = e;
@@ -362,13 +369,13 @@ TEST_F(DriverSupervisorTest, ATopicCreatedAfterARejectionIsUsedAtOnce) {
     // The mock cluster creates a topic when asked about it; this one answers "unknown" until
     // its error is cleared, as a broker does for a topic created later.
     rd_kafka_mock_topic_set_error(mock_, "late", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
-    KafkaDriverOptions k = Kafka();
+    DriverContext c = Context();
     // "Unknown topic" is reported 2-3 s after the first produce (topic.metadata.propagation.max.ms
     // is half of message.timeout.ms, and librdkafka looks once a second), not after 7.5 s.
-    k.lease_timeout_ms = 8000;
+    c.lease_timeout_ms = 8000;
     DriverProcess p(Options());
     std::string error;
-    auto d = p.Open("kafka", "orders", protocol::EncodeOptions(k), &error);
+    auto d = p.Open("kafka", "orders", protocol::EncodeOpenOptions(KafkaJson(), c), &error);
     ASSERT_NE(d, nullptr) << error;
     auto late = [](int64_t id) {
         Message m = Msg(id);
@@ -396,13 +403,14 @@ TEST_F(DriverSupervisorTest, ATopicCreatedAfterARejectionIsUsedAtOnce) {
 
 TEST_F(DriverSupervisorTest, ARefusedConfigIsReportedAsInProcess) {
     DriverProcess p(Options());
-    KafkaDriverOptions k = Kafka();
-    k.config.properties.emplace_back("no.such.property", "1");
+    // The helper checks the config first, as the worker did before it: the same words.
+    std::string json = KafkaJson(", \"no.such.property\": 1");
     std::string remote, local;
-    EXPECT_EQ(p.Open("kafka", "orders", protocol::EncodeOptions(k), &remote), nullptr);
-    EXPECT_EQ(MakeKafkaDriver(k, &local), nullptr);
+    EXPECT_EQ(p.Open("kafka", "orders", protocol::EncodeOpenOptions(json, Context()), &remote),
+              nullptr);
+    EXPECT_EQ(OpenDriver("kafka", json, Context(), &local), nullptr);
     EXPECT_EQ(remote, local);
-    EXPECT_NE(remote.find("librdkafka refused \"no.such.property\""), std::string::npos) << remote;
+    EXPECT_EQ(remote, "invalid config: unknown librdkafka property \"no.such.property\"");
     std::string error;
     EXPECT_EQ(p.Open("smtp", "n", "", &error), nullptr);
     EXPECT_EQ(error, "this outbox-driver has no driver of kind \"smtp\"");
@@ -414,7 +422,7 @@ TEST_F(DriverSupervisorTest, AMissingHelperIsAnErrorNotACrash) {
     o.program = "/nonexistent/outbox-driver";
     DriverProcess p(o);
     std::string error;
-    EXPECT_EQ(p.Open("kafka", "orders", protocol::EncodeOptions(Kafka()), &error), nullptr);
+    EXPECT_EQ(p.Open("kafka", "orders", Kafka(), &error), nullptr);
     EXPECT_EQ(error,
               "could not start the driver process /nonexistent/outbox-driver: No such file or "
               "directory");
@@ -642,7 +650,7 @@ TEST_F(DriverSupervisorTest, AbandonBringsEverythingBackAsDeferred) {
 TEST_F(DriverSupervisorTest, AnswersSentBeforeTheEndAreKept) {
     DriverProcess p(FakeOptions(Options(), "answer-one-then-exit"));
     std::string error;
-    auto d = p.Open("kafka", "orders", protocol::EncodeOptions(Kafka()), &error);
+    auto d = p.Open("kafka", "orders", Kafka(), &error);
     ASSERT_NE(d, nullptr) << error;
     ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() > 0; }));
     d->Submit(Batch(1, 3));
@@ -668,7 +676,7 @@ TEST_F(DriverSupervisorTest, AMisbehavingHelperIsKilledAndTheWorkerCarriesOn) {
         log_.clear();
         DriverProcess p(FakeOptions(Options(), scenario));
         std::string error;
-        auto d = p.Open("kafka", "orders", protocol::EncodeOptions(Kafka()), &error);
+        auto d = p.Open("kafka", "orders", Kafka(), &error);
         ASSERT_NE(d, nullptr) << error;
         ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() > 0; }));
         pid_t pid = p.pid();
@@ -687,7 +695,7 @@ TEST_F(DriverSupervisorTest, AMisbehavingHelperIsKilledAndTheWorkerCarriesOn) {
         log_.clear();
         DriverProcess p(FakeOptions(Options(), scenario));
         std::string error;
-        auto d = p.Open("kafka", "orders", protocol::EncodeOptions(Kafka()), &error);
+        auto d = p.Open("kafka", "orders", Kafka(), &error);
         ASSERT_NE(d, nullptr);
         EXPECT_TRUE(Pump(
             p, d.get(), [&] { return !log_.empty(); }, 5000));

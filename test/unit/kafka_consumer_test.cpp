@@ -24,6 +24,7 @@
 
 #include "outbox/consumer.hpp"
 #include "outbox/ipc/supervisor.hpp"
+#include "outbox/brokers/config_service.hpp"
 #include "outbox/brokers/kafka/consumer.hpp"
 
 namespace outbox {
@@ -160,14 +161,27 @@ class KafkaConsumerTest : public ::testing::Test {
         return o;
     }
 
-    KafkaConsumerOptions Consumer(std::vector<std::string> topics = {"a", "b"}) const {
-        KafkaConsumerOptions k;
-        k.name = "orders-in";
-        k.topics = std::move(topics);
-        k.properties = {{"bootstrap.servers", bootstrap_}};
-        k.client_id = "outbox-inbox-test-orders-in";
-        k.metadata_interval_ms = 200;
-        return k;
+    // A subscription's config as stored, and what the worker tells its consumer besides.
+    struct ConsumerSpec {
+        std::string config;
+        ConsumerContext context;
+    };
+    ConsumerSpec Consumer(std::vector<std::string> topics = {"a", "b"},
+                          const std::string &extra = "") const {
+        ConsumerSpec c;
+        std::string list;
+        for (const std::string &t : topics)
+            list += (list.empty() ? "\"" : ", \"") + t + "\"";
+        c.config = "{\"bootstrap.servers\": \"" + bootstrap_ + "\", \"topics\": [" + list + "]" +
+                   extra + "}";
+        c.context.subscription = "orders-in";
+        c.context.client_id = "outbox-inbox-test-orders-in";
+        c.context.metadata_interval_ms = 200;
+        return c;
+    }
+    static std::unique_ptr<RemoteConsumer> Open(DriverProcess &p, const std::string &name,
+                                                const ConsumerSpec &c, std::string *error) {
+        return p.OpenConsumer("kafka", name, c.config, c.context, error);
     }
 
     // Every partition from `offset` (or from offsets[partition] when given).
@@ -262,7 +276,7 @@ class KafkaConsumerTest : public ::testing::Test {
 TEST_F(KafkaConsumerTest, EveryRecordOnceInOrderWithItsFieldsAndThePartitions) {
     DriverProcess p(Options());
     std::string error;
-    auto c = p.OpenConsumer("orders-in", Consumer({"b", "nope", "a"}), &error);
+    auto c = Open(p, "orders-in", Consumer({"b", "nope", "a"}), &error);
     ASSERT_NE(c, nullptr) << error;
     EXPECT_EQ(c->Error(), "");
     EXPECT_EQ(c->Epoch(), 0u);
@@ -301,9 +315,9 @@ TEST_F(KafkaConsumerTest, EveryRecordOnceInOrderWithItsFieldsAndThePartitions) {
 TEST_F(KafkaConsumerTest, AssignFromTheMiddleAndAgainDuringConsumption) {
     DriverProcess p(Options());
     std::string error;
-    KafkaConsumerOptions o = Consumer();
-    o.window_records = 40;  // so that much is still in transit when the assignment changes
-    auto c = p.OpenConsumer("orders-in", o, &error);
+    ConsumerSpec o = Consumer();
+    o.context.window_records = 40;  // so that much is still in transit when the assignment changes
+    auto c = Open(p, "orders-in", o, &error);
     ASSERT_NE(c, nullptr) << error;
     c->Assign(All(30));
     ASSERT_TRUE(TakeUntil(p, *c, 60, 7)) << log_;
@@ -340,9 +354,9 @@ TEST_F(KafkaConsumerTest, AssignFromTheMiddleAndAgainDuringConsumption) {
 TEST_F(KafkaConsumerTest, TheWindowBoundsWhatWaitsForTheWorker) {
     DriverProcess p(Options());
     std::string error;
-    KafkaConsumerOptions o = Consumer();
-    o.window_records = 100;
-    auto c = p.OpenConsumer("orders-in", o, &error);
+    ConsumerSpec o = Consumer();
+    o.context.window_records = 100;
+    auto c = Open(p, "orders-in", o, &error);
     ASSERT_NE(c, nullptr) << error;
     c->Assign(All(0));
     size_t most = 0;
@@ -366,9 +380,9 @@ TEST_F(KafkaConsumerTest, TheWindowBoundsWhatWaitsForTheWorker) {
 
     // In bytes: at most window_bytes and one record more.
     got_.clear();
-    KafkaConsumerOptions b = Consumer();
-    b.window_bytes = 2000;
-    auto d = p.OpenConsumer("bytes-in", b, &error);
+    ConsumerSpec b = Consumer();
+    b.context.window_bytes = 2000;
+    auto d = Open(p, "bytes-in", b, &error);
     ASSERT_NE(d, nullptr) << error;
     d->Assign(All(0));
     size_t most_bytes = 0;
@@ -393,7 +407,7 @@ TEST_F(KafkaConsumerTest, TheWindowBoundsWhatWaitsForTheWorker) {
 TEST_F(KafkaConsumerTest, AKilledHelperIsANewEpochAndTheWorkerGoesOnFromItsOffsets) {
     DriverProcess p(Options());
     std::string error;
-    auto c = p.OpenConsumer("orders-in", Consumer(), &error);
+    auto c = Open(p, "orders-in", Consumer(), &error);
     ASSERT_NE(c, nullptr) << error;
     c->Assign(All(0));
     ASSERT_TRUE(TakeUntil(p, *c, kRecords / 2, 50)) << log_;
@@ -429,7 +443,7 @@ TEST_F(KafkaConsumerTest, AHungHelperIsFoundWhileOnlyAConsumerIsOpen) {
     o.answer_timeout_ms = 1000;
     DriverProcess p(o);
     std::string error;
-    auto c = p.OpenConsumer("orders-in", Consumer(), &error);
+    auto c = Open(p, "orders-in", Consumer(), &error);
     ASSERT_NE(c, nullptr) << error;
     ASSERT_TRUE(Pump(p, [&] { return c->State().known; })) << log_;
     // A quiet consumer is not a hung helper.
@@ -454,7 +468,7 @@ TEST_F(KafkaConsumerTest, AHungHelperIsFoundWhileOnlyAConsumerIsOpen) {
 TEST_F(KafkaConsumerTest, AHeldHelperReadsNothing) {
     DriverProcess p(Options());
     std::string error;
-    auto c = p.OpenConsumer("orders-in", Consumer(), &error);
+    auto c = Open(p, "orders-in", Consumer(), &error);
     ASSERT_NE(c, nullptr) << error;
     p.Freeze(true);
     c->Assign(All(0));
@@ -469,22 +483,21 @@ TEST_F(KafkaConsumerTest, AHeldHelperReadsNothing) {
 
 TEST_F(KafkaConsumerTest, ARefusedConfigIsReportedAsInProcess) {
     DriverProcess p(Options());
-    KafkaConsumerOptions o = Consumer();
-    o.properties.emplace_back("no.such.property", "1");
+    // The helper checks the config first, as the worker did before it.
+    ConsumerSpec o = Consumer({"a", "b"}, ", \"no.such.property\": 1");
     std::string remote, local;
-    EXPECT_EQ(p.OpenConsumer("orders-in", o, &remote), nullptr);
-    EXPECT_EQ(MakeKafkaConsumer(o, &local), nullptr);
+    EXPECT_EQ(Open(p, "orders-in", o, &remote), nullptr);
+    EXPECT_EQ(OpenConsumer("kafka", o.config, o.context, &local), nullptr);
     EXPECT_EQ(remote, local);
-    EXPECT_NE(remote.find("librdkafka refused \"no.such.property\": No such configuration "
-                          "property"),
-              std::string::npos)
-        << remote;
+    EXPECT_EQ(remote, "the config is not valid: unknown librdkafka property \"no.such.property\"");
     std::string bad;
     o = Consumer({});
-    EXPECT_EQ(p.OpenConsumer("orders-in", o, &bad), nullptr);
-    EXPECT_EQ(bad, "a Kafka consumer needs at least one topic");
+    EXPECT_EQ(Open(p, "orders-in", o, &bad), nullptr);
+    EXPECT_EQ(bad,
+              "the config is not valid: \"topics\" must be a non-empty array of Kafka topic "
+              "names, such as [\"orders\"]");
     EXPECT_TRUE(p.Running()) << "a refused consumer does not end the helper";
-    auto c = p.OpenConsumer("orders-in", Consumer(), &bad);
+    auto c = Open(p, "orders-in", Consumer(), &bad);
     EXPECT_NE(c, nullptr) << bad;
 }
 

@@ -1,6 +1,8 @@
 // Subscription configs (the inbox): what create_subscription accepts and what the worker runs
 // with.
 #include "outbox/subscription_config.hpp"
+#include "outbox/brokers/kafka/config.hpp"
+#include "outbox/brokers/registry.hpp"
 
 #include <gtest/gtest.h>
 
@@ -29,8 +31,7 @@ std::string All(const SubscriptionCheck &check) {
 }
 
 TEST(SubscriptionConfig, ParsesEverySetting) {
-    SubscriptionCheck check = CheckSubscriptionConfig(
-        SubscriptionKind::Kafka,
+    SubscriptionCheck check = CheckKafkaSubscription(
         R"({"bootstrap.servers": "127.0.0.1:9092", "topics": ["a", "b.c"], "on_error": "block",
             "event_id_header": "x-id", "batch_size": 42, "start": "latest",
             "handler_timeout": "1.5s", "fetch.wait.max.ms": 10, "group.id": "g"})");
@@ -48,8 +49,8 @@ TEST(SubscriptionConfig, ParsesEverySetting) {
 }
 
 TEST(SubscriptionConfig, Defaults) {
-    SubscriptionCheck check = CheckSubscriptionConfig(
-        SubscriptionKind::Kafka, R"({"bootstrap.servers": "b:9092", "topics": ["t"]})");
+    SubscriptionCheck check =
+        CheckKafkaSubscription(R"({"bootstrap.servers": "b:9092", "topics": ["t"]})");
     ASSERT_TRUE(check.ok()) << All(check);
     EXPECT_EQ(check.config.on_error, OnError::Skip);
     EXPECT_EQ(check.config.batch_size, kDefaultInboxBatch);
@@ -60,10 +61,9 @@ TEST(SubscriptionConfig, Defaults) {
 
 TEST(SubscriptionConfig, HandlerTimeout) {
     auto timeout = [](const std::string &value) {
-        SubscriptionCheck check = CheckSubscriptionConfig(
-            SubscriptionKind::Kafka,
+        SubscriptionCheck check = CheckKafkaSubscription(
             R"({"bootstrap.servers": "b:9092", "topics": ["t"], "handler_timeout": )" + value +
-                "}");
+            "}");
         return check.ok() ? check.config.handler_timeout_ms : -2;
     };
     EXPECT_EQ(timeout("0"), 0);  // no limit
@@ -72,8 +72,7 @@ TEST(SubscriptionConfig, HandlerTimeout) {
     EXPECT_EQ(timeout("\"24h\""), kMaxHandlerTimeoutMs);
     for (const char *bad : {"-1", "\"25h\"", "\"soon\"", "1.5", "true", "null", "86400001"})
         EXPECT_EQ(timeout(bad), -2) << bad;
-    SubscriptionCheck check = CheckSubscriptionConfig(
-        SubscriptionKind::Kafka,
+    SubscriptionCheck check = CheckKafkaSubscription(
         R"({"bootstrap.servers": "b:9092", "topics": ["t"], "handler_timeout": "x"})");
     EXPECT_TRUE(HasProblem(check,
                            "\"handler_timeout\" must be a duration from 0 (no limit) to 24h: "
@@ -82,8 +81,7 @@ TEST(SubscriptionConfig, HandlerTimeout) {
 }
 
 TEST(SubscriptionConfig, EveryProblemAtOnce) {
-    SubscriptionCheck check = CheckSubscriptionConfig(
-        SubscriptionKind::Kafka,
+    SubscriptionCheck check = CheckKafkaSubscription(
         R"({"topics": ["ok", "no spaces", "ok"], "on_error": "retry", "batch_size": 10001,
             "no.such.property": 1, "enable.auto.commit": false, "topic": "t", "ordering": "key"})");
     EXPECT_TRUE(HasProblem(check, "\"bootstrap.servers\" is required for a kafka subscription"))
@@ -111,8 +109,7 @@ TEST(SubscriptionConfig, EveryProblemAtOnce) {
 }
 
 TEST(SubscriptionConfig, NeverQuotesASecret) {
-    SubscriptionCheck check = CheckSubscriptionConfig(
-        SubscriptionKind::Kafka,
+    SubscriptionCheck check = CheckKafkaSubscription(
         R"({"bootstrap.servers": "b:9092", "topics": ["t"], "sasl.password": {"v": "hunter2"},
             "ssl.key.password": "hunter3", "sasl.mechanisms": "hunter4"})");
     EXPECT_FALSE(check.ok());
@@ -121,8 +118,7 @@ TEST(SubscriptionConfig, NeverQuotesASecret) {
 }
 
 TEST(SubscriptionConfig, ReportsPrivilegedSettings) {
-    SubscriptionCheck check = CheckSubscriptionConfig(
-        SubscriptionKind::Kafka,
+    SubscriptionCheck check = CheckKafkaSubscription(
         R"({"bootstrap.servers": "b:9092", "topics": ["t"], "ssl.ca.location": "/x/ca.pem",
             "sasl.kerberos.kinit.cmd": "kinit"})");
     ASSERT_EQ(check.privileged.size(), 2u) << All(check);
@@ -132,15 +128,18 @@ TEST(SubscriptionConfig, ReportsPrivilegedSettings) {
 
 TEST(SubscriptionConfig, NotAnObject) {
     for (const char *text : {"[1]", "\"x\"", "{", ""}) {
-        SubscriptionCheck check = CheckSubscriptionConfig(SubscriptionKind::Kafka, text);
+        SubscriptionCheck check = CheckKafkaSubscription(text);
         EXPECT_TRUE(HasProblem(check, "the config must be a JSON object")) << text;
     }
 }
 
 TEST(SubscriptionConfig, Kinds) {
-    EXPECT_EQ(ParseSubscriptionKind("kafka"), SubscriptionKind::Kafka);
-    EXPECT_FALSE(ParseSubscriptionKind("webhook"));
-    EXPECT_FALSE(ParseSubscriptionKind("Kafka"));
+    // Kinds with subscriptions are those whose row reads them (broker_kind.hpp).
+    ASSERT_NE(FindBrokerKind("kafka"), nullptr);
+    EXPECT_NE(FindBrokerKind("kafka")->read_subscription, nullptr);
+    EXPECT_EQ(FindBrokerKind("webhook")->read_subscription, nullptr);
+    EXPECT_EQ(FindBrokerKind("Kafka"), nullptr);
+    EXPECT_EQ(BrokerKindList(/*subscriptions=*/true), "\"kafka\"");
 }
 
 }  // namespace

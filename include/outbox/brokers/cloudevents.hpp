@@ -7,11 +7,24 @@
 #include <string>
 #include <string_view>
 
-#include "outbox/config.hpp"
+#include <vector>
+
+#include "outbox/broker_kind.hpp"
 #include "outbox/headers.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox {
+
+// CloudEvents content mode of a destination ("cloudevents"; kafka and webhook).
+enum class CloudEventsMode {
+    Binary,      // the payload as the value/body, the attributes as headers (the default)
+    Structured,  // the whole event as one application/cloudevents+json document
+};
+
+// The "cloudevents" setting of a kind's config check: "binary" or "structured", into *mode, or
+// the problem.
+void CheckCloudEventsKey(const JsonObject &value, CloudEventsMode *mode,
+                         std::vector<std::string> *problems);
 
 // "2026-11-29T18:03:04.123Z" for a unix time in milliseconds (CloudEvents time).
 std::string FormatRfc3339Ms(int64_t unix_ms);

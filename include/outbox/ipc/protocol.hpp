@@ -23,18 +23,19 @@
 #include <variant>
 #include <vector>
 
+#include "outbox/broker_kind.hpp"
+#include "outbox/config_query.hpp"
 #include "outbox/consumer.hpp"
-#include "outbox/brokers/amqp/driver.hpp"
-#include "outbox/brokers/kafka/driver.hpp"
-#include "outbox/brokers/nats/driver.hpp"
-#include "outbox/brokers/webhook/driver.hpp"
+#include "outbox/frame_limits.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox::protocol {
 
 // Bumped on any change of the frames; the helper says its version first (Hello) and a worker
 // that finds another one does not use it (the module and the helper are installed together).
-constexpr uint32_t kVersion = 3;  // 3: the Kafka consumer (Assign, Credit, Records, ConsumerState)
+// 3: the Kafka consumer (Assign, Credit, Records, ConsumerState); 4: Open carries the config
+// (the helper checks it), Check and Checked.
+constexpr uint32_t kVersion = 4;
 
 // How outbox-driver exits other than 0 (its worker's end closed) or by a signal; the supervisor
 // names the cause in its log line.
@@ -42,22 +43,6 @@ constexpr int kExitProtocol = 2;     // a malformed frame from the worker
 constexpr int kExitOutOfMemory = 3;  // an allocation failed (outbox.driver_memory_limit)
 constexpr int kExitStartup = 4;      // it could not set itself up
 constexpr int kExitError = 5;        // any other error
-
-constexpr size_t kHeaderBytes = 5;
-// The largest frame the helper accepts: a claim of one message of outbox.max_payload_bytes's
-// maximum (1 GB) plus its other columns. Submit batches are split far below this.
-constexpr size_t kMaxToHelperFrame = (size_t(1) << 30) + (size_t(16) << 20);
-// The largest frame the worker accepts: outcomes and log lines only (texts are cut at
-// kMaxTextBytes, batches at kSplitBytes), so anything near this is a broken or hostile helper.
-constexpr size_t kMaxToWorkerFrame = size_t(16) << 20;
-// Encoders start a new frame once the current one holds this much.
-constexpr size_t kSplitBytes = size_t(4) << 20;
-// Error texts and log lines are cut to this many bytes by the helper.
-constexpr size_t kMaxTextBytes = 4096;
-// The largest consumed record the helper sends (its encoded size, see RecordFits): a Records
-// frame of one such record stays within kMaxToWorkerFrame. A larger record stops its partition
-// with an error in ConsumerState (nothing is skipped).
-constexpr size_t kMaxRecordBytes = kMaxToWorkerFrame - (size_t(64) << 10);
 
 enum class FrameType : uint8_t {
     // worker -> helper
@@ -70,6 +55,7 @@ enum class FrameType : uint8_t {
     Ping = 7,
     Assign = 8,  // a consumer's whole assignment (replaces the previous one)
     Credit = 9,  // the worker took records of a consumer: its window opens by that much
+    Check = 10,  // a definition-time check (outbox-driver --check only)
     // helper -> worker
     Hello = 64,     // first frame: protocol version and pid
     Opened = 65,    // the answer to Open
@@ -78,6 +64,7 @@ enum class FrameType : uint8_t {
     Pong = 68,
     Records = 69,        // records read by a consumer
     ConsumerState = 70,  // a consumer's metadata, watermarks and last error
+    Checked = 71,        // the answer to Check
 };
 
 using Settings = std::vector<std::pair<std::string, std::string>>;
@@ -89,9 +76,9 @@ struct ConfigureFrame {
 // closed or replaced driver are recognised and dropped.
 struct OpenFrame {
     uint64_t handle = 0;
-    std::string kind;     // "kafka", "webhook", "amqp", "nats"
+    std::string kind;     // a broker kind's name; "<kind>-consumer" for a subscription's consumer
     std::string name;     // the destination, for the helper's own log lines
-    std::string options;  // EncodeOptions of the kind's options struct
+    std::string options;  // EncodeOpenOptions: the config, checked by the helper, and the context
 };
 struct CloseFrame {
     uint64_t handle = 0;
@@ -163,10 +150,18 @@ struct ConsumerStateFrame {
     ConsumerState state;
 };
 
-using Frame =
-    std::variant<ConfigureFrame, OpenFrame, CloseFrame, SubmitFrame, AbandonFrame, SetProbingFrame,
-                 PingFrame, HelloFrame, OpenedFrame, OutcomesFrame, LogFrame, PongFrame,
-                 AssignFrame, CreditFrame, RecordsFrame, ConsumerStateFrame>;
+// outbox-driver --check: one Check from the module, one Checked back (config_query.hpp).
+struct CheckFrame {
+    ConfigQuery query;
+};
+struct CheckedFrame {
+    ConfigAnswer answer;
+};
+
+using Frame = std::variant<ConfigureFrame, OpenFrame, CloseFrame, SubmitFrame, AbandonFrame,
+                           SetProbingFrame, PingFrame, HelloFrame, OpenedFrame, OutcomesFrame,
+                           LogFrame, PongFrame, AssignFrame, CreditFrame, RecordsFrame,
+                           ConsumerStateFrame, CheckFrame, CheckedFrame>;
 
 // Encoders append one complete frame to *out.
 void Encode(const ConfigureFrame &f, std::string *out);
@@ -183,6 +178,8 @@ void Encode(const AssignFrame &f, std::string *out);
 void Encode(const CreditFrame &f, std::string *out);
 // The state's error is cut at kMaxTextBytes.
 void Encode(const ConsumerStateFrame &f, std::string *out);
+void Encode(const CheckFrame &f, std::string *out);
+void Encode(const CheckedFrame &f, std::string *out);
 // Submit and Outcomes batches: one frame per kSplitBytes of content (so a large batch is
 // several frames; a single message larger than that is a frame of its own). Outcomes frames
 // repeat the state; error texts are cut at kMaxTextBytes.
@@ -191,11 +188,9 @@ void EncodeSubmit(uint64_t handle, const Message *messages, size_t count, std::s
 void EncodeOutcomes(uint64_t handle, const std::vector<Outcome> &outcomes, const DriverState &state,
                     std::string *out);
 // Records frames, split like Submit (nothing is written for no records). Every record must
-// pass RecordFits.
+// pass RecordFits (frame_limits.hpp).
 void EncodeRecords(uint64_t handle, uint64_t generation, const std::vector<ConsumedRecord> &records,
                    std::string *out);
-// Whether `record` can travel to the worker (its encoded size is at most kMaxRecordBytes).
-bool RecordFits(const ConsumedRecord &record);
 
 // Accumulates bytes read from the socket and cuts them into frames.
 class FrameReader {
@@ -227,123 +222,45 @@ class FrameReader {
 bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *error);
 
 // ---------------------------------------------------------------------------------------------
-// Driver options, field by field. Each field is encoded with its name and a type tag, in the
-// order of the visitor below, and decoding checks both: a module and a helper built from
-// different sources refuse each other's options instead of misreading them. A field added to
-// KafkaDriverOptions / WebhookDriverOptions / AmqpDriverOptions / NatsDriverOptions needs one line
-// in its visitor (the static_asserts in driver_protocol.cpp notice a new field that was not added).
-// KafkaConsumerOptions (the consumer, not a driver) is sent the same way.
-// Supported field types: std::string, bool, int, int64_t, size_t, std::vector<std::string>,
-// Headers, CloudEventsMode.
+// Open options: the config as stored (the helper checks it with the kind's own check, the one
+// create_destination ran, and builds the driver from what it parsed) and what the worker tells
+// the driver besides (broker_kind.hpp: DriverContext, ConsumerContext). The context is encoded
+// field by field with each field's name and a type tag, in the order of the visitors below, and
+// decoding checks both: a module and a helper built from different sources refuse each other's
+// options instead of misreading them. A field added to a context needs one line in its visitor
+// (the static_asserts in options.cpp notice a new field that was not added).
 // ---------------------------------------------------------------------------------------------
 
-template <typename Options, typename V>
-void VisitKafkaOptions(Options &o, V &&v) {
-    v("config.default_topic", o.config.default_topic);
-    v("config.max_in_flight", o.config.max_in_flight);
-    v("config.cloudevents", o.config.cloudevents);
-    v("config.properties", o.config.properties);
-    v("client_id", o.client_id);
-    v("source", o.source);
-    v("lease_timeout_ms", o.lease_timeout_ms);
-    v("max_in_flight", o.max_in_flight);
-    v("address_rule.guarded", o.address_rule.guarded);
-    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
+template <typename Context, typename V>
+void VisitDriverContext(Context &c, V &&v) {
+    v("destination", c.destination);
+    v("source", c.source);
+    v("client_name", c.client_name);
+    v("lease_timeout_ms", c.lease_timeout_ms);
+    v("default_in_flight", c.default_in_flight);
+    v("answer_timeout_ms", c.answer_timeout_ms);
+    v("config_by_superuser", c.config_by_superuser);
+    v("address_rule.guarded", c.address_rule.guarded);
+    v("address_rule.allowed_networks", c.address_rule.allowed_networks);
+    v("webhook_allowed_networks", c.webhook_allowed_networks);
 }
 
-template <typename Options, typename V>
-void VisitWebhookOptions(Options &o, V &&v) {
-    v("config.url", o.config.url);
-    v("config.secret_keys", o.config.secret_keys);
-    v("config.signing_keys", o.config.signing_keys);
-    v("config.headers", o.config.headers);
-    v("config.timeout_ms", o.config.timeout_ms);
-    v("config.timeout_set", o.config.timeout_set);
-    v("config.max_in_flight", o.config.max_in_flight);
-    v("config.ca_file", o.config.ca_file);
-    v("config.tls_verify", o.config.tls_verify);
-    v("config.default_topic", o.config.default_topic);
-    v("config.cloudevents", o.config.cloudevents);
-    v("destination", o.destination);
-    v("source", o.source);
-    v("lease_timeout_ms", o.lease_timeout_ms);
-    v("allowed_networks", o.allowed_networks);
-    v("show_response_body", o.show_response_body);
+template <typename Context, typename V>
+void VisitConsumerContext(Context &c, V &&v) {
+    v("subscription", c.subscription);
+    v("client_id", c.client_id);
+    v("metadata_interval_ms", c.metadata_interval_ms);
+    v("window_records", c.window_records);
+    v("window_bytes", c.window_bytes);
+    v("address_rule.guarded", c.address_rule.guarded);
+    v("address_rule.allowed_networks", c.address_rule.allowed_networks);
 }
 
-template <typename Options, typename V>
-void VisitAmqpOptions(Options &o, V &&v) {
-    v("config.url", o.config.url);
-    v("config.exchange", o.config.exchange);
-    v("config.routing_key", o.config.routing_key);
-    v("config.max_in_flight", o.config.max_in_flight);
-    v("config.heartbeat_s", o.config.heartbeat_s);
-    v("config.connect_timeout_ms", o.config.connect_timeout_ms);
-    v("config.ca_file", o.config.ca_file);
-    v("config.cert_file", o.config.cert_file);
-    v("config.key_file", o.config.key_file);
-    v("config.tls_verify", o.config.tls_verify);
-    v("destination", o.destination);
-    v("source", o.source);
-    v("client_name", o.client_name);
-    v("confirm_timeout_ms", o.confirm_timeout_ms);
-    v("max_in_flight", o.max_in_flight);
-    v("address_rule.guarded", o.address_rule.guarded);
-    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
-}
-
-template <typename Options, typename V>
-void VisitNatsOptions(Options &o, V &&v) {
-    v("config.servers", o.config.servers);
-    v("config.subject", o.config.subject);
-    v("config.user", o.config.user);
-    v("config.password", o.config.password);
-    v("config.token", o.config.token);
-    v("config.creds_file", o.config.creds_file);
-    v("config.nkey", o.config.nkey);
-    v("config.nkey_seed_file", o.config.nkey_seed_file);
-    v("config.ca_file", o.config.ca_file);
-    v("config.cert_file", o.config.cert_file);
-    v("config.key_file", o.config.key_file);
-    v("config.tls", o.config.tls);
-    v("config.tls_verify", o.config.tls_verify);
-    v("config.max_in_flight", o.config.max_in_flight);
-    v("config.ack_timeout_ms", o.config.ack_timeout_ms);
-    v("config.connect_timeout_ms", o.config.connect_timeout_ms);
-    v("destination", o.destination);
-    v("source", o.source);
-    v("client_name", o.client_name);
-    v("ack_timeout_ms", o.ack_timeout_ms);
-    v("max_in_flight", o.max_in_flight);
-    v("address_rule.guarded", o.address_rule.guarded);
-    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
-}
-
-template <typename Options, typename V>
-void VisitKafkaConsumerOptions(Options &o, V &&v) {
-    v("name", o.name);
-    v("topics", o.topics);
-    v("properties", o.properties);
-    v("client_id", o.client_id);
-    v("metadata_interval_ms", o.metadata_interval_ms);
-    v("window_records", o.window_records);
-    v("window_bytes", o.window_bytes);
-    v("address_rule.guarded", o.address_rule.guarded);
-    v("address_rule.allowed_networks", o.address_rule.allowed_networks);
-}
-
-std::string EncodeOptions(const KafkaDriverOptions &options);
-std::string EncodeOptions(const WebhookDriverOptions &options);
-std::string EncodeOptions(const AmqpDriverOptions &options);
-std::string EncodeOptions(const NatsDriverOptions &options);
-std::string EncodeOptions(const KafkaConsumerOptions &options);
-bool DecodeOptions(std::string_view bytes, KafkaDriverOptions *options, std::string *error);
-bool DecodeOptions(std::string_view bytes, WebhookDriverOptions *options, std::string *error);
-bool DecodeOptions(std::string_view bytes, AmqpDriverOptions *options, std::string *error);
-bool DecodeOptions(std::string_view bytes, NatsDriverOptions *options, std::string *error);
-bool DecodeOptions(std::string_view bytes, KafkaConsumerOptions *options, std::string *error);
-
-// `text` cut to at most `max_bytes`, never in the middle of a UTF-8 sequence.
-std::string CutText(std::string_view text, size_t max_bytes);
+std::string EncodeOpenOptions(const std::string &config, const DriverContext &context);
+std::string EncodeOpenOptions(const std::string &config, const ConsumerContext &context);
+bool DecodeOpenOptions(std::string_view bytes, std::string *config, DriverContext *context,
+                       std::string *error);
+bool DecodeOpenOptions(std::string_view bytes, std::string *config, ConsumerContext *context,
+                       std::string *error);
 
 }  // namespace outbox::protocol

@@ -110,10 +110,11 @@ class RemoteConsumer {
     friend class DriverProcess;
     enum class Link { Waiting, Opening, Ready, Failed };
 
-    RemoteConsumer(DriverProcess *process, uint64_t handle, std::string name, std::string options,
-                   size_t window_records, size_t window_bytes)
+    RemoteConsumer(DriverProcess *process, uint64_t handle, std::string kind, std::string name,
+                   std::string options, size_t window_records, size_t window_bytes)
         : process_(process),
           handle_(handle),
+          kind_(std::move(kind)),
           name_(std::move(name)),
           options_(std::move(options)),
           window_records_(window_records),
@@ -123,7 +124,7 @@ class RemoteConsumer {
 
     DriverProcess *process_;  // nullptr once the process object is gone
     uint64_t handle_;
-    std::string name_, options_;
+    std::string kind_, name_, options_;
     size_t window_records_, window_bytes_;
     Link link_ = Link::Waiting;
     std::string error_ = "not open yet";
@@ -145,17 +146,20 @@ class DriverProcess {
     DriverProcess(const DriverProcess &) = delete;
     DriverProcess &operator=(const DriverProcess &) = delete;
 
-    // A driver for destination `name` of `kind` ("kafka", "webhook") built in the helper from
-    // `options` (protocol::EncodeOptions). When the helper runs, waits for its answer, so that
+    // A driver for destination `name` of `kind` ("kafka", "webhook"...) built in the helper from
+    // `options` (protocol::EncodeOpenOptions: its config, which the helper checks first, and
+    // the DriverContext). When the helper runs, waits for its answer, so that
     // a refused config comes back here as nullptr with *error, as from an in-process factory;
     // while the helper is being restarted after a crash the driver opens once it is back.
     // nullptr with *error also when the helper cannot be started at all.
     std::unique_ptr<Driver> Open(const std::string &kind, const std::string &name,
                                  std::string options, std::string *error);
-    // A Kafka consumer for subscription `name`, built in the helper; like Open: waits for the
-    // helper's answer, nullptr with *error when it refuses the options or cannot be started.
-    std::unique_ptr<RemoteConsumer> OpenConsumer(const std::string &name,
-                                                 const KafkaConsumerOptions &options,
+    // A consumer for subscription `name` of `kind` with config `config` (checked by the helper
+    // first), built in the helper; like Open: waits for the helper's answer, nullptr with *error
+    // when it refuses the config or cannot be started.
+    std::unique_ptr<RemoteConsumer> OpenConsumer(const std::string &kind, const std::string &name,
+                                                 const std::string &config,
+                                                 const ConsumerContext &context,
                                                  std::string *error);
 
     // Reads everything the helper sent and routes it to the drivers; notices a death, restarts,

@@ -7,8 +7,13 @@
 #include <vector>
 
 #include "outbox/config.hpp"
+#include "outbox/config_query.hpp"
 
 namespace outbox::pg {
+
+// The definition-time check of a destination's or subscription's config, by the kind's own
+// check (config_check.cpp). Throws a PgError when it cannot be had.
+ConfigAnswer CheckConfig(const ConfigQuery &query);
 
 // Lines joined with newlines, for an errdetail.
 std::string JoinLines(const std::vector<std::string> &lines);

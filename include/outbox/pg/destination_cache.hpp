@@ -11,23 +11,25 @@ extern "C" {
 #include "postgres.h"
 }
 
+namespace outbox {
+struct BrokerKind;
+}
+
 namespace outbox::pg {
 
 struct CachedDestination {
     char name[NAMEDATALEN];
-    bool is_kafka;
-    bool is_amqp;
-    bool is_nats;
+    const BrokerKind *kind;  // nullptr: a kind this module does not know
     bool has_topic;
-    // Default topic, valid when has_topic: "topic" in the config (kafka, webhook),
-    // "routing_key" (amqp), "subject" (nats).
+    // Default topic, valid when has_topic: the config's BrokerKind::topic.default_key
+    // ("topic", "routing_key", "subject").
     char topic[256];
     bool ordered;  // "ordering": "key"
     // "cloudevents": "structured" (kafka, webhook): the payload travels inside a JSON event,
     // payload_bytes as base64.
     bool structured;
-    // Kafka: the largest message librdkafka sends ("message.max.bytes", librdkafka's default
-    // 1,000,000 when not set); 0 for kinds without such a limit.
+    // The largest message it sends (BrokerKind::message_limit: Kafka's "message.max.bytes",
+    // librdkafka's default 1,000,000 when not set); 0 for kinds without such a limit.
     int64 max_message_bytes;
     int64 max_pending;  // "max_pending": the cap on its queue; 0 = none
     // Policies (issue 26).
@@ -35,12 +37,6 @@ struct CachedDestination {
     bool compacting;  // "compaction": "key": a new message supersedes its key's older queued one
     bool paused;      // outbox.pause: a new message need not wake the workers (resume does)
 };
-
-// librdkafka's message.max.bytes default, and what a Kafka record takes besides the producer's
-// payload, key and headers: the relay's own headers (CloudEvents, traceparent) and the record's
-// framing, with room to spare.
-constexpr int64 kKafkaDefaultMaxMessageBytes = 1000000;
-constexpr int64 kKafkaRelayOverheadBytes = 1024;
 
 // The destination called name[0..len), or nullptr when there is none. May ereport(ERROR).
 const CachedDestination *LookupDestination(const char *name, int len);

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "outbox/config.hpp"
+#include "outbox/brokers/amqp/config.hpp"
 #include "outbox/driver.hpp"
 #include "outbox/network_policy.hpp"
 

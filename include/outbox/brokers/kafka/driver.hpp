@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "outbox/config.hpp"
+#include "outbox/brokers/kafka/config.hpp"
 #include "outbox/driver.hpp"
 #include "outbox/network_policy.hpp"
 

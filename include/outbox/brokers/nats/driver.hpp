@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "outbox/config.hpp"
+#include "outbox/brokers/nats/config.hpp"
 #include "outbox/driver.hpp"
 #include "outbox/network_policy.hpp"
 

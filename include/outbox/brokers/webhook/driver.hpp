@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "outbox/config.hpp"
+#include "outbox/brokers/webhook/config.hpp"
 #include "outbox/driver.hpp"
 
 namespace outbox {

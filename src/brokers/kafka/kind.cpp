@@ -1,7 +1,6 @@
-// Subscription config parsing and validation (see include/outbox/subscription_config.hpp). The
-// librdkafka properties go through the destinations' own check (config.cpp), so that the two
-// accept, refuse and hide the same things.
-#include "outbox/subscription_config.hpp"
+// The kafka kind's row (broker_kind.hpp) and what both processes need of it: the topic rule of
+// the producer's INSERT check, and the settings of a subscription the inbox worker reads itself.
+#include "outbox/brokers/kafka/kind.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -10,22 +9,32 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/brokers/kafka/config.hpp"
+#include "outbox/config_json.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/headers.hpp"
-#include "outbox/quote.hpp"
+#include "outbox/subscription_config.hpp"
 
 namespace outbox {
 
+const BrokerKind kKafkaKind = {
+    "kafka",
+    "Kafka",
+    "docs/destinations.md#kafka",
+    NetworkRule::Broker,
+    {"topic", "topic", true, IsValidKafkaTopic,
+     "A Kafka topic name is 1 to 249 characters of letters, digits, '.', '_' and '-'."},
+    // librdkafka's message.max.bytes default; the relay's own headers (CloudEvents,
+    // traceparent) and the record's framing, with room to spare.
+    {"message.max.bytes", 1000000, 1024, " (and max.message.bytes of the topic on the brokers)"},
+    /*tombstones=*/true,
+    ReadKafkaSubscription,
+    OUTBOX_DRIVER_SIDE(kKafkaDriverSide),
+};
+
 namespace {
 
-using Json = nlohmann::ordered_json;
-
-// Untrusted text in double quotes, as problems show it (quote.hpp).
-std::string Quote(std::string_view text) {
-    char buffer[kQuotedBufferSize];
-    QuoteText(text, buffer);
-    return buffer;
-}
+constexpr size_t kMaxKafkaTopicBytes = 249;
 
 // librdkafka properties that would make Kafka's group offsets, not the extension's table, say
 // where consumption stands; and what to use instead.
@@ -132,9 +141,26 @@ bool CheckOwnKey(const std::string &key, const Json &value, SubscriptionCheck *c
     return true;
 }
 
-void CheckKafkaSubscription(const Json &object, const CheckOptions &options,
-                            SubscriptionCheck *check) {
-    Json forwarded = Json::object();
+}  // namespace
+
+// A Kafka topic name as the broker accepts it (Kafka's Topic.validate).
+bool IsValidKafkaTopic(std::string_view topic) {
+    if (topic.empty() || topic.size() > kMaxKafkaTopicBytes || topic == "." || topic == "..") {
+        return false;
+    }
+    for (char c : topic) {
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void ReadSubscriptionKeys(const Json &object, SubscriptionCheck *check, Json *forwarded_out) {
+    Json &forwarded = *forwarded_out;
+    forwarded = Json::object();
     bool has_topics = false;
     bool has_bootstrap = false;
     for (const auto &item : object.items()) {
@@ -172,67 +198,21 @@ void CheckKafkaSubscription(const Json &object, const CheckOptions &options,
     if (!has_topics) {
         check->problems.push_back("\"topics\" is required for a kafka subscription");
     }
-    if (forwarded.empty()) {
-        return;
-    }
-    ConfigCheck kafka = CheckDestinationConfig(DestinationKind::Kafka, forwarded.dump(), options);
-    for (std::string &problem : kafka.problems) {
-        if (problem.find("is required for a kafka destination") != std::string::npos ||
-            problem.find("idempotent producer") != std::string::npos) {
-            continue;  // said above / a producer's rule
-        }
-        check->problems.push_back(std::move(problem));
-    }
-    for (std::string &hint : kafka.hints) {
-        check->hints.push_back(std::move(hint));
-    }
-    check->privileged = std::move(kafka.privileged);
-    check->config.properties = std::move(kafka.config.kafka.properties);
-    // A key the destination check took as one of its own settings (a destination setting added
-    // since this list was written) would be accepted and ignored: refuse it by name.
-    for (const auto &item : forwarded.items()) {
-        bool used = false;
-        for (const auto &[key, value] : check->config.properties) {
-            used = used || key == item.key();
-        }
-        for (const std::string &problem : check->problems) {
-            used = used || problem.find(Quote(item.key())) != std::string::npos;
-        }
-        if (!used) {
-            check->problems.push_back(Quote(item.key()) +
-                                      " is a destination setting, not a subscription's");
-        }
-    }
 }
 
-}  // namespace
-
-std::optional<SubscriptionKind> ParseSubscriptionKind(std::string_view text) {
-    if (text == "kafka") {
-        return SubscriptionKind::Kafka;
-    }
-    return std::nullopt;
-}
-
-bool IsValidSubscriptionName(std::string_view name) {
-    return IsValidDestinationName(name);
-}
-
-SubscriptionCheck CheckSubscriptionConfig(SubscriptionKind kind, std::string_view json_text,
-                                          const CheckOptions &options) {
-    SubscriptionCheck check;
-    check.config.kind = kind;
+void ReadKafkaSubscription(std::string_view json_text, SubscriptionCheck *check) {
+    check->config.kind = &kKafkaKind;
     try {
         Json object = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
         if (object.is_discarded() || !object.is_object()) {
-            check.problems.push_back("the config must be a JSON object");
-            return check;
+            check->problems.push_back("the config must be a JSON object");
+            return;
         }
-        CheckKafkaSubscription(object, options, &check);
+        Json forwarded;
+        ReadSubscriptionKeys(object, check, &forwarded);
     } catch (const nlohmann::json::exception &) {
-        check.problems.push_back("the config could not be checked because of an internal error");
+        check->problems.push_back("the config could not be checked because of an internal error");
     }
-    return check;
 }
 
 }  // namespace outbox

@@ -1,0 +1,69 @@
+// The kafka row's driver half (broker_kind.hpp): what outbox-driver does with a kafka
+// destination or subscription once its config passed the check.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/brokers/kafka/config.hpp"
+#include "outbox/brokers/kafka/consumer.hpp"
+#include "outbox/brokers/kafka/driver.hpp"
+#include "outbox/brokers/kafka/kind.hpp"
+#include "outbox/subscription_config.hpp"
+
+namespace outbox {
+
+namespace {
+
+std::vector<std::string> Hosts(const DestinationConfig &config) {
+    if (!config.settings)
+        return {};  // the config did not parse
+    return KafkaHosts(config.Settings<KafkaConfig>().properties);
+}
+
+std::unique_ptr<Driver> Open(const DestinationConfig &config, const DriverContext &context,
+                             std::string *error) {
+    KafkaDriverOptions options;
+    options.config = config.Settings<KafkaConfig>();
+    options.client_id = context.client_name;
+    options.source = context.source;
+    options.lease_timeout_ms = context.lease_timeout_ms;
+    options.address_rule = context.address_rule;
+    // "max_in_flight" widens it for a cluster whose acks=all round trip is long: the drain runs
+    // at most one window per round trip. The dispatcher uses the width only while claims come
+    // back full (Dispatcher::Room): caught up, two batches stay in flight, so claims stay large
+    // when the producers commit a row at a time.
+    options.max_in_flight = options.config.max_in_flight > 0
+                                ? static_cast<size_t>(options.config.max_in_flight)
+                                : context.default_in_flight;
+    return MakeKafkaDriver(options, error);
+}
+
+void CheckSubscription(std::string_view json, const CheckOptions &options, SubscriptionCheck *check,
+                       std::vector<std::string> *hosts) {
+    *check = CheckKafkaSubscription(json, options);
+    *hosts = KafkaHosts(check->config.properties);
+}
+
+std::unique_ptr<KafkaConsumer> OpenConsumer(const SubscriptionConfig &config,
+                                            const ConsumerContext &context, std::string *error) {
+    KafkaConsumerOptions options;
+    options.name = context.subscription;
+    options.topics = config.topics;
+    options.properties = config.properties;
+    options.client_id = context.client_id;
+    options.metadata_interval_ms = context.metadata_interval_ms;
+    options.window_records = context.window_records;
+    options.window_bytes = context.window_bytes;
+    options.address_rule = context.address_rule;
+    return MakeKafkaConsumer(options, error);
+}
+
+}  // namespace
+
+const DriverSide kKafkaDriverSide = {
+    CheckKafkaConfig,  Hosts,        /*check_server=*/nullptr, Open, /*init_process=*/nullptr,
+    CheckSubscription, OpenConsumer,
+};
+
+}  // namespace outbox
