@@ -13,28 +13,37 @@ EXTENSION = outbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 MODULE_big = outbox
 
-# Pure logic and drivers never include PostgreSQL headers; src/pg/ is the only layer that does.
-PURE_SRCS = src/message.cpp src/trace_context.cpp src/backoff.cpp src/signing.cpp src/uuid7.cpp \
-            src/dispatcher.cpp src/ipc/protocol.cpp src/ipc/options.cpp src/ipc/supervisor.cpp src/ipc/pipe_io.cpp \
-            src/duration.cpp src/headers.cpp src/config.cpp src/quote.cpp \
-            src/network_policy.cpp src/webhook_verify.cpp src/inbox_event_id.cpp \
-            src/inbox_record.cpp src/broker_address.cpp
-DRIVER_SRCS = $(wildcard src/brokers/*.cpp src/brokers/*/*.cpp)
+# The layers (docs/architecture.md; test/check_layers checks them): only src/pg/ includes
+# PostgreSQL headers, only src/brokers/ the brokers' client libraries.
+# Pure logic: the module, outbox-driver and the unit tests.
+PURE_SRCS = $(wildcard src/*.cpp)
+# The broker kinds' rows and the rules of them both processes need (src/brokers/<kind>/kind.cpp):
+# library-free, so the module links them too.
+KIND_SRCS = src/brokers/registry.cpp $(wildcard src/brokers/*/kind.cpp)
+# The rest of src/brokers/: the kinds' checks and drivers, with their client libraries
+# (outbox-driver and the unit tests only).
+BROKER_SRCS = $(filter-out $(KIND_SRCS),$(wildcard src/brokers/*.cpp src/brokers/*/*.cpp))
+# Each kind names the libraries it links in src/brokers/<kind>/kind.mk (BROKER_LIBS += ...).
+BROKER_LIBS =
+include $(wildcard src/brokers/*/kind.mk)
+# The driver process machinery: both ends of the protocol, the worker's supervisor and the
+# backends' check client (the module), the helper's main (outbox-driver).
+IPC_SRCS = src/ipc/protocol.cpp src/ipc/options.cpp src/ipc/pipe_io.cpp src/ipc/spawn.cpp
+MODULE_IPC_SRCS = src/ipc/supervisor.cpp src/ipc/check_client.cpp
 PG_SRCS = $(wildcard src/pg/*.cpp)
-# The inbox's Kafka consumer runs in outbox-driver only (the module talks to it through
-# RemoteConsumer, driver_supervisor.cpp).
-MODULE_DRIVER_SRCS = $(DRIVER_SRCS)
-OBJS = $(PURE_SRCS:.cpp=.o) $(MODULE_DRIVER_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
+OBJS = $(patsubst %.cpp,%.o,$(PURE_SRCS) $(KIND_SRCS) $(IPC_SRCS) $(MODULE_IPC_SRCS) $(PG_SRCS))
 
 DATA = $(wildcard sql/outbox--*.sql)
 
 PG_CONFIG ?= pg_config
 # Only what PostgreSQL looks up by name is exported (PostgreSQL 15's PGDLLEXPORT is empty).
 PG_CPPFLAGS = -Iinclude -isystem $(shell $(PG_CONFIG) --includedir-server) \
-              -DOUTBOX_EXTVERSION='"$(EXTVERSION)"' \
+              -DOUTBOX_EXTVERSION='"$(EXTVERSION)"' -DOUTBOX_MODULE \
               '-DPGDLLEXPORT=__attribute__((visibility("default")))'
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -fvisibility=hidden $(if $(WERROR),-Werror)
-SHLIB_LINK = -lrdkafka -lcurl -lrabbitmq -lnats -lcrypto -lstdc++
+# No broker library: the drivers and the config checks run in outbox-driver (OUTBOX_MODULE leaves
+# the kinds' driver halves out of the rows, broker_kind.hpp).
+SHLIB_LINK = -lcrypto -lstdc++
 
 # Debian builds LLVM bitcode with clang and without our C++ flags; JIT inlining of this module
 # buys nothing (its hot paths are SPI and network I/O), so no bitcode is built or installed.
@@ -55,11 +64,7 @@ $(OBJS): $(HEADERS) outbox.control
 # with its own flags and objects (PGXS cannot build a MODULE_big and a PROGRAM from shared OBJS),
 # and installed next to the module, in $libdir, where the worker looks for it.
 DRIVER_HOST = outbox-driver
-DRIVER_HOST_SRCS = src/ipc/helper_main.cpp src/ipc/protocol.cpp src/ipc/options.cpp src/ipc/pipe_io.cpp \
-                   $(DRIVER_SRCS) \
-                   src/message.cpp src/config.cpp src/duration.cpp \
-                   src/headers.cpp src/signing.cpp src/quote.cpp \
-                   src/network_policy.cpp src/broker_address.cpp
+DRIVER_HOST_SRCS = src/ipc/helper_main.cpp $(IPC_SRCS) $(PURE_SRCS) $(KIND_SRCS) $(BROKER_SRCS)
 DRIVER_HOST_OBJS = $(patsubst %.cpp,build/driver-host/%.o,$(DRIVER_HOST_SRCS))
 DRIVER_HOST_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Iinclude -fPIE -fstack-protector-strong \
                        -D_FORTIFY_SOURCE=2 $(if $(WERROR),-Werror)
@@ -69,8 +74,7 @@ build/driver-host/%.o: %.cpp $(HEADERS)
 	$(CXX) $(DRIVER_HOST_CXXFLAGS) -c -o $@ $<
 
 $(DRIVER_HOST): $(DRIVER_HOST_OBJS)
-	$(CXX) -pie -Wl,-z,relro,-z,now -o $@ $(DRIVER_HOST_OBJS) -lrdkafka -lcurl -lrabbitmq -lnats \
-		-lcrypto -lpthread
+	$(CXX) -pie -Wl,-z,relro,-z,now -o $@ $(DRIVER_HOST_OBJS) $(BROKER_LIBS) -lcrypto -lpthread
 
 all: $(DRIVER_HOST)
 install: install-driver-host
@@ -81,7 +85,8 @@ install-driver-host: $(DRIVER_HOST) installdirs
 uninstall-driver-host:
 	rm -f '$(DESTDIR)$(pkglibdir)/$(DRIVER_HOST)'
 
-UNIT_SRCS = $(wildcard test/unit/*.cpp) $(PURE_SRCS) $(DRIVER_SRCS)
+UNIT_SRCS = $(wildcard test/unit/*.cpp) $(PURE_SRCS) $(KIND_SRCS) $(BROKER_SRCS) $(IPC_SRCS) \
+            $(MODULE_IPC_SRCS)
 UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror) $(UNIT_SANITIZE)
 # Objects per file (make -j builds them in parallel), in a directory per flavour, so that a
 # sanitizer build (UNIT_SANITIZE=...) never mixes with a normal one.
@@ -93,8 +98,8 @@ $(UNIT_BUILD)/%.o: %.cpp $(HEADERS)
 	$(CXX) $(UNIT_CXXFLAGS) -c -o $@ $<
 
 $(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
-	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_OBJS) -lgtest -lgtest_main -lpthread -lrdkafka -lcurl \
-		-lrabbitmq -lnats -lcrypto
+	$(CXX) $(UNIT_CXXFLAGS) -o $@ $(UNIT_OBJS) -lgtest -lgtest_main -lpthread $(BROKER_LIBS) \
+		-lcrypto
 
 # The supervisor's tests run the real helper: $(DRIVER_HOST) from this tree.
 .PHONY: unit format

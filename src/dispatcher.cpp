@@ -139,8 +139,7 @@ void Dispatcher::Retire(std::unique_ptr<Destination> &d) {
 
 void Dispatcher::SetSettings(const DispatchSettings &settings) {
     bool rebuild = settings.batch_size != settings_.batch_size ||
-                   settings.lease_timeout_ms != settings_.lease_timeout_ms ||
-                   settings.driver_build != settings_.driver_build;
+                   settings.lease_timeout_ms != settings_.lease_timeout_ms;
     bool rebuild_webhooks = settings.webhook_allowed_networks != settings_.webhook_allowed_networks;
     bool rebuild_brokers = settings.broker_allowed_networks != settings_.broker_allowed_networks;
     settings_ = settings;

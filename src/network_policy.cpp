@@ -2,7 +2,6 @@
 #include "outbox/network_policy.hpp"
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -64,25 +63,6 @@ std::string_view Trim(std::string_view s) {
 bool IsMapped(const IpAddress &a) {
     static const uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     return a.v6 && memcmp(a.bytes, kPrefix, sizeof kPrefix) == 0;
-}
-
-struct CurlUrlDeleter {
-    void operator()(CURLU *url) const { curl_url_cleanup(url); }
-};
-struct CurlStringDeleter {
-    void operator()(char *text) const { curl_free(text); }
-};
-
-// The host part of a URL as libcurl's URL parser has it (IPv6 in brackets), or "".
-std::string UrlHost(const std::string &url) {
-    std::unique_ptr<CURLU, CurlUrlDeleter> u(curl_url());
-    if (!u || curl_url_set(u.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK)
-        return "";
-    char *raw = nullptr;
-    if (curl_url_get(u.get(), CURLUPART_HOST, &raw, 0) != CURLUE_OK || raw == nullptr)
-        return "";
-    std::unique_ptr<char, CurlStringDeleter> host(raw);
-    return host.get();
 }
 
 }  // namespace
@@ -246,10 +226,6 @@ std::optional<IpAddress> LiteralAddressOfHost(std::string host) {
     return std::nullopt;
 }
 
-std::optional<IpAddress> LiteralAddressOfUrl(const std::string &url) {
-    return LiteralAddressOfHost(UrlHost(url));
-}
-
 bool IsLocalhostHost(std::string host) {
     if (!host.empty() && host.back() == '.')
         host.pop_back();
@@ -260,15 +236,6 @@ bool IsLocalhostHost(std::string host) {
     return host == kName ||
            (host.size() > kSuffix.size() &&
             host.compare(host.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0);
-}
-
-bool IsLocalhostName(const std::string &url) {
-    return IsLocalhostHost(UrlHost(url));
-}
-
-std::optional<HostRefusal> RefusedLiteralUrlHost(const std::string &url,
-                                                 const std::vector<Network> &allowed) {
-    return RefusedLiteralHost(UrlHost(url), allowed);
 }
 
 std::string WithArticle(const std::string &kind) {

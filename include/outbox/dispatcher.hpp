@@ -40,10 +40,6 @@ struct DispatchSettings {
     int max_attempts = 10;
     int64_t retry_base_ms = 1000;
     int64_t retry_max_ms = 300000;
-    // Changes whenever the factory would build drivers differently (in the helper process or
-    // in the worker, outbox.debug_drivers_in_process): every driver is rebuilt, like for a new
-    // batch size.
-    int driver_build = 0;
     std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
     std::string broker_allowed_networks;   // outbox.broker_allowed_networks
 };

@@ -66,17 +66,13 @@ const char *RestrictedKind(const IpAddress &address);
 // is in a listed IPv4 network).
 bool AddressAllowed(const IpAddress &address, const std::vector<Network> &allowed);
 
-// The literal address a webhook URL's host is, or nullopt when the host is a name (or the URL
-// does not parse). IPv4 in any form libcurl's URL parser normalises ("2130706433",
-// "0x7f000001", "127.1") counts as the address it means; a trailing dot is ignored.
-std::optional<IpAddress> LiteralAddressOfUrl(const std::string &url);
-// The same for a host as written (IPv6 with or without brackets; IPv4 also in the other
-// spellings the resolver takes as an address, "127.1", "2130706433", "0x7f000001").
+// The literal address a host as written is (IPv6 with or without brackets; IPv4 also in the
+// other spellings the resolver takes as an address, "127.1", "2130706433", "0x7f000001"), or
+// nullopt when it is a name. A webhook URL's host: brokers/webhook/url.hpp.
 std::optional<IpAddress> LiteralAddressOfHost(std::string host);
 
-// The host of a webhook URL names the local host without DNS: "localhost" and names under
-// ".localhost" (RFC 6761), any case, trailing dot ignored.
-bool IsLocalhostName(const std::string &url);
+// The host names the local host without DNS: "localhost" and names under ".localhost"
+// (RFC 6761), any case, trailing dot ignored.
 bool IsLocalhostHost(std::string host);
 
 // Why a host written in a config is refused before anything is resolved: a literal address
@@ -92,9 +88,6 @@ struct HostRefusal {
 std::string WithArticle(const std::string &kind);
 std::optional<HostRefusal> RefusedLiteralHost(const std::string &host,
                                               const std::vector<Network> &allowed);
-// The same for the host of a webhook URL, as libcurl's URL parser reads it.
-std::optional<HostRefusal> RefusedLiteralUrlHost(const std::string &url,
-                                                 const std::vector<Network> &allowed);
 
 // What a broker driver is told (broker_address.hpp): whether its config's brokers are guarded,
 // and the networks outbox.broker_allowed_networks allows.

@@ -9,10 +9,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,8 +23,7 @@
 
 #include "outbox/clock.hpp"
 #include "outbox/ipc/pipe_io.hpp"
-
-extern char **environ;
+#include "outbox/ipc/spawn.hpp"
 
 namespace outbox {
 
@@ -35,8 +32,6 @@ namespace {
 constexpr size_t kReadChunk = 256 * 1024;
 // One Service reads at most this much, so a chatty helper cannot keep the worker from its loop.
 constexpr size_t kMaxReadPerService = 64u << 20;
-// The socket buffers: a whole claim of small messages in one write.
-constexpr int kSocketBuffer = 1 << 20;
 
 std::string Seconds(int64_t ms) {
     char buf[32];
@@ -89,12 +84,6 @@ std::string ShortStatus(int status) {
     if (WIFEXITED(status))
         return "exit code " + std::to_string(WEXITSTATUS(status));
     return "status " + std::to_string(status);
-}
-
-// RLIMIT_AS soft limit for `bytes` (0: none) under the hard limit `max`.
-rlim_t SoftLimit(uint64_t bytes, rlim_t max) {
-    rlim_t want = bytes ? rlim_t(bytes) : RLIM_INFINITY;
-    return max != RLIM_INFINITY && (want == RLIM_INFINITY || want > max) ? max : want;
 }
 
 bool SetNonBlocking(int fd) {
@@ -581,7 +570,11 @@ void DriverProcess::Unregister(uint64_t handle) {
 }
 
 bool DriverProcess::Spawn(std::string *error) {
-    auto fail = [&](std::string why) {
+    pid_t pid = 0;
+    int sock = -1;
+    std::string why;
+    if (!SpawnHelper(options_.program, options_.args, options_.memory_limit_bytes, &pid, &sock,
+                     &why)) {
         start_error_ = "could not start the driver process " + options_.program + ": " + why;
         *error = start_error_;
         AddLog(start_error_);
@@ -590,117 +583,9 @@ bool DriverProcess::Spawn(std::string *error) {
                                 : std::min(options_.restart_max_ms, restart_delay_ms_ * 2);
         restart_at_ms_ = MonotonicMs() + restart_delay_ms_;
         return false;
-    };
-
-    // Everything the child needs is prepared before fork: after it, only async-signal-safe
-    // calls until exec.
-    std::vector<char *> argv;
-    argv.push_back(const_cast<char *>(options_.program.c_str()));
-    for (std::string &a : options_.args)
-        argv.push_back(const_cast<char *>(a.c_str()));
-    argv.push_back(nullptr);
-    // The soft limit only (see SetOptions); the hard one stays what the server has.
-    struct rlimit limit;
-    if (getrlimit(RLIMIT_AS, &limit) != 0)
-        limit.rlim_max = RLIM_INFINITY;
-    limit.rlim_cur = SoftLimit(options_.memory_limit_bytes, limit.rlim_max);
-    long max_fd = sysconf(_SC_OPEN_MAX);
-    if (max_fd < 0 || max_fd > 65536)
-        max_fd = 65536;
-
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        return fail(std::string("socketpair: ") + strerror(errno));
-    for (int fd : sv) {
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBuffer, sizeof kSocketBuffer);
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kSocketBuffer, sizeof kSocketBuffer);
-    }
-    int exec_pipe[2];  // the child writes exec's errno here; closed by a successful exec
-    if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
-        int e = errno;
-        close(sv[0]);
-        close(sv[1]);
-        return fail(std::string("pipe: ") + strerror(e));
-    }
-    int dev_null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    pid_t parent = getpid();
-    fflush(stdout);
-    fflush(stderr);
-    // No PostgreSQL signal handler may run in the child before exec: every signal is blocked
-    // across the fork, and the child resets the handlers before it unblocks them.
-    sigset_t all, saved;
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, &saved);
-    pid_t pid = fork();
-    if (pid == 0) {
-        // The child. Its own session: the postmaster signals the worker's process group at
-        // shutdown and crash (SIGTERM, SIGQUIT), and the helper's life is the worker's to end.
-        setsid();
-        // Dies with the worker (the thread that forked it: the worker is single-threaded).
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        // Nothing of PostgreSQL's signal setup crosses exec: default handlers (ignored signals
-        // would otherwise stay ignored), then an empty mask.
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        for (int sig = 1; sig < NSIG; sig++)
-            sigaction(sig, &dfl, nullptr);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr);
-        setrlimit(RLIMIT_AS, &limit);
-        // fd 3: the socket; fd 4: the exec pipe; 0 and 1: /dev/null; 2 stays the worker's
-        // stderr (the server log), where a library's last words (abort messages) belong.
-        // Everything else is closed: no PostgreSQL file, socket or pipe reaches the helper.
-        int sock = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
-        int report = fcntl(exec_pipe[1], F_DUPFD_CLOEXEC, 10);
-        int null_fd = dev_null >= 0 ? fcntl(dev_null, F_DUPFD_CLOEXEC, 10) : -1;
-        if (sock < 0 || report < 0 || dup2(sock, 3) < 0 || dup2(report, 4) < 0)
-            _exit(126);
-        fcntl(4, F_SETFD, FD_CLOEXEC);
-        if (null_fd >= 0) {
-            dup2(null_fd, 0);
-            dup2(null_fd, 1);
-        }
-#ifdef SYS_close_range
-        if (syscall(SYS_close_range, 5u, ~0u, 0u) != 0)
-#endif
-            for (long fd = 5; fd < max_fd; fd++)
-                close(int(fd));
-        execve(argv[0], argv.data(), environ);
-        int e = errno;
-        ssize_t ignored = write(4, &e, sizeof e);
-        (void)ignored;
-        _exit(127);
-    }
-    int fork_errno = errno;
-    sigprocmask(SIG_SETMASK, &saved, nullptr);
-    close(sv[1]);
-    close(exec_pipe[1]);
-    if (dev_null >= 0)
-        close(dev_null);
-    if (pid < 0) {
-        close(sv[0]);
-        close(exec_pipe[0]);
-        return fail(std::string("fork: ") + strerror(fork_errno));
-    }
-    int exec_errno = 0;
-    ssize_t n;
-    do {
-        n = read(exec_pipe[0], &exec_errno, sizeof exec_errno);
-    } while (n < 0 && errno == EINTR);
-    close(exec_pipe[0]);
-    if (n > 0) {
-        close(sv[0]);
-        int status;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        return fail(strerror(exec_errno));
     }
 
-    sock_ = sv[0];
+    sock_ = sock;
     SetNonBlocking(sock_);
     struct epoll_event ev;
     memset(&ev, 0, sizeof ev);

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "outbox/broker_kind.hpp"
-#include "outbox/brokers/config_service.hpp"
 #include "outbox/ipc/protocol.hpp"
 #include "outbox/pg/driver_process.hpp"
 
@@ -57,8 +56,6 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
                                     const std::string &database, const DispatchSettings &settings,
                                     std::string *error) {
     DriverContext context = MakeDriverContext(spec, database, settings);
-    if (setting_debug_drivers_in_process || process == nullptr)
-        return OpenDriver(spec.config.kind->name, spec.config_json, context, error);
     return process->Open(spec.config.kind->name, spec.name,
                          protocol::EncodeOpenOptions(spec.config_json, context), error);
 }

@@ -30,7 +30,6 @@ int setting_inbox_retention_s = 7 * 24 * 3600;  // the inbox (issue 23)
 int setting_poison_after = 3;
 int setting_driver_memory_limit_mb = 1024;
 char *setting_debug_driver_fault = nullptr;
-bool setting_debug_drivers_in_process = false;
 int setting_max_pending = 0;
 char *setting_debug_pause = nullptr;
 char *setting_debug_fault = nullptr;
@@ -171,11 +170,6 @@ void DefineSettings() {
     DefineCustomStringVariable("outbox.debug_driver_fault", "Fault injection for tests only.",
                                nullptr, &setting_debug_driver_fault, "", PGC_SUSET,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
-    DefineCustomBoolVariable("outbox.debug_drivers_in_process",
-                             "Benchmarks only: run the drivers inside the worker process.",
-                             "A crash of librdkafka or libcurl then restarts the whole server.",
-                             &setting_debug_drivers_in_process, false, PGC_SUSET,
-                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
     DefineCustomStringVariable(
         "outbox.webhook_allowed_networks",
         "Networks of loopback, private, link-local and other internal addresses webhooks may "

@@ -112,7 +112,6 @@ DispatchSettings CurrentSettings() {
     s.max_attempts = setting_max_attempts;
     s.retry_base_ms = setting_retry_base_ms;
     s.retry_max_ms = setting_retry_max_ms;
-    s.driver_build = setting_debug_drivers_in_process ? 1 : 0;
     s.webhook_allowed_networks =
         setting_webhook_allowed_networks ? setting_webhook_allowed_networks : "";
     s.broker_allowed_networks =

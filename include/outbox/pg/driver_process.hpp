@@ -17,9 +17,13 @@ namespace outbox::pg {
 // switch, and bounds derived from outbox.lease_timeout.
 DriverProcessOptions CurrentDriverProcessOptions();
 
-// The driver of one destination, built in `process`; in the worker itself while
-// outbox.debug_drivers_in_process is on (benchmarks only). nullptr with *error when it cannot be
-// built (the dispatcher retries later and outbox.stats() shows the error).
+// What the worker tells the driver of one destination besides its config (broker_kind.hpp).
+DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &database,
+                                const DispatchSettings &settings);
+
+// The driver of one destination, built in `process`, which checks the stored config first.
+// nullptr with *error when it cannot be built (the dispatcher retries later and outbox.stats()
+// shows the error).
 std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpec &spec,
                                     const std::string &database, const DispatchSettings &settings,
                                     std::string *error);

@@ -20,13 +20,10 @@ extern bool
 extern int setting_poison_after;  // outbox.poison_after (sighup): driver crashes -> poison
 extern int setting_driver_memory_limit_mb;  // outbox.driver_memory_limit (sighup); 0: none
 
-// Test and benchmark switches (superuser, not shown, not in the sample config):
-// outbox.debug_driver_fault makes the driver process fail on purpose (see
-// src/driver_host/main.cpp: "segv:KEY", "abort:KEY", "oom:KEY", "hang:KEY", "leak:BYTES");
-// outbox.debug_drivers_in_process runs the drivers inside the worker as before the helper
-// process existed, only so that the benchmarks can compare both in one run.
+// Test switch (superuser, not shown, not in the sample config): outbox.debug_driver_fault makes
+// the driver process fail on purpose (see src/ipc/helper_main.cpp: "segv:KEY", "abort:KEY",
+// "oom:KEY", "hang:KEY", "leak:BYTES").
 extern char *setting_debug_driver_fault;
-extern bool setting_debug_drivers_in_process;
 // outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
 extern char *setting_webhook_allowed_networks;
 // outbox.broker_allowed_networks (sighup, superuser only): the internal networks a broker of a
