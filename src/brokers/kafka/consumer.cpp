@@ -29,7 +29,7 @@
 
 #include "outbox/clock.hpp"
 #include "outbox/config.hpp"
-#include "outbox/ipc/protocol.hpp"
+#include "outbox/frame_limits.hpp"
 #include "outbox/brokers/signals.hpp"
 
 namespace outbox {
