@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 #include <nats/nats.h>
 
-#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/amqp/classify.hpp"
+#include "outbox/brokers/nats/classify.hpp"
 #include "outbox/brokers/amqp/rabbitmq_c.hpp"
 #include "outbox/message.hpp"
 

@@ -1,5 +1,6 @@
 // Classification: an outage defers, a rejection retries, a permanent failure is dead.
-#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/kafka/classify.hpp"
+#include "outbox/brokers/webhook/classify.hpp"
 
 #include <curl/curl.h>
 #include <gtest/gtest.h>

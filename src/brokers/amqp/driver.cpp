@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/amqp/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/brokers/signals.hpp"

@@ -20,7 +20,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/kafka/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/brokers/signals.hpp"

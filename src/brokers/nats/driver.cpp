@@ -32,7 +32,7 @@
 #include <nats/nats.h>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/nats/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/brokers/signals.hpp"

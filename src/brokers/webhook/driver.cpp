@@ -32,7 +32,7 @@
 
 #include <curl/curl.h>
 
-#include "outbox/brokers/classify.hpp"
+#include "outbox/brokers/webhook/classify.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/brokers/signals.hpp"
 #include "outbox/headers.hpp"
