@@ -776,8 +776,8 @@ bool FindNextMessages(std::string_view destination,
             if (isnull)
                 continue;
             Datum xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
-            out->push_back(
-                {order_key, DatumGetInt64(id), slot->tts_tid, DatumGetTransactionId(xmin)});
+            out->push_back({order_key, DatumGetInt64(id), ToRowTid(slot->tts_tid),
+                            DatumGetTransactionId(xmin)});
             found++;
         }
     }

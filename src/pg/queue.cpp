@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "outbox/brokers/registry.hpp"
+#include "outbox/claim_book.hpp"
 #include "outbox/config.hpp"
 
 extern "C" {
@@ -370,6 +372,18 @@ struct FastPathState {
 };
 FastPathState fast_path;
 
+// What the claims know between transactions: the worker's (UseClaimBook); a process that claims
+// without a worker (none does today) gets one of its own, never freed, like the process.
+ClaimBook *claim_book = nullptr;
+ClaimBook &Book() {
+    if (claim_book == nullptr)
+        claim_book = new ClaimBook;
+    return *claim_book;
+}
+static_assert(kTimestampNoBegin == DT_NOBEGIN && kTimestampNoEnd == DT_NOEND,
+              "ClaimBook's timestamps are PostgreSQL's");
+static_assert(std::is_same_v<Timestamp, TimestampTz>, "ClaimBook's timestamps are PostgreSQL's");
+
 // Unordered claims start where a destination's due messages are known to begin: its due hint.
 // After a drain, the claim index holds an entry for every delivered row until VACUUM removes it,
 // all of them before the rows still due; a claim from the beginning would step over every one.
@@ -385,22 +399,7 @@ FastPathState fast_path;
 //    another worker — found by the poll if that worker gives it back by aborting; so is a row
 //    committed by COMMIT PREPARED, one whose producer set an available_at earlier than its own
 //    transaction's start, or one an UPDATE moved back (a destination change drops the hints).
-struct DuePosition {
-    TimestampTz at = DT_NOBEGIN;  // claims take rows strictly after (at, id)
-    int64 id = PG_INT64_MIN;
-};
-bool Earlier(const DuePosition &a, const DuePosition &b) {
-    return a.at < b.at || (a.at == b.at && a.id < b.id);
-}
-std::unordered_map<std::string, DuePosition> due_hints;
-// This transaction's unordered claims of one destination.
-struct DueScan {
-    TimestampTz oldest_open;  // read before its first claim
-    TimestampTz claim_now;    // the first claim's clock: rows not due then were not looked at
-    DuePosition last;         // after the last row claimed
-    bool found = false;
-};
-std::unordered_map<std::string, DueScan> due_scans;
+// (The hints themselves: ClaimBook::due_hints, include/outbox/claim_book.hpp.)
 
 // A transaction that started this long ago may not have shown in pg_stat_activity yet.
 constexpr int64 kOpenTransactionMarginUs = 10 * 1000;
@@ -443,122 +442,25 @@ TimestampTz OldestOpenTransaction() {
 // Where the first unordered claim of `request` in this transaction starts; later ones go on
 // after the rows it took.
 void PositionClaim(ClaimRequest *request) {
-    if (due_scans.count(request->destination))
+    ClaimBook &book = Book();
+    if (book.DueScanStarted(request->destination))
         return;
-    DueScan scan;
-    scan.oldest_open = OldestOpenTransaction();
-    scan.claim_now = GetCurrentStatementStartTimestamp();
-    due_scans[request->destination] = scan;
-    auto hint = due_hints.find(request->destination);
-    if (!request->from_start && hint != due_hints.end() &&
-        request->after_available_at == DT_NOBEGIN && request->after_id == 0) {
-        request->after_available_at = hint->second.at;
-        request->after_id = hint->second.id;
+    const DuePosition *hint = book.StartDueScan(request->destination, OldestOpenTransaction(),
+                                                GetCurrentStatementStartTimestamp());
+    if (!request->from_start && hint != nullptr && request->after_available_at == DT_NOBEGIN &&
+        request->after_id == 0) {
+        request->after_available_at = hint->at;
+        request->after_id = hint->id;
     }
 }
 
 // After an unordered claim of `request` that took `n` rows.
 void NoteClaimed(const ClaimRequest &request, uint64 n) {
-    DueScan &scan = due_scans[request.destination];
-    if (n == 0)
-        return;
-    scan.found = true;
-    scan.last = {request.after_available_at, request.after_id};
+    Book().NoteClaimed(request.destination, n, {request.after_available_at, request.after_id});
 }
 
-// The transaction committed: its rows have moved, and where its claims got to is where the due
-// messages begin, unless an open transaction's rows may lie before.
-void AdvanceDueHints(bool committed) {
-    if (!committed) {
-        due_hints.clear();
-    } else {
-        for (const auto &[destination, scan] : due_scans) {
-            DuePosition next = scan.found ? scan.last : DuePosition{scan.claim_now, PG_INT64_MIN};
-            DuePosition open{scan.oldest_open, PG_INT64_MIN};
-            due_hints[destination] = Earlier(open, next) ? open : next;
-        }
-    }
-    due_scans.clear();
-}
-
-// ordering = key. What the worker saw of a key's row in this transaction, written on it at the
-// end (WriteKeyRows). By destination, then order key.
-std::map<std::string, std::unordered_map<int64, KeyRowNote>> key_row_writes;
-
-// Heads this worker holds (claimed by lock in this transaction, or leased): their key, and the
-// floor_version read when the claim found them. Needed when their outcome is written back,
-// maybe transactions later.
-struct HeldHead {
-    int64 order_key;
-    int64 floor_version;
-};
-std::unordered_map<int64, HeldHead> held_heads;
-constexpr size_t kMaxHeldHeads = 100000;  // entries of rows whose outcome never came back
-
-// The messages that followed a head this worker claimed, found right after the claim
-// (FindNextMessages): when that head is removed, the next is claimed where it lies
-// (kHeadsFollowSql), then the one after, without an index descent per message.
-struct KeyFollowers {
-    int64 after;          // the head they follow (claimed, not yet known removed)
-    int64 floor_version;  // read when they were found
-    std::vector<NextMessage> next;
-    size_t taken = 0;  // next[taken] follows `after`
-};
-// By destination, then order key. Kept across transactions (a leased head is removed by a later
-// one); forgotten when a transaction aborts, since what it removed came back.
-std::map<std::string, std::unordered_map<int64, KeyFollowers>> key_followers;
-constexpr size_t kMaxFollowedKeys = 20000;  // per destination; more and they are forgotten
-
-// A key whose head this transaction removed: its next message is looked for from `floor`.
-struct NextOfKey {
-    int64 order_key, floor, floor_version;
-};
-// A place in a destination's due order of keys.
-struct KeyPosition {
-    TimestampTz due = DT_NOBEGIN;
-    int64 key = PG_INT64_MIN;
-};
-// Where each destination's last scan over its keys stopped: the next transaction goes on from
-// there, and round to the beginning.
-std::unordered_map<std::string, KeyPosition> key_cursors;
-// Per destination, this transaction: how far the scan over the due keys went (from `start` to
-// the end, then from the beginning up to `start`: every key at most once), and the keys to look
-// at again.
-struct HeadsScan {
-    bool started = false;
-    KeyPosition start, after;
-    bool wrapped = false, done = false;
-    std::vector<NextOfKey> next;
-};
-std::unordered_map<std::string, HeadsScan> heads_scans;
-// The heads claimed in this transaction: a key's row can move in due order while the
-// transaction runs, and a claim of this transaction's own locked head would not skip it.
-std::unordered_set<int64> heads_claimed;
-// The key rows this transaction holds FOR KEY SHARE (kLockKeysSql, kLockDueKeysSql), by
-// destination, then order key: what each said when the transaction took it.
-struct KeyHeld {
-    int64 floor_version, version;
-};
-std::map<std::string, std::unordered_map<int64, KeyHeld>> keys_held;
-
-// A held head of `destination` was removed (delivered, buried, expired): its key's floor goes
-// past it and the key is due now; a claim later in this transaction looks for its next message
-// first.
-void HeadRemoved(const std::string &destination, int64 id) {
-    auto found = held_heads.find(id);
-    if (found == held_heads.end())
-        return;
-    HeldHead held = found->second;
-    held_heads.erase(found);
-    KeyRowNote &w = key_row_writes[destination][held.order_key];
-    if (id + 1 > w.floor) {
-        w.floor = id + 1;
-        w.floor_version = held.floor_version;
-    }
-    w.head_removed = true;
-    w.has_due_at = false;
-    heads_scans[destination].next.push_back({held.order_key, id + 1, held.floor_version});
-}
+// ordering = key: the heads held, their followers, the keys' cursors and notes are the
+// ClaimBook's (include/outbox/claim_book.hpp).
 
 int64 TimestampToUnixMs(TimestampTz ts) {
     return ts / 1000 + int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
@@ -892,8 +794,7 @@ ExtensionState InstalledExtension(std::string *version) {
 }
 
 std::vector<DestinationSpec> LoadDestinations() {
-    due_hints.clear();  // a destination changed: its queue may have too (its ordering)
-    key_followers.clear();
+    Book().DestinationsChanged();
     struct Row {
         const char *name, *kind, *config;
         bool paused, by_superuser;
@@ -980,23 +881,19 @@ void AppendMessages(const RawRow *rows, uint64 n, bool locked, int64 lease_token
 constexpr int64 kInFlightRecheckUs = 1000 * 1000;
 constexpr int64 kBlockedRecheckUs = 30 * 1000 * 1000;
 
-// Destinations whose keys this worker claimed (their idle key rows are swept, SweepIdleKeys).
-std::vector<std::string> ordered_destinations;
-
 // What the worker saw of each key (KeySeen) becomes a note on its row, written at the end of
 // the transaction (WriteKeyRows): a due time from the head's state, each valid only while the
 // row's version is the one the claim read. A claimed head is held (HeldHead).
 void NoteKeysSeen(const std::string &destination, const KeySeen *seen, uint64 n, bool leased,
                   int64 lease_ms) {
     TimestampTz now = GetCurrentTimestamp();
-    auto &writes = key_row_writes[destination];
-    if (held_heads.size() > kMaxHeldHeads)
-        held_heads.clear();  // only floors raised later are lost
+    auto &writes = Book().key_row_writes[destination];
+    Book().TrimHeldHeads();  // only floors raised later are lost
     for (uint64 i = 0; i < n; i++) {
         const KeySeen &s = seen[i];
         TimestampTz due;
         if (s.claimed) {
-            held_heads[s.head_id] = {s.order_key, s.floor_version};
+            Book().held_heads[s.head_id] = {s.order_key, s.floor_version};
             if (!leased)
                 continue;  // the fast path holds it locked: other workers skip it
             due = std::min(now + lease_ms * 1000, now + kInFlightRecheckUs);
@@ -1025,9 +922,8 @@ constexpr int kFollowers = 32;
 // The messages after each head a heads claim took (`seen`), as KeyFollowers: found while this
 // transaction holds the keys' rows, in a snapshot taken after the claim.
 void FindFollowers(const std::string &destination, const KeySeen *seen, uint64 n) {
-    auto &followers = key_followers[destination];
-    if (followers.size() > kMaxFollowedKeys)
-        followers.clear();  // their next messages are looked for again
+    // their next messages are looked for again when there were too many
+    auto &followers = Book().TrimmedFollowers(destination);
     std::vector<std::pair<int64_t, int64_t>> heads;
     for (uint64 i = 0; i < n; i++) {
         if (seen[i].claimed && seen[i].probed) {
@@ -1064,7 +960,7 @@ struct KeyTaken {
 };
 
 // Runs a key lock (`sql` with `args`, $1 the destination) and notes the rows it took in
-// keys_held. Returns them in the statement's order.
+// the ClaimBook's keys_held. Returns them in the statement's order.
 std::vector<KeyTaken> TakeKeys(const std::string &destination, SPIPlanPtr *slot, const char *sql,
                                int nargs, Oid *types, Datum *args) {
     uint64 n = 0;
@@ -1087,7 +983,7 @@ std::vector<KeyTaken> TakeKeys(const std::string &destination, SPIPlanPtr *slot,
         }
         return out;
     });
-    auto &held = keys_held[destination];
+    auto &held = Book().keys_held[destination];
     std::vector<KeyTaken> taken(rows, rows + n);
     for (const KeyTaken &k : taken)
         held[k.order_key] = {k.floor_version, k.version};
@@ -1099,17 +995,15 @@ std::vector<KeyTaken> TakeKeys(const std::string &destination, SPIPlanPtr *slot,
 // to. At most request.limit. Only keys whose row this transaction holds (kLockKeysSql).
 void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                 std::vector<Message> *out) {
-    if (std::find(ordered_destinations.begin(), ordered_destinations.end(), request.destination) ==
-        ordered_destinations.end())
-        ordered_destinations.push_back(request.destination);
-    HeadsScan &scan = heads_scans[request.destination];
+    Book().NoteOrdered(request.destination);
+    HeadsScan &scan = Book().heads_scans[request.destination];
     if (!scan.started) {
         scan.started = true;
-        auto cursor = key_cursors.find(request.destination);
-        if (cursor != key_cursors.end())
+        auto cursor = Book().key_cursors.find(request.destination);
+        if (cursor != Book().key_cursors.end())
             scan.start = scan.after = cursor->second;
     }
-    auto &held = keys_held[request.destination];
+    auto &held = Book().keys_held[request.destination];
     size_t first = out->size();
     // The heads of held keys, each from its floor (kHeadsSql).
     auto probe = [&](const std::vector<NextOfKey> &keys) {
@@ -1136,7 +1030,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         });
         uint64 kept = 0;
         for (uint64 i = 0; i < nclaimed; i++)
-            if (heads_claimed.insert(rows[i].id).second)
+            if (Book().heads_claimed.insert(rows[i].id).second)
                 rows[kept++] = rows[i];
         AppendMessages(rows, kept, request.hold_locks, lease_token, out);
         NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
@@ -1158,7 +1052,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         }
         std::vector<NextOfKey> looked_for;  // keys whose next message is looked for
         std::vector<NextOfKey> followed;    // keys whose next message is known
-        auto &followers = key_followers[request.destination];
+        auto &followers = Book().key_followers[request.destination];
         for (const NextOfKey &n : next) {
             auto h = held.find(n.order_key);
             if (h == held.end())
@@ -1174,7 +1068,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
             std::vector<ItemPointerData> tids;
             for (const NextOfKey &n : followed) {
                 const KeyFollowers &f = followers[n.order_key];
-                tids.push_back(f.next[f.taken].tid);
+                tids.push_back(ToItemPointer(f.next[f.taken].tid));
             }
             uint64 n = 0;
             FollowedRow *found = nullptr;
@@ -1196,7 +1090,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
                     continue;
                 const NextMessage &expected = f->second.next[f->second.taken];
                 if (expected.id != rows[i].id || expected.xmin != found[i].xmin ||
-                    !heads_claimed.insert(rows[i].id).second)
+                    !Book().heads_claimed.insert(rows[i].id).second)
                     continue;
                 KeySeen k = {};
                 k.order_key = found[i].order_key;
@@ -1237,7 +1131,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
             TakeKeys(request.destination, &lock_due_keys_plan, kLockDueKeysSql, 6, types, args);
         if (!taken.empty()) {
             scan.after = {taken.back().due_at, taken.back().order_key};
-            key_cursors[request.destination] = scan.after;
+            Book().key_cursors[request.destination] = scan.after;
         }
         std::vector<NextOfKey> keys;
         for (const KeyTaken &k : taken)
@@ -1247,7 +1141,8 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
             bool from_beginning = scan.start.due == DT_NOBEGIN && scan.start.key == PG_INT64_MIN;
             if (scan.wrapped || from_beginning) {
                 scan.done = true;
-                key_cursors.erase(request.destination);  // the next scan starts at the beginning
+                Book().key_cursors.erase(
+                    request.destination);  // the next scan starts at the beginning
             } else {
                 scan.wrapped = true;
                 scan.after = KeyPosition{};
@@ -1318,7 +1213,7 @@ WriteBackCounts WriteBack(const std::string &destination,
                 del_tokens.push_back(r.lease_token);
                 break;
             case Resolution::Action::Reschedule:
-                held_heads.erase(r.id);  // its next claim reads its key again
+                Book().held_heads.erase(r.id);  // its next claim reads its key again
                 re_ids.push_back(r.id);
                 re_tokens.push_back(r.lease_token);
                 re_delays.push_back(r.delay_ms);
@@ -1413,17 +1308,17 @@ WriteBackCounts WriteBack(const std::string &destination,
         }
     });
     // ordering = key: removed heads let their keys' next messages go.
-    if (!held_heads.empty()) {
+    if (!Book().held_heads.empty()) {
         for (int64_t id : locked_ids)
-            HeadRemoved(destination, id);
+            Book().HeadRemoved(destination, id);
         for (uint64 i = 0; i < nremoved; i++)
-            HeadRemoved(destination, removed[i]);
+            Book().HeadRemoved(destination, removed[i]);
     }
     return counts;
 }
 
 void WriteKeyRows() {
-    for (auto &[destination, keys] : key_row_writes) {
+    for (auto &[destination, keys] : Book().key_row_writes) {
         std::vector<KeyRowNote> notes;
         for (auto &[order_key, w] : keys) {
             if (w.floor == 0 && !w.has_due_at && !w.head_removed)
@@ -1473,13 +1368,13 @@ void WriteKeyRows() {
                      SPI_result_code_string(rc));
         });
     }
-    key_row_writes.clear();
+    Book().key_row_writes.clear();
 }
 
 int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
     int64_t swept = 0;
     TimestampTz idle_before = GetCurrentTransactionStartTimestamp() - older_than_s * USECS_PER_SEC;
-    for (const std::string &destination : ordered_destinations)
+    for (const std::string &destination : Book().OrderedDestinations())
         swept += PgTry([&] {
             Oid types[3] = {TEXTOID, INT8OID, INT4OID};
             Datum args[3] = {CStringGetTextDatum(destination.c_str()), Int64GetDatum(older_than_s),
@@ -1499,25 +1394,14 @@ int64_t SweepIdleKeys(int64_t older_than_s, int limit) {
     return swept;
 }
 
+void UseClaimBook(ClaimBook *book) {
+    claim_book = book;
+}
+
 void TransactionEnded(bool committed) {
     // Not Current(): the transaction is over, its local transaction id no longer names it.
     fast_path.Forget();
-    AdvanceDueHints(committed);
-    // Notes not written belong to an aborted transaction: what they describe was undone.
-    key_row_writes.clear();
-    heads_claimed.clear();
-    keys_held.clear();  // its row locks are gone
-    // Keys whose head a committed transaction removed after its last claim: the next
-    // transaction claims their next messages first (without another scan over the keys).
-    std::unordered_map<std::string, HeadsScan> carried;
-    if (committed) {
-        for (auto &[destination, scan] : heads_scans)
-            if (!scan.next.empty())
-                carried[destination].next = std::move(scan.next);
-    } else {
-        key_followers.clear();  // the heads it removed are back
-    }
-    heads_scans = std::move(carried);
+    Book().TransactionEnded(committed);
 }
 
 void LeaseLockedRows(const std::vector<int64_t> &ids, int64_t lease_ms, int64_t lease_token) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/claim_book.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/ipc/supervisor.hpp"
 
@@ -161,6 +162,7 @@ class Worker {
     std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
     std::unique_ptr<Dispatcher> dispatcher_;
     Resolutions pending_;  // outcomes not yet written back
+    ClaimBook claims_;     // what the claims know between transactions (pg::UseClaimBook)
     uint64 seen_generation_ = 0;
     bool destinations_loaded_ = false;
     ExtensionState logged_extension_ = ExtensionState::Ready;  // the state last said in the log
@@ -197,6 +199,7 @@ void OnWorkerExit(int, Datum arg) {
 
 Worker::Worker(WorkerSlot *slot, std::string database)
     : slot_(slot), database_(std::move(database)) {
+    UseClaimBook(&claims_);
     // Started with the first driver it hosts.
     drivers_ = std::make_unique<DriverProcess>(CurrentDriverProcessOptions());
     paused_drivers = drivers_.get();

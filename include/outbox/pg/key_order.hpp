@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/claim_book.hpp"
+
 extern "C" {
 #include "postgres.h"
 #include "datatype/timestamp.h"
@@ -40,18 +42,6 @@ int64_t OrderKey(std::string_view destination, std::string_view key);
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id);
 
-// What a worker saw of a key in its transaction, noted on the key's row at the end of it
-// (src/pg/queue.cpp, WriteKeyRows), under the rules of outbox.ordered_keys.
-struct KeyRowNote {
-    int64_t order_key = 0;
-    int64_t floor = 0;          // raise the floor to this (0: leave it)...
-    int64_t floor_version = 0;  // ... if floor_version is still this
-    int64_t version = 0;        // set due_at (below) only if version is still this
-    TimestampTz due_at = 0;     // DT_NOEND: no queued message
-    bool has_due_at = false;
-    bool head_removed = false;  // the key is due now at the latest
-};
-
 // Writes the notes on the keys' rows, each only if its row can be locked at once: a row that
 // another transaction holds, or changed after this call's snapshot, is skipped (a producer's
 // turn makes its key due by itself; what was not written is seen again). The worker never waits
@@ -67,13 +57,15 @@ bool WriteKeyRowNotes(std::string_view destination, const std::vector<KeyRowNote
 int64_t DeleteIdleKeyRows(std::string_view destination, const std::vector<ItemPointerData> &tids,
                           TimestampTz idle_before);
 
-// A queued message of an ordered key (FindNextMessages): which row version it is.
-struct NextMessage {
-    int64_t order_key;
-    int64_t id;
-    ItemPointerData tid;
-    TransactionId xmin;
-};
+// KeyRowNote and NextMessage, what the worker keeps of them: include/outbox/claim_book.hpp.
+inline RowTid ToRowTid(const ItemPointerData &tid) {
+    return {ItemPointerGetBlockNumberNoCheck(&tid), ItemPointerGetOffsetNumberNoCheck(&tid)};
+}
+inline ItemPointerData ToItemPointer(const RowTid &tid) {
+    ItemPointerData out;
+    ItemPointerSet(&out, tid.block, tid.offset);
+    return out;
+}
 
 // For each (order key, id) of `keys`, the first `limit` messages of that key in `destination`
 // with a higher id, in id order, as the newest snapshot sees them, appended to `out`: one

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/claim_book.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/message.hpp"
 
@@ -53,6 +54,10 @@ int64_t SweepIdleKeys(int64_t older_than_s, int limit);
 // transaction learnt of its keys are forgotten; where its claims got to becomes where the next
 // ones start (committed), or they start at the beginning again (aborted).
 void TransactionEnded(bool committed);
+
+// The worker's ClaimBook, which the claims and write-backs keep their books in from now on
+// (it outlives every claim of the process).
+void UseClaimBook(ClaimBook *book);
 
 // The fast path ran out of time: rows this transaction holds locked become leased for
 // `lease_ms` under `lease_token`, counting an attempt, so they outlive the commit.
