@@ -4,6 +4,7 @@
 #   make install         install both into the PostgreSQL that pg_config names
 #   make unit            build and run the pure C++ unit tests (no PostgreSQL needed)
 #   make format          clang-format every C++ source in place
+#   make check-layers    the room map's rules and the size limits (test/check_layers)
 #   make deb             the Debian packages postgresql-NN-outbox (test/build_debs; as root)
 #   make WERROR=1        treat warnings as errors (CI does)
 #
@@ -102,9 +103,12 @@ $(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
 		-lcrypto
 
 # The supervisor's tests run the real helper: $(DRIVER_HOST) from this tree.
-.PHONY: unit format
+.PHONY: unit format check-layers
 unit: $(UNIT_BUILD)/unit_tests $(DRIVER_HOST)
 	OUTBOX_DRIVER=$(CURDIR)/$(DRIVER_HOST) $(UNIT_BUILD)/unit_tests
+
+check-layers:
+	test/check_layers
 
 format:
 	clang-format -i $(shell find src include test/unit test/tools -name '*.cpp' -o -name '*.hpp')
