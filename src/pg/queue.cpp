@@ -1164,8 +1164,8 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
     if (request.hold_locks)
         lease_token = 0;
     // The claims' clock (statement_timestamp() in their SQL): what is due now, not at the start
-    // of the transaction. A fast batch claims for up to kFastClaimMs in one transaction; with
-    // the transaction's now(), a message committed meanwhile was "not yet due" and waited for
+    // of the transaction. A fast batch claims for up to FastBatchPlan::kClaimMs in one transaction;
+    // with the transaction's now(), a message committed meanwhile was "not yet due" and waited for
     // the batch's acknowledgements and the next transaction.
     SetCurrentStatementStartTimestamp();
     std::vector<Message> messages;

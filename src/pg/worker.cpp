@@ -17,6 +17,7 @@
 
 #include "outbox/claim_book.hpp"
 #include "outbox/dispatcher.hpp"
+#include "outbox/fast_batch.hpp"
 #include "outbox/ipc/supervisor.hpp"
 
 extern "C" {
@@ -523,15 +524,9 @@ bool Worker::Turn(bool woken, bool poll_due) {
 // a lease UPDATE plus the DELETE. While one batch waits for its acknowledgements the next is
 // claimed, so the database and the broker work at the same time. Nothing is lost if the
 // worker dies meanwhile: the transaction aborts and the rows are due again (delivered twice at
-// worst). Claiming stops after kFastClaimMs; rows whose outcome has not arrived kFastBatchMs
+// worst). Claiming stops after FastBatchPlan::kClaimMs; rows whose outcome has not arrived kBatchMs
 // after the start are leased before the commit and finish like any leased row.
 bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
-    constexpr int64 kFastClaimMs = 50;
-    // ordering = key: a transaction pays for each key it holds (the row's lock, its note at the
-    // end), so one that claims for an ordered destination claims for longer: each key goes
-    // further in it.
-    constexpr int64 kFastClaimOrderedMs = 100;
-    constexpr int64 kFastBatchMs = 250;
     bool claimed_full = false;  // a claim returned its limit: more rows are probably due
     Resolutions done;           // every outcome written back in this transaction
     std::map<std::string, WriteBackCounts> counts;
@@ -554,9 +549,8 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 }
         }
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
-        int64 start = NowMs();
-        std::vector<bool> exhausted(requests.size(), false);
-        std::vector<bool> write_back_failed(requests.size(), false);
+        // How long it claims, which requests claim again, when it ends (fast_batch.hpp).
+        FastBatchPlan batch(requests, NowMs());
 
         auto locked = [&] {
             size_t n = 0;
@@ -564,15 +558,8 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 n += dispatcher_->LockedInFlight(request.destination).size();
             return n;
         };
-        // Claims stop after kFastClaimMs, and once a destination changed (its new settings are
-        // read by the next turn, in a new transaction): no message is claimed under the old
-        // ones, such as a dead letter requeued right after its destination got a new URL.
-        int64 claim_ms = std::any_of(requests.begin(), requests.end(),
-                                     [](const ClaimRequest &r) { return r.ordered; })
-                             ? kFastClaimOrderedMs
-                             : kFastClaimMs;
         auto may_claim = [&](int64 now) {
-            return now - start < claim_ms && pg_atomic_read_u32(&slot_->reload) == 0;
+            return batch.MayClaim(now, pg_atomic_read_u32(&slot_->reload) != 0);
         };
         Resolutions got;
         for (;;) {
@@ -580,14 +567,13 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
             bool claiming = may_claim(now);
             for (size_t i = 0; claiming && i < requests.size(); i++) {
                 ClaimRequest &request = requests[i];
-                if (exhausted[i] || write_back_failed[i] ||
-                    dispatcher_->Capacity(request.destination) < size_t(request.limit))
+                if (!batch.WantsClaim(i, dispatcher_->Capacity(request.destination)))
                     continue;
                 SetState(kWorkerClaiming);
                 SetDestination(request.destination.c_str());
                 std::vector<Message> rows = ClaimRows(request, lease_ms, 0);
-                exhausted[i] = int(rows.size()) < request.limit;
-                claimed_full = claimed_full || !exhausted[i];
+                bool full = batch.Claimed(i, rows.size());
+                claimed_full = claimed_full || full;
                 total += rows.size();
                 dispatcher_->Submit(request.destination, request.limit, std::move(rows), NowMs());
             }
@@ -608,9 +594,7 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                 if (!WriteBackOne(destination, mine, &written)) {
                     // Its rows stay locked, unchanged, until the commit: due again then (sent
                     // again). The other destinations go on; this one claims no more now.
-                    for (size_t i = 0; i < requests.size(); i++)
-                        if (requests[i].destination == destination)
-                            write_back_failed[i] = true;
+                    batch.WriteBackFailed(destination);
                     continue;
                 }
                 CountRemoved(destination, written);
@@ -619,28 +603,21 @@ bool Worker::FastBatch(std::vector<ClaimRequest> requests) {
                     done[destination].push_back(std::move(r));
                 // ordering = key: a head that is done lets its key's next message go, in this
                 // same transaction.
-                for (size_t i = 0; i < requests.size(); i++)
-                    if (requests[i].ordered && requests[i].destination == destination)
-                        exhausted[i] = write_back_failed[i];
+                batch.WrittenBack(destination);
             }
             got.clear();
             claiming = may_claim(now);
-            bool more_to_claim = false;  // now, without waiting for acknowledgements first
-            for (size_t i = 0; i < requests.size() && claiming; i++)
-                more_to_claim = more_to_claim ||
-                                (!exhausted[i] && dispatcher_->Capacity(requests[i].destination) >=
-                                                      size_t(requests[i].limit));
-            bool claimable =
-                claiming && std::find(exhausted.begin(), exhausted.end(), false) != exhausted.end();
-            if ((locked() == 0 && !claimable) || now - start >= kFastBatchMs)
+            // now, without waiting for acknowledgements first
+            bool more_to_claim = batch.MoreToClaim(claiming, [&](size_t i) {
+                return dispatcher_->Capacity(requests[i].destination) >= size_t(requests[i].limit);
+            });
+            if (batch.Over(now, locked(), claiming))
                 break;
-            int64 timeout = dispatcher_->NextTimeoutMs(now);
-            int64 left = start + kFastBatchMs - now;
             bool latch_set = false;
-            Wait(more_to_claim ? 0 : timeout < 0 ? left : std::min(timeout, left), &latch_set);
+            Wait(batch.WaitMs(now, dispatcher_->NextTimeoutMs(now), more_to_claim), &latch_set);
             woken_ = woken_ || latch_set;
             if (latch_set)  // a producer committed: its rows may join this batch
-                exhausted = write_back_failed;
+                batch.LatchSet();
         }
         for (const ClaimRequest &request : requests) {
             std::vector<int64_t> ids = dispatcher_->LockedInFlight(request.destination);
