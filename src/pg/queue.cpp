@@ -45,6 +45,7 @@ extern "C" {
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/key_order.hpp"
 #include "outbox/pg/settings.hpp"
+#include "outbox/pg/spi.hpp"
 #include "outbox/pg/queue.hpp"
 
 namespace outbox::pg {
@@ -724,74 +725,7 @@ RawRow *FollowRaw(SPIPlanPtr plan, Datum *args, uint64 *count, FollowedRow **fou
     return rows;
 }
 
-Datum Int8Array(const std::vector<int64_t> &values) {
-    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
-    for (size_t i = 0; i < values.size(); i++)
-        datums[i] = Int64GetDatum(values[i]);
-    return PointerGetDatum(
-        construct_array(datums, int(values.size()), INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
-
-Datum TidArray(const std::vector<ItemPointerData> &values) {
-    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
-    for (size_t i = 0; i < values.size(); i++)
-        datums[i] = PointerGetDatum(const_cast<ItemPointerData *>(&values[i]));
-    return PointerGetDatum(construct_array(datums, int(values.size()), TIDOID,
-                                           sizeof(ItemPointerData), false, TYPALIGN_SHORT));
-}
-
-Datum Int4Array(const std::vector<int> &values) {
-    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (values.size() + 1)));
-    for (size_t i = 0; i < values.size(); i++)
-        datums[i] = Int32GetDatum(values[i]);
-    return PointerGetDatum(
-        construct_array(datums, int(values.size()), INT4OID, 4, true, TYPALIGN_INT));
-}
-
-// A text[]; an empty string becomes NULL (no error to record).
-Datum TextArray(const std::vector<const char *> &values) {
-    size_t n = values.size();
-    Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (n + 1)));
-    bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (n + 1)));
-    for (size_t i = 0; i < n; i++) {
-        nulls[i] = values[i][0] == '\0';
-        datums[i] = nulls[i] ? Datum(0) : CStringGetTextDatum(values[i]);
-    }
-    int dims[1] = {int(n)};
-    int lbs[1] = {1};
-    return PointerGetDatum(
-        construct_md_array(datums, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
 }  // namespace
-
-ExtensionState InstalledExtension(std::string *version) {
-    char found[64] = "";
-    bool exists = PgTry([&found] {
-        Relation rel = table_open(ExtensionRelationId, AccessShareLock);
-        ScanKeyData key;
-        ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-                    CStringGetDatum("outbox"));
-        SysScanDesc scan = systable_beginscan(rel, ExtensionNameIndexId, true, nullptr, 1, &key);
-        HeapTuple tuple = systable_getnext(scan);
-        bool any = HeapTupleIsValid(tuple);
-        if (any) {
-            bool isnull;
-            Datum v =
-                heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
-            if (!isnull)
-                text_to_cstring_buffer(DatumGetTextPP(v), found, sizeof found);
-        }
-        systable_endscan(scan);
-        table_close(rel, AccessShareLock);
-        return any;
-    });
-    *version = found;
-    if (!exists)
-        return ExtensionState::Missing;
-    return strcmp(found, OUTBOX_EXTVERSION) == 0 ? ExtensionState::Ready
-                                                 : ExtensionState::OtherVersion;
-}
 
 std::vector<DestinationSpec> LoadDestinations() {
     Book().DestinationsChanged();
@@ -1428,21 +1362,6 @@ int64_t SweepArchive(int64_t older_than_s, int limit) {
             elog(ERROR, "outbox: sweeping the archive failed: %s", SPI_result_code_string(rc));
         return int64(SPI_processed);
     });
-}
-
-// Plans survive across transactions (SPI_keepplan); a plan whose tables were dropped and
-// created again is re-analysed by the plan cache on its next use.
-SPIPlanPtr KeptPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
-    if (*slot == nullptr) {
-        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-        if (plan == nullptr)
-            elog(ERROR, "outbox: SPI_prepare failed (%s) for: %s",
-                 SPI_result_code_string(SPI_result), sql);
-        if (SPI_keepplan(plan) != 0)
-            elog(ERROR, "outbox: SPI_keepplan failed");
-        *slot = plan;
-    }
-    return *slot;
 }
 
 }  // namespace outbox::pg

@@ -1,5 +1,5 @@
 // The claim / write-back SQL of the outbox side (the inbox's is in inbox.cpp and
-// inbox_consume.cpp), and KeptPlan, which all of them use.
+// inbox_consume.cpp; KeptPlan, which all of them use, is in spi.hpp).
 // Every function runs inside the worker's transaction with SPI connected (see worker.cpp),
 // uses kept plans, and throws PgError when PostgreSQL reports an error.
 #pragma once
@@ -11,6 +11,7 @@
 #include "outbox/claim_book.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/message.hpp"
+#include "outbox/pg/spi.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -18,16 +19,6 @@ extern "C" {
 }
 
 namespace outbox::pg {
-
-// The plan of `sql` kept in *slot (prepared and SPI_keepplan'ed on first use; ERROR when that
-// fails). Plain PostgreSQL code: call it inside PgTry.
-SPIPlanPtr KeptPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types);
-
-// Whether the outbox extension exists in this database at the version of this module (the worker
-// serves nothing else: an older schema waits for ALTER EXTENSION outbox UPDATE). Cheap: one
-// catalog index lookup.
-enum class ExtensionState { Missing, OtherVersion, Ready };
-ExtensionState InstalledExtension(std::string *version);
 
 // Every destination, with its config parsed by the same check as create_destination.
 std::vector<DestinationSpec> LoadDestinations();
