@@ -1,10 +1,10 @@
-// What a delivery worker's claims know between transactions (src/pg/queue.cpp claims, this
-// keeps the books): where each destination's due messages begin (the due hints), and for
-// ordering = key the heads it holds, the messages known to follow them, where the scan over the
-// keys stopped, and what the current transaction learnt of its keys. One object, owned by the
-// worker; TransactionEnded says what survives a commit and what an abort undoes. No PostgreSQL
-// header: timestamps are PostgreSQL's TimestampTz as an int64 and a row's place is its parts,
-// so the rules are unit-tested alone (test/unit/claim_book_test.cpp).
+// What a delivery worker's claims know between transactions (src/pg/queue.cpp and
+// claim_ordered.cpp claim, this keeps the books): where each destination's due messages begin
+// (the due hints), and for ordering = key the heads it holds, the messages known to follow them,
+// where the scan over the keys stopped, and what the current transaction learnt of its keys. One
+// object, owned by the worker; TransactionEnded says what survives a commit and what an abort
+// undoes. No PostgreSQL header: timestamps are PostgreSQL's TimestampTz as an int64 and a row's
+// place is its parts, so the rules are unit-tested alone (test/unit/claim_book_test.cpp).
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@
 namespace outbox {
 
 // PostgreSQL's TimestampTz (microseconds since 2000-01-01) and its infinities (DT_NOBEGIN,
-// DT_NOEND; src/pg/queue.cpp checks that they match).
+// DT_NOEND; src/pg/claimed_rows.cpp checks that they match).
 using Timestamp = int64_t;
 constexpr Timestamp kTimestampNoBegin = std::numeric_limits<int64_t>::min();
 constexpr Timestamp kTimestampNoEnd = std::numeric_limits<int64_t>::max();
@@ -32,7 +32,7 @@ struct RowTid {
 };
 
 // What a worker saw of a key in its transaction, noted on the key's row at the end of it
-// (src/pg/queue.cpp, WriteKeyRows), under the rules of outbox.ordered_keys.
+// (src/pg/claim_ordered.cpp, WriteKeyRows), under the rules of outbox.ordered_keys.
 struct KeyRowNote {
     int64_t order_key = 0;
     int64_t floor = 0;          // raise the floor to this (0: leave it)...
@@ -161,7 +161,7 @@ class ClaimBook {
     // goes: its notes are written before the commit (or undone with it), its locks are gone.
     void TransactionEnded(bool committed);
 
-    // The books themselves, read and written by the claims in src/pg/queue.cpp.
+    // The books themselves, read and written by the claims (src/pg/queue.cpp, claim_ordered.cpp).
     // By destination: where due messages begin; this transaction's unordered claims.
     std::unordered_map<std::string, DuePosition> due_hints;
     std::unordered_map<std::string, DueScan> due_scans;

@@ -1,7 +1,7 @@
 // Per-key ordering, the producer's side: order keys and a producer's turn on its key's row of
 // outbox.ordered_keys (see include/outbox/pg/key_order.hpp); and the worker's notes on those
 // rows, written the same way. The worker's side (finding each key's head) is the heads claim in
-// src/pg/queue.cpp.
+// src/pg/claim_ordered.cpp.
 #include <algorithm>
 #include <string_view>
 
@@ -88,8 +88,8 @@ static const char *const kTurnSql =
 
 // A message that keeps its own id may lie below its key's head. Its transaction takes the key's
 // row FOR UPDATE before it lowers the floor: that waits for the workers holding the row (FOR KEY
-// SHARE: they claim from the key only while they do, src/pg/queue.cpp), and workers skip the
-// key until this transaction ends. A key without a row gets one first (ON CONFLICT DO NOTHING:
+// SHARE: they claim from the key only while they do, src/pg/claim_ordered.cpp), and workers skip
+// the key until this transaction ends. A key without a row gets one first (ON CONFLICT DO NOTHING:
 // this transaction's own, or a concurrent producer's, which the lock then waits for); the lock
 // is taken before the row is written, so a worker never meets this transaction's update of it.
 // (TakeTurnOnKeyRow does the same with the access methods' calls; these statements and kTurnSql

@@ -71,8 +71,8 @@ inline ItemPointerData ToItemPointer(const RowTid &tid) {
 // with a higher id, in id order, as the newest snapshot sees them, appended to `out`: one
 // ordered scan of messages_key_order per key, with the index access method's own calls (a
 // statement's plan could read the key's whole run of messages and sort it instead). The worker
-// claims them one by one as their heads go (src/pg/queue.cpp, kHeadsFollowSql). Returns false,
-// having found nothing, when outbox.messages or that index is not laid out as created.
+// claims them one by one as their heads go (src/pg/claim_ordered.cpp, kHeadsFollowSql). Returns
+// false, having found nothing, when outbox.messages or that index is not laid out as created.
 bool FindNextMessages(std::string_view destination,
                       const std::vector<std::pair<int64_t, int64_t>> &keys, int limit,
                       std::vector<NextMessage> *out);

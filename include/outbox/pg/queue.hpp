@@ -26,7 +26,7 @@ std::vector<DestinationSpec> LoadDestinations();
 // Leases up to request.limit due rows of request.destination for `lease_ms` under
 // `lease_token`, counting an attempt on each; returns them ready for a driver. With per-key
 // ordering only the head message of each key is eligible (the heads claim, found through
-// outbox.ordered_keys: see queue.cpp).
+// outbox.ordered_keys: see claim_ordered.cpp).
 // With request.hold_locks (the fast path) the rows are locked for the rest of the transaction
 // instead, unchanged, and come back with lease token 0; the request then remembers where this
 // batch ended, so that claiming again in the same transaction takes the next rows.
