@@ -168,4 +168,20 @@ int BrokerGuard::Connect(int fd, const struct sockaddr *address, unsigned length
     return errno;
 }
 
+bool BrokerGuard::CheckKafkaSideHosts(
+    const std::vector<std::pair<std::string, std::string>> &properties, std::string *why) const {
+    if (!guarded_)
+        return true;
+    for (const auto &[key, value] : properties) {
+        if (key != "sasl.oauthbearer.token.endpoint.url")
+            continue;
+        std::vector<std::string> addresses;
+        if (!Resolve(BrokerUrlHost(value), &addresses, why)) {
+            *why = "\"" + key + "\": " + *why;
+            return false;
+        }
+    }
+    return true;
+}
+
 }  // namespace outbox

@@ -59,6 +59,12 @@ class BrokerGuard {
     // with the reason in *why.
     int Connect(int fd, const struct sockaddr *address, unsigned length, std::string *why) const;
 
+    // The hosts a client library resolves and connects to on its own, where no callback sees
+    // the address (librdkafka's OIDC token endpoint, "sasl.oauthbearer.token.endpoint.url"):
+    // resolved and checked before the client is made. False with *why when one is refused.
+    bool CheckKafkaSideHosts(const std::vector<std::pair<std::string, std::string>> &properties,
+                             std::string *why) const;
+
   private:
     bool guarded_ = false;
     std::vector<Network> allowed_;

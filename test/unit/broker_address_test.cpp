@@ -2,7 +2,6 @@
 // the hosts a config names, the definition-time refusal, and the connect-time guard.
 #include "outbox/broker_address.hpp"
 #include "outbox/brokers/amqp/kind.hpp"
-#include "outbox/brokers/kafka/client.hpp"
 #include "outbox/brokers/kafka/config.hpp"
 #include "outbox/brokers/kafka/kind.hpp"
 #include "outbox/brokers/nats/kind.hpp"
@@ -134,10 +133,10 @@ TEST(BrokerAddress, GuardChecksEveryAddress) {
     EXPECT_NE(why.find("outbox.broker_allowed_networks is invalid"), std::string::npos) << why;
 
     // The OIDC token endpoint librdkafka fetches with its own libcurl is resolved up front.
-    EXPECT_FALSE(CheckKafkaSideHosts(
-        guard, {{"sasl.oauthbearer.token.endpoint.url", "http://127.0.0.1:8080/token"}}, &why));
+    EXPECT_FALSE(guard.CheckKafkaSideHosts(
+        {{"sasl.oauthbearer.token.endpoint.url", "http://127.0.0.1:8080/token"}}, &why));
     EXPECT_NE(why.find("sasl.oauthbearer.token.endpoint.url"), std::string::npos) << why;
-    EXPECT_TRUE(CheckKafkaSideHosts(guard, {{"bootstrap.servers", "127.0.0.1:9092"}}, &why));
+    EXPECT_TRUE(guard.CheckKafkaSideHosts({{"bootstrap.servers", "127.0.0.1:9092"}}, &why));
 }
 
 // librdkafka's connect_cb: a refused address is never connected to; an allowed one is.

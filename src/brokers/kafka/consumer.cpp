@@ -6,6 +6,7 @@
 // are served by rd_kafka_consumer_poll on the helper's loop only: the main queue is forwarded
 // to the consumer queue, and that queue writes a byte to a pipe when it gets something, as does
 // the metadata thread when it has a new result, so the loop sleeps on one fd.
+#include "outbox/broker_address.hpp"
 #include "outbox/brokers/kafka/consumer.hpp"
 
 #include <fcntl.h>
@@ -26,8 +27,6 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "outbox/broker_address.hpp"
-#include "outbox/brokers/kafka/client.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/config.hpp"
 #include "outbox/frame_limits.hpp"
@@ -60,7 +59,7 @@ struct Round {
     int64_t started_ms = 0;
 };
 
-class Consumer final : public KafkaConsumer, private KafkaClient {
+class Consumer final : public KafkaConsumer {
   public:
     explicit Consumer(const KafkaConsumerOptions &options) : options_(options) {}
     ~Consumer() override;
@@ -84,8 +83,10 @@ class Consumer final : public KafkaConsumer, private KafkaClient {
     }
 
   private:
-    void OnKafkaError(rd_kafka_t *rk, int err, const char *reason) override;
-    void OnKafkaLog(std::string line) override;
+    static void OnError(rd_kafka_t *, int err, const char *reason, void *opaque);
+    static void OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+    static int OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                         void *opaque);
     void AddLog(std::string line);
     void Wake();
     void MetadataLoop();
@@ -98,7 +99,9 @@ class Consumer final : public KafkaConsumer, private KafkaClient {
     }
 
     KafkaConsumerOptions options_;
+    rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *queue_ = nullptr;
+    int pipe_[2] = {-1, -1};
     int64_t query_timeout_ms_ = 1000;
 
     // The helper's loop only.
@@ -130,6 +133,10 @@ class Consumer final : public KafkaConsumer, private KafkaClient {
     std::atomic<bool> stop_{false};
     bool round_ready_ = false;  // under mu_
     Round round_;               // under mu_
+    std::string refusal_;       // under mu_: OnConnect's last refusal, for the log
+
+    // outbox.broker_allowed_networks, checked for every connection librdkafka makes.
+    BrokerGuard guard_;
 };
 
 bool Consumer::Init(std::string *error) {
@@ -151,31 +158,64 @@ bool Consumer::Init(std::string *error) {
     }
     query_timeout_ms_ = std::clamp<int64_t>(options_.metadata_interval_ms, 500, 5000);
 
-    KafkaConf conf;
-    if (!Configure(&conf, options_.address_rule, options_.client_id, {}, options_.properties,
-                   error))
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    auto set = [&](const std::string &key, const std::string &value) {
+        if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) ==
+            RD_KAFKA_CONF_OK)
+            return true;
+        *error = "librdkafka refused \"" + key + "\"";
+        if (!IsSecretSetting(key))
+            *error += std::string(": ") + errstr;
         return false;
-    const KafkaProperties &properties = options_.properties;
+    };
+    auto user_sets = [&](const char *key) {
+        return std::any_of(options_.properties.begin(), options_.properties.end(),
+                           [&](const auto &p) { return p.first == key; });
+    };
+    if (!guard_.Set(options_.address_rule, error) ||
+        !guard_.CheckKafkaSideHosts(options_.properties, error)) {
+        rd_kafka_conf_destroy(conf);
+        return false;
+    }
+    bool ok = set("client.id", options_.client_id);
+    for (const auto &[key, value] : options_.properties)
+        ok = ok && set(key, value);
     // librdkafka wants a group for assign(), though nothing here joins it or commits to it
     // (offsets live in PostgreSQL); the client id names it unless the user chose one (a
     // cluster with ACLs may require a group the principal may describe).
-    bool ok = true;
-    if (!UserSets(properties, "group.id"))
-        ok = conf.Set("group.id", options_.client_id.empty() ? "outbox-inbox" : options_.client_id);
-    if (!UserSets(properties, "auto.offset.reset"))
-        ok = ok && conf.Set("auto.offset.reset", "earliest");
-    ok = ok && conf.Set("enable.auto.commit", "false") &&
-         conf.Set("enable.auto.offset.store", "false") && conf.Set("enable.partition.eof", "false");
+    if (!user_sets("group.id"))
+        ok =
+            ok && set("group.id", options_.client_id.empty() ? "outbox-inbox" : options_.client_id);
+    if (!user_sets("auto.offset.reset"))
+        ok = ok && set("auto.offset.reset", "earliest");
+    ok = ok && set("enable.auto.commit", "false") && set("enable.auto.offset.store", "false") &&
+         set("enable.partition.eof", "false") && set("log.queue", "true");
     if (!ok) {
-        *error = conf.error();
+        rd_kafka_conf_destroy(conf);
         return false;
     }
-    if (!Create(&conf, RD_KAFKA_CONSUMER, "consumer", error))
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_error_cb(conf, OnError);
+    rd_kafka_conf_set_log_cb(conf, OnLog);
+    if (guard_.guarded())
+        rd_kafka_conf_set_connect_cb(conf, OnConnect);
+    if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+        *error = std::string("could not create a pipe: ") + strerror(errno);
+        rd_kafka_conf_destroy(conf);
         return false;
-    rd_kafka_poll_set_consumer(rk_);  // callbacks and events: served by consumer_poll
+    }
+    SignalsBlocked blocked;  // librdkafka's threads and ours start with every signal blocked
+    rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (rk_ == nullptr) {
+        *error = std::string("could not create the Kafka consumer: ") + errstr;
+        rd_kafka_conf_destroy(conf);  // not taken over on failure
+        return false;
+    }
+    rd_kafka_poll_set_consumer(rk_);       // callbacks and events: served by consumer_poll
+    rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, forwarded likewise
     queue_ = rd_kafka_queue_get_consumer(rk_);
     rd_kafka_queue_io_event_enable(queue_, pipe_[1], "1", 1);
-    SignalsBlocked blocked;  // the metadata thread starts with every signal blocked
     thread_ = std::thread([this] { MetadataLoop(); });
     return true;
 }
@@ -195,6 +235,9 @@ Consumer::~Consumer() {
         // Nothing to commit or leave: the assignment simply ends with the handle.
         rd_kafka_destroy_flags(rk_, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     }
+    for (int fd : pipe_)
+        if (fd >= 0)
+            close(fd);
 }
 
 void Consumer::Wake() {
@@ -214,21 +257,28 @@ void Consumer::AddLog(std::string line) {
     log_.push_back(protocol::CutText(line, protocol::kMaxTextBytes));
 }
 
-void Consumer::OnKafkaError(rd_kafka_t *, int err, const char *reason) {
+void Consumer::OnError(rd_kafka_t *, int err, const char *reason, void *opaque) {
+    auto *self = static_cast<Consumer *>(opaque);
     try {
         std::string line =
             std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " + reason;
-        consumer_error_ = line;
-        consumer_error_partition_ = {};
-        consumer_error_global_ = true;
-        consumer_error_ms_ = MonotonicMs();
-        AddLog(std::move(line));
+        self->consumer_error_ = line;
+        self->consumer_error_partition_ = {};
+        self->consumer_error_global_ = true;
+        self->consumer_error_ms_ = MonotonicMs();
+        self->AddLog(std::move(line));
     } catch (...) {
     }
 }
 
-void Consumer::OnKafkaLog(std::string line) {
-    AddLog(std::move(line));
+void Consumer::OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    auto *self = static_cast<Consumer *>(rd_kafka_opaque(rk));
+    if (level > 4)
+        return;  // warnings and worse only (syslog levels)
+    try {
+        self->AddLog(std::string(fac) + ": " + buf);
+    } catch (...) {
+    }
 }
 
 void Consumer::MetadataLoop() {
@@ -461,9 +511,30 @@ void Consumer::Poll(std::vector<ConsumedRecord> &out) {
     }
 }
 
+// On a broker thread of librdkafka's (see KafkaDriver::OnConnect).
+int Consumer::OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                        void *opaque) {
+    auto *self = static_cast<Consumer *>(opaque);
+    try {
+        std::string why;
+        int rc = self->guard_.Connect(fd, address, unsigned(length), &why);
+        if (rc == EACCES) {
+            std::lock_guard<std::mutex> lock(self->mu_);
+            self->refusal_ = std::string("not connecting to ") + broker + ": " + why;
+        }
+        return rc;
+    } catch (...) {
+        return ENOMEM;
+    }
+}
+
 bool Consumer::TakeState(ConsumerState *state) {
-    if (std::string refusal = TakeRefusal(); !refusal.empty())
-        AddLog(std::move(refusal));
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!refusal_.empty())
+            AddLog(std::move(refusal_));
+        refusal_.clear();
+    }
     state_.error = !metadata_error_.empty()  ? metadata_error_
                    : !blocked_error_.empty() ? blocked_error_
                                              : consumer_error_;

@@ -6,22 +6,24 @@
 // a pipe when it becomes non-empty, so the worker can sleep on that fd instead of polling.
 #include "outbox/brokers/kafka/driver.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include <librdkafka/rdkafka.h>
 
 #include "outbox/broker_address.hpp"
-#include "outbox/brokers/kafka/client.hpp"
 #include "outbox/brokers/kafka/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/signals.hpp"
 
 namespace outbox {
 
@@ -60,7 +62,7 @@ std::string ErrorText(rd_kafka_resp_err_t err) {
     return std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
 }
 
-class KafkaDriver final : public Driver, private KafkaClient {
+class KafkaDriver final : public Driver {
   public:
     KafkaDriver(std::string source, size_t max_in_flight)
         : source_(std::move(source)), max_in_flight_(max_in_flight) {}
@@ -105,16 +107,19 @@ class KafkaDriver final : public Driver, private KafkaClient {
     enum class TopicAnswer { NotAsked, Exists, Missing, NoAnswer };
 
     static void OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque);
-    void OnKafkaError(rd_kafka_t *rk, int err, const char *reason) override;
-    void OnKafkaLog(std::string line) override;
-    bool ConfigureTimeouts(KafkaConf *conf, const KafkaDriverOptions &options);
+    static void OnError(rd_kafka_t *, int err, const char *reason, void *opaque);
+    static void OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+    static int OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                         void *opaque);
     void AddLog(std::string line);
     void PurgeIfStalled();
     std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
     TopicAnswer TopicExistsNow(const std::string &topic, std::map<std::string, TopicAnswer> &asked);
 
+    rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *main_queue_ = nullptr;
     rd_kafka_topic_t *default_topic_ = nullptr;  // kept so its metadata is fetched at start
+    int pipe_[2] = {-1, -1};
     std::string source_;
     CloudEventsMode mode_ = CloudEventsMode::Binary;
     size_t max_in_flight_;
@@ -134,66 +139,111 @@ class KafkaDriver final : public Driver, private KafkaClient {
     std::vector<std::string> log_;
     bool fatal_ = false;
     bool record_failed_ = false;  // a callback could not record (out of memory)
+    // outbox.broker_allowed_networks, checked for every connection librdkafka makes (OnConnect,
+    // on its broker threads), and the last refusal, for the log.
+    BrokerGuard guard_;
+    std::mutex refusal_mu_;
+    std::string refusal_;
 };
 
-// Keeps a delivery within the lease (message.timeout.ms) and an unknown topic within that
-// (topic.metadata.propagation.max.ms), lowering what the config sets with a log line; reads
-// what KafkaErrorHint needs.
-bool KafkaDriver::ConfigureTimeouts(KafkaConf *conf, const KafkaDriverOptions &options) {
-    const KafkaProperties &properties = options.config.properties;
+bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    auto set = [&](const std::string &key, const std::string &value) {
+        if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) ==
+            RD_KAFKA_CONF_OK)
+            return true;
+        *error = "librdkafka refused \"" + key + "\"";
+        if (!IsSecretSetting(key))
+            *error += std::string(": ") + errstr;
+        return false;
+    };
+    auto user_sets = [&](const char *key) {
+        return std::any_of(options.config.properties.begin(), options.config.properties.end(),
+                           [&](const auto &p) { return p.first == key; });
+    };
+
+    mode_ = options.config.cloudevents;
+    if (!guard_.Set(options.address_rule, error) ||
+        !guard_.CheckKafkaSideHosts(options.config.properties, error)) {
+        rd_kafka_conf_destroy(conf);
+        return false;
+    }
+    bool ok = set("client.id", options.client_id);
+    for (const auto &d : kDefaults)
+        ok = ok && set(d[0], d[1]);
+    for (const auto &[key, value] : options.config.properties)
+        ok = ok && set(key, value);
     // A delivery must be decided before the lease lapses, or another worker could take the
     // row over while librdkafka still retries it.
     int64_t timeout_cap = std::max<int64_t>(1000, options.lease_timeout_ms / 2);
     message_timeout_ms_ = timeout_cap;
-    std::string value;
-    bool ok = true;
-    if (!UserSets(properties, "message.timeout.ms") && !UserSets(properties, "delivery.timeout.ms"))
-        ok = conf->Set("message.timeout.ms", std::to_string(timeout_cap));
-    else if (conf->Get("message.timeout.ms", &value) && std::atoll(value.c_str()) > timeout_cap) {
-        AddLog("message.timeout.ms lowered to " + std::to_string(timeout_cap) +
-               " to stay within outbox.lease_timeout");
-        ok = conf->Set("message.timeout.ms", std::to_string(timeout_cap));
-    } else if (conf->Get("message.timeout.ms", &value)) {
-        message_timeout_ms_ = std::atoll(value.c_str());
+    if (!user_sets("message.timeout.ms") && !user_sets("delivery.timeout.ms"))
+        ok = ok && set("message.timeout.ms", std::to_string(timeout_cap));
+    else {
+        size_t size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "message.timeout.ms", errstr, &size) == RD_KAFKA_CONF_OK &&
+            std::atoll(errstr) > timeout_cap) {
+            AddLog("message.timeout.ms lowered to " + std::to_string(timeout_cap) +
+                   " to stay within outbox.lease_timeout");
+            ok = ok && set("message.timeout.ms", std::to_string(timeout_cap));
+        } else if (size <= sizeof errstr) {
+            message_timeout_ms_ = std::atoll(errstr);
+        }
     }
     // A topic the broker does not know is reported (UNKNOWN_TOPIC_OR_PART: dead) only after
     // topic.metadata.propagation.max.ms (default 30 s); a message that times out first is an
     // outage and would be deferred for ever. Keep it below message.timeout.ms.
     int64_t propagation_cap = std::min<int64_t>(30000, message_timeout_ms_ / 2);
-    if (!UserSets(properties, "topic.metadata.propagation.max.ms")) {
-        ok = ok && conf->Set("topic.metadata.propagation.max.ms", std::to_string(propagation_cap));
-    } else if (conf->Get("topic.metadata.propagation.max.ms", &value) &&
-               std::atoll(value.c_str()) > propagation_cap) {
-        AddLog("topic.metadata.propagation.max.ms lowered to " + std::to_string(propagation_cap) +
-               " to stay below message.timeout.ms");
-        ok = ok && conf->Set("topic.metadata.propagation.max.ms", std::to_string(propagation_cap));
+    if (!user_sets("topic.metadata.propagation.max.ms")) {
+        ok = ok && set("topic.metadata.propagation.max.ms", std::to_string(propagation_cap));
+    } else {
+        size_t size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "topic.metadata.propagation.max.ms", errstr, &size) ==
+                RD_KAFKA_CONF_OK &&
+            std::atoll(errstr) > propagation_cap) {
+            AddLog("topic.metadata.propagation.max.ms lowered to " +
+                   std::to_string(propagation_cap) + " to stay below message.timeout.ms");
+            ok = ok && set("topic.metadata.propagation.max.ms", std::to_string(propagation_cap));
+        }
     }
-    if (conf->Get("batch.size", &value))
-        batch_size_ = static_cast<size_t>(std::atoll(value.c_str()));
-    if (conf->Get("sasl.mechanisms", &value) &&
-        (UserSets(properties, "sasl.mechanisms") || UserSets(properties, "sasl.mechanism")))
-        sasl_mechanism_ = value;
-    return ok;
-}
-
-bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
-    KafkaProperties defaults;
-    for (const auto &d : kDefaults)
-        defaults.emplace_back(d[0], d[1]);
-    mode_ = options.config.cloudevents;
-    KafkaConf conf;
-    if (!Configure(&conf, options.address_rule, options.client_id, defaults,
-                   options.config.properties, error))
-        return false;
+    {
+        size_t size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "batch.size", errstr, &size) == RD_KAFKA_CONF_OK)
+            batch_size_ = static_cast<size_t>(std::atoll(errstr));
+        size = sizeof errstr;
+        if (rd_kafka_conf_get(conf, "sasl.mechanisms", errstr, &size) == RD_KAFKA_CONF_OK &&
+            (user_sets("sasl.mechanisms") || user_sets("sasl.mechanism")))
+            sasl_mechanism_ = errstr;
+    }
     // The guarantees: idempotent, acknowledged by all in-sync replicas.
-    if (!ConfigureTimeouts(&conf, options) || !conf.Set("enable.idempotence", "true") ||
-        !conf.Set("acks", "all")) {
-        *error = conf.error();
+    ok = ok && set("enable.idempotence", "true") && set("acks", "all") && set("log.queue", "true");
+    if (!ok) {
+        rd_kafka_conf_destroy(conf);
         return false;
     }
-    rd_kafka_conf_set_dr_msg_cb(conf.get(), OnDelivery);
-    if (!Create(&conf, RD_KAFKA_PRODUCER, "producer", error))
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, OnDelivery);
+    rd_kafka_conf_set_error_cb(conf, OnError);
+    rd_kafka_conf_set_log_cb(conf, OnLog);
+    if (guard_.guarded())
+        rd_kafka_conf_set_connect_cb(conf, OnConnect);
+
+    if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+        *error = std::string("could not create a pipe: ") + strerror(errno);
+        rd_kafka_conf_destroy(conf);
         return false;
+    }
+    {
+        SignalsBlocked blocked;
+        rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    }
+    if (rk_ == nullptr) {
+        *error = std::string("could not create the Kafka producer: ") + errstr;
+        rd_kafka_conf_destroy(conf);  // not taken over on failure
+        return false;
+    }
+    rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, served by Poll
     main_queue_ = rd_kafka_queue_get_main(rk_);
     rd_kafka_queue_io_event_enable(main_queue_, pipe_[1], "1", 1);
     // The destination's default topic is looked up now (creating its handle sends the metadata
@@ -215,6 +265,9 @@ KafkaDriver::~KafkaDriver() {
         rd_kafka_poll(rk_, 0);
         rd_kafka_destroy(rk_);
     }
+    for (int fd : pipe_)
+        if (fd >= 0)
+            close(fd);
 }
 
 // librdkafka's text for an error, with what it means where that text alone misleads.
@@ -272,8 +325,7 @@ void KafkaDriver::AddLog(std::string line) {
 }
 
 void KafkaDriver::OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *opaque) {
-    // The client's opaque is its KafkaClient part (KafkaClient::Create).
-    auto *self = static_cast<KafkaDriver *>(static_cast<KafkaClient *>(opaque));
+    auto *self = static_cast<KafkaDriver *>(opaque);
     try {
         self->reports_.push_back(
             Report{reinterpret_cast<uintptr_t>(msg->_private), msg->err,
@@ -284,34 +336,56 @@ void KafkaDriver::OnDelivery(rd_kafka_t *, const rd_kafka_message_t *msg, void *
     }
 }
 
-void KafkaDriver::OnKafkaError(rd_kafka_t *rk, int err, const char *reason) {
+void KafkaDriver::OnError(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    auto *self = static_cast<KafkaDriver *>(opaque);
     try {
         if (err == RD_KAFKA_RESP_ERR__FATAL) {
             char fatal[512];
             rd_kafka_resp_err_t code = rd_kafka_fatal_error(rk, fatal, sizeof fatal);
-            fatal_ = true;
-            AddLog(std::string("fatal producer error ") + rd_kafka_err2name(code) + ": " + fatal +
-                   "; the producer will be rebuilt");
+            self->fatal_ = true;
+            self->AddLog(std::string("fatal producer error ") + rd_kafka_err2name(code) + ": " +
+                         fatal + "; the producer will be rebuilt");
             return;
         }
         if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
-            all_down_since_ms_ = MonotonicMs();
+            self->all_down_since_ms_ = MonotonicMs();
         std::string line = std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) +
-                           ": " + reason + Explain(static_cast<rd_kafka_resp_err_t>(err), 0);
+                           ": " + reason + self->Explain(static_cast<rd_kafka_resp_err_t>(err), 0);
         // "all brokers are down" says less than the error that brought them down.
-        if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || last_broker_error_.empty())
-            last_broker_error_ = line.substr(0, 600);
-        AddLog(std::move(line));
+        if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || self->last_broker_error_.empty())
+            self->last_broker_error_ = line.substr(0, 600);
+        self->AddLog(std::move(line));
     } catch (...) {
-        record_failed_ = true;
+        self->record_failed_ = true;
     }
 }
 
-void KafkaDriver::OnKafkaLog(std::string line) {
+void KafkaDriver::OnLog(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    auto *self = static_cast<KafkaDriver *>(rd_kafka_opaque(rk));
+    if (level > 4)
+        return;  // warnings and worse only (syslog levels)
     try {
-        AddLog(std::move(line));
+        self->AddLog(std::string(fac) + ": " + buf);
     } catch (...) {
-        record_failed_ = true;
+        self->record_failed_ = true;
+    }
+}
+
+// On a broker thread of librdkafka's: the bootstrap brokers and every broker the cluster
+// advertises pass through here.
+int KafkaDriver::OnConnect(int fd, const struct sockaddr *address, int length, const char *broker,
+                           void *opaque) {
+    auto *self = static_cast<KafkaDriver *>(opaque);
+    try {
+        std::string why;
+        int rc = self->guard_.Connect(fd, address, unsigned(length), &why);
+        if (rc == EACCES) {
+            std::lock_guard<std::mutex> lock(self->refusal_mu_);
+            self->refusal_ = std::string("not connecting to ") + broker + ": " + why;
+        }
+        return rc;
+    } catch (...) {
+        return ENOMEM;
     }
 }
 
@@ -382,8 +456,12 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
     rd_kafka_poll(rk_, 0);
     PurgeIfStalled();
     rd_kafka_poll(rk_, 0);
-    if (std::string refusal = TakeRefusal(); !refusal.empty())
-        AddLog(std::move(refusal));
+    {
+        std::lock_guard<std::mutex> lock(refusal_mu_);
+        if (!refusal_.empty())
+            AddLog(std::move(refusal_));
+        refusal_.clear();
+    }
 
     for (Outcome &o : immediate_)
         out.push_back(std::move(o));
