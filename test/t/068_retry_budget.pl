@@ -5,6 +5,7 @@
 # that never got an answer waits out an outage three times the budget and is delivered, and a
 # message that failed, then waited out a long outage, is retried after it instead of being
 # dead-lettered.
+# outbox-tap: alone -- asserts when a retry budget of 2 s ran out (within 2 s)
 use strict;
 use warnings;
 use OutboxTest;

@@ -2,6 +2,7 @@
 # retries until success with every signature verified independently, permanent failures and
 # requeue, an endpoint that refuses connections for 20 s, Retry-After, isolation of a hanging
 # endpoint, and fan-out to Kafka and two webhooks across a worker kill.
+# outbox-tap: alone -- asserts a delivery within one cycle (under 1 s)
 use strict;
 use warnings;
 use Digest::SHA qw(hmac_sha256_base64);

@@ -7,6 +7,7 @@
 # 0.5 s and the longest stretch without any delivery (the outage probe backs off 1 s doubling to
 # 30 s, and a probe that lands in a down phase doubles it), and how often the server log says
 # "handing back the messages in flight".
+# outbox-tap: alone -- asserts the producers' rate and how soon delivery resumes
 use strict;
 use warnings;
 use OutboxTest;

@@ -12,6 +12,7 @@
 # batches too (sequence reset). Such a message can spend several attempts in a row; this test
 # is about losing nothing under retriable errors, not about the dead-letter policy (040 covers
 # max_attempts), so the limit is set where a legitimate retry never reaches it.
+# outbox-tap: alone -- asserts the producers' rate
 use strict;
 use warnings;
 use OutboxTest;

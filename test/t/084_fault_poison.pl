@@ -12,6 +12,7 @@
 #     b1 kills once the claim's commit has been written to the WAL; b2 kills at once, as a
 #     crash caused by the message itself would (the worker commits asynchronously, and a
 #     crash-restart replays only the WAL that was written).
+# outbox-tap: alone -- compares two delivery times (at most 2x + 0.5 s)
 use strict;
 use warnings;
 use OutboxTest;
