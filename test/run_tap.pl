@@ -50,6 +50,7 @@ $pgxs_perl =~ s{/src/makefiles/pgxs.mk\s*$}{/src/test/perl};
 make_path("$base/portlock");
 $ENV{PG_TEST_PORT_DIR} //= "$base/portlock";
 $| = 1;
+my $scheduler = $$;
 
 #-------------------------------------------------------------------------------------------
 # What each file needs.
@@ -59,7 +60,7 @@ my %RESOURCES = (
         env => 'OUTBOX_SHARED_KAFKA_CLUSTER',
         # --owner: a watchdog kills the brokers if this script dies before it stops them.
         start => sub { [ "$root/test/tools/kafka_cluster", '--dir', $_[0], 'start', '--timeout', 300,
-                '--owner', $$ ] },
+                '--owner', $scheduler ] },
         # Brings back any node a file stopped or killed and waits until every partition is
         # fully replicated again.
         restore => sub { [ "$root/test/tools/kafka_cluster", '--dir', $_[0], 'start', '--timeout', 300 ] },

@@ -432,13 +432,21 @@ use Test::More;
 
 my $venv_python = ($ENV{OUTBOX_TEST_VENV} // '/var/cache/outbox-test/venv') . '/bin/python';
 
+# The run's shared server (test/run_tap.pl starts one of each kind for the files tagged
+# "outbox-tap: rabbitmq" or "nats": OUTBOX_SHARED_RABBITMQ, OUTBOX_SHARED_NATS), or one of the
+# test's own (a file run without them, or a server with arguments of its own). On the shared
+# one each file declares queues and streams of its own names.
 sub start {
     my ($class, $kind, %opts) = @_;
-    my $dir = PostgreSQL::Test::Utils::tempdir();
-    my $self = bless { kind => $kind, dir => "$dir/$kind", args => $opts{args} // [] }, $class;
-    $self->up;
+    my $work = PostgreSQL::Test::Utils::tempdir();
+    my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ' : 'OUTBOX_SHARED_NATS' };
+    $shared = undef if @{ $opts{args} // [] };
+    my $self = bless { kind => $kind, dir => $shared // "$work/$kind", work => $work,
+        shared => defined $shared, args => $opts{args} // [] }, $class;
+    $self->up unless $self->{shared};
     $self->{port} = $self->tool('port');
     chomp $self->{port};
+    diag("$kind: the shared server of this run (port $self->{port})") if $self->{shared};
     return $self;
 }
 
@@ -504,7 +512,7 @@ sub nats_delete_stream {
 # every message received, repeats included (hashes as in broker_client.py).
 sub received {
     my ($self, $name, %o) = @_;
-    my $file = "$self->{dir}/received-$name.jsonl";
+    my $file = "$self->{work}/received-$name.jsonl";
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
         : ('nats-drain', '--stream', $name), '--out', $file, '--idle', $o{idle} // 0.5);
     my @got;
@@ -557,9 +565,11 @@ sub count {
     return $n;
 }
 
+# The test's own server is stopped; the shared one keeps running (test/run_tap.pl stops it
+# after its last user, and starts it again after a file that stopped it).
 sub stop {
     my ($self) = @_;
-    return if $self->{stopped};
+    return if $self->{stopped} || $self->{shared};
     eval { $self->tool('kill') };
     $self->{stopped} = 1;
 }

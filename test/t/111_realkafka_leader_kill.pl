@@ -5,6 +5,7 @@
 # later. Nothing is lost, no attempt is spent (the relay waits for the new leaders), nothing is
 # dead-lettered; duplicates (batches persisted by the dead leader but not acknowledged before it
 # died, then sent again) are counted and reported.
+# outbox-tap: kafka-cluster exclusive -- kills a broker
 use strict;
 use warnings;
 use OutboxKafka;

@@ -4,6 +4,7 @@
 # NOT_ENOUGH_REPLICAS: a rejection, which spends an attempt and backs off. Messages wait,
 # are retried, none is dead-lettered (max_attempts leaves room), outbox.stats() says why, and
 # all arrive once the brokers are back.
+# outbox-tap: kafka-cluster exclusive -- kills one broker and stops another
 use strict;
 use warnings;
 use OutboxKafka;

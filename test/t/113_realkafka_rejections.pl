@@ -6,6 +6,7 @@
 #     batches beyond it (the broker checks the batch; the fix is batch.size);
 #   - a principal denied WRITE on the topic by a DENY ACL (allowed elsewhere), and a
 #     principal with no WRITE anywhere (the idempotent producer's InitProducerId fails).
+# outbox-tap: kafka-cluster shared
 use strict;
 use warnings;
 use JSON::PP;

@@ -7,6 +7,7 @@
 #     last_error says so, and PLAIN over the same SASL_SSL listener delivers;
 #   - TLS: without ssl.ca.location the broker's certificate is not trusted (an outage); with the
 #     test CA (a superuser's setting) it is, and the messages are delivered.
+# outbox-tap: kafka-cluster shared
 use strict;
 use warnings;
 use JSON::PP;
@@ -17,17 +18,17 @@ use Test::More;
 
 my $kafka = kafka_cluster();
 $kafka->create_topic([ 'secure', 'scram', 'tls' ], partitions => 4);
-$kafka->acl('add', principal => 'User:outbox', operations => [ 'Write', 'Describe' ], topic => '*');
+$kafka->acl('add', principal => 'User:secure', operations => [ 'Write', 'Describe' ], topic => '*');
 # A 10 s lease: librdkafka's message.timeout.ms is 5 s, so deferrals come quickly.
 my $node = outbox_node('realkafka_sasl', conf => "outbox.lease_timeout = '10s'\nlog_statement = 'none'");
 sub sql { $node->safe_psql('postgres', $_[0]) }
-my $password = $kafka->password('outbox');
+my $password = $kafka->password('secure');
 my $wrong = 'wrong-' . join('', map { ('a' .. 'z')[ rand 26 ] } 1 .. 16);
 
 sub config {
     my (%o) = @_;   # a setting given as undef is left out
     my %c = ('bootstrap.servers' => $kafka->sasl_bootstrap, 'security.protocol' => 'SASL_SSL',
-        'sasl.mechanisms' => 'PLAIN', 'sasl.username' => 'outbox',
+        'sasl.mechanisms' => 'PLAIN', 'sasl.username' => 'secure',
         'ssl.ca.location' => $kafka->ca_file, %o);
     delete $c{$_} for grep { !defined $c{$_} } keys %c;
     return JSON::PP->new->canonical->encode(\%c);

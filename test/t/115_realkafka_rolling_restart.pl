@@ -4,6 +4,7 @@
 # three brokers are restarted one after the other, each with a controlled shutdown and back in
 # sync before the next goes. Nothing is lost or dead-lettered; attempts, deferrals and
 # duplicates are reported.
+# outbox-tap: kafka-cluster exclusive -- restarts every broker
 use strict;
 use warnings;
 use List::Util qw(max);

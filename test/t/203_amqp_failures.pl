@@ -3,6 +3,7 @@
 # exchange (channel closed 404) likewise; a basic.nack (a full queue with overflow
 # reject-publish) spends one attempt per try and dead-letters after max_attempts;
 # outbox.requeue brings them back once the cause is fixed and they are delivered.
+# outbox-tap: rabbitmq shared
 use strict;
 use warnings;
 use OutboxTest;

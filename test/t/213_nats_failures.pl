@@ -3,6 +3,7 @@
 # with JetStream's error; a full stream (max_msgs, discard new) spends one attempt per try and
 # dead-letters after max_attempts; outbox.requeue brings them back once the cause is fixed and
 # they are delivered.
+# outbox-tap: nats shared
 use strict;
 use warnings;
 use OutboxTest;

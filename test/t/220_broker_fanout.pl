@@ -2,6 +2,7 @@
 # JetStream and a Kafka destination (one row each, one event_id); the worker is killed with
 # SIGKILL mid-way. Every destination receives every event id (each completes on its own: a
 # kill replays only what a destination had not confirmed), and stats() counts each apart.
+# outbox-tap: rabbitmq shared, nats shared
 use strict;
 use warnings;
 use OutboxTest;
