@@ -17,7 +17,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
-                 worker_pids stats_row check_key_order);
+                 worker_pids stats_row check_key_order queued produce dead_letter);
 
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
 
@@ -69,6 +69,44 @@ sub stats_row {
     my $out = $node->safe_psql($db // 'postgres', qq{
         SELECT row_to_json(s) FROM outbox.stats() s WHERE destination = '$destination'});
     return $out ? decode_json($out) : undef;
+}
+
+# How many messages are queued (for one destination, or in all), in database postgres or db.
+# With restarting => 1, while the server does not answer (it restarts after a crash the test
+# caused) a number larger than any queue, so that waiting for the queue to drain goes on.
+sub queued {
+    my ($node, $destination, %o) = @_;
+    my $where = defined $destination ? " WHERE destination = '$destination'" : '';
+    my $sql = "SELECT count(*) FROM outbox.messages$where";
+    return $node->safe_psql($o{db} // 'postgres', $sql) unless $o{restarting};
+    my $n = eval { $node->safe_psql($o{db} // 'postgres', $sql) };
+    return $n // 1e9;
+}
+
+# Inserts the messages numbered $from to $to for $destination in one statement: payload
+# {"n": n} (with pad => N also "pad": N x's), key PREFIX || n with key => PREFIX (else none).
+# With record => 'TABLE SELECT EXPRESSIONS' the same statement also inserts a row for each into
+# that table, the expressions reading the inserted messages' destination and event_id (e.g.
+# record => "produced SELECT 'a', destination, event_id"). db => another database. Returns the
+# event_ids.
+sub produce {
+    my ($node, $destination, $from, $to, %o) = @_;
+    my $key = defined $o{key} ? "'$o{key}' || g" : 'NULL';
+    my $payload = defined $o{pad} ? "jsonb_build_object('n', g, 'pad', repeat('x', $o{pad}))"
+      : "jsonb_build_object('n', g)";
+    my $insert = "INSERT INTO outbox.messages (destination, key, payload)
+        SELECT '$destination', $key, $payload FROM generate_series($from, $to) g";
+    my $sql = defined $o{record}
+      ? "WITH m AS ($insert RETURNING destination, event_id) INSERT INTO $o{record} FROM m RETURNING event_id"
+      : "$insert RETURNING event_id";
+    return [ split /\n/, $node->safe_psql($o{db} // 'postgres', $sql) ];
+}
+
+# reason|attempts|last_error of the dead letter with that key ('' if there is none).
+sub dead_letter {
+    my ($node, $key) = @_;
+    return $node->safe_psql('postgres', qq{
+        SELECT reason || '|' || attempts || '|' || last_error FROM outbox.dead_letters WHERE key = '$key'});
 }
 
 # The server log must show no crash other than those the test caused itself.
@@ -248,6 +286,19 @@ sub url {
     my ($self, $path) = @_;
     my $host = $self->{bind} eq '::1' ? '[::1]' : $self->{bind};
     return "http://$host:$self->{port}$path";
+}
+
+# Creates webhook destination $name for this sink's $path, with the other config keys given.
+sub create_destination {
+    my ($self, $node, $name, $path, %config) = @_;
+    my $json = JSON::PP->new->canonical->encode({ url => $self->url($path), %config });
+    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$json')");
+}
+
+# The requests to one path (a string: that path; a regexp: the paths it matches).
+sub requests_for {
+    my ($self, $path) = @_;
+    return [ grep { ref $path ? $_->{path} =~ $path : $_->{path} eq $path } @{ $self->requests } ];
 }
 
 # Every request the sink recorded, in arrival order (hashes as in test/tools/README.md).

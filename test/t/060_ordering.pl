@@ -35,21 +35,21 @@ INSERT INTO sent SELECT * FROM m;
 # Two rounds of 8 sessions x 1,250 single-message transactions, delivered as they are produced;
 # between the rounds, with messages still queued, the worker is killed (a crash: the server
 # restarts every backend, so the producers stop first and start again after).
-sub produce {
+sub produce_concurrently {
     my ($out, $err) = ('', '');
     my $ok = IPC::Run::run(['pgbench', '-n', '-c', '8', '-j', '4', '-t', '1250', '-f', $script,
             '-h', $node->host, '-p', $node->port, 'postgres'], '>', \$out, '2>', \$err);
     diag($err) unless $ok;
     return $ok;
 }
-ok(produce(), 'round 1: 8 sessions produced 10,000 messages');
+ok(produce_concurrently(), 'round 1: 8 sessions produced 10,000 messages');
 my $queued = $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages');
 cmp_ok($queued, '>', 0, "messages still queued: $queued");
 my ($pid) = worker_pids($node);
 ok(kill('KILL', $pid), "worker $pid killed mid-way");
 ok(wait_until(sub { my @p = eval { worker_pids($node) }; @p && $p[0] != $pid }, 60),
     'the server restarted and a new worker runs');
-ok(produce(), 'round 2: 8 sessions produced 10,000 more');
+ok(produce_concurrently(), 'round 2: 8 sessions produced 10,000 more');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM sent'), '20000', '20,000 messages recorded');
 
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') eq '0' }, 300),

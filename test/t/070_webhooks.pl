@@ -18,14 +18,11 @@ my $sink = webhook_sink();
 my $node = outbox_node('webhooks', conf => join("\n", 'restart_after_crash = on',
     "outbox.retry_base = '50ms'", "outbox.retry_max = '500ms'", "outbox.lease_timeout = '10s'"));
 
+# This file's webhook destinations sign with $secret and send a static header.
 sub hook {
     my ($name, $path, %extra) = @_;
-    my $config = JSON::PP->new->canonical->encode({ url => $sink->url($path), secret => $secret,
-        headers => { 'x-static' => 'yes' }, %extra });
-    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$config')");
+    $sink->create_destination($node, $name, $path, secret => $secret, headers => { 'x-static' => 'yes' }, %extra);
 }
-sub requests_for { my ($path) = @_; return [ grep { $_->{path} eq $path } @{ $sink->requests } ]; }
-sub queued { return $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages'); }
 
 # 1. 1,000 messages to an endpoint that fails the first two attempts of every id.
 my $flaky = '/flaky;fail_first=2;fail_status=503';
@@ -34,8 +31,8 @@ $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload, headers)
     SELECT 'flaky', 'order.created', 'k' || g, jsonb_build_object('n', g), '{"x-trace": "t1"}'
       FROM generate_series(1, 1000) g});
-ok(wait_until(sub { queued() eq '0' }, 120), 'all 1,000 delivered in the end');
-my $reqs = requests_for($flaky);
+ok(wait_until(sub { queued($node) eq '0' }, 120), 'all 1,000 delivered in the end');
+my $reqs = $sink->requests_for($flaky);
 my (%attempts, %ids, @bad_sig, @bad_hdr);
 for my $r (@$reqs) {
     my $h = $r->{headers};
@@ -86,7 +83,7 @@ $node->safe_psql('postgres', qq{
     SELECT outbox.alter_destination('gone', '{"url": "$good"}');
     SELECT outbox.resume('gone');
     SELECT outbox.requeue('badreq')});
-ok(wait_until(sub { scalar(@{ requests_for('/good') }) == 5 }, 30), 'after alter_destination, resume delivers the 410s');
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/good') }) == 5 }, 30), 'after alter_destination, resume delivers the 410s');
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq'}) eq '5' }, 30),
     'the requeued 400s fail again, back in the dead letters');
 
@@ -113,9 +110,9 @@ ok($node->wait_for_log(qr/outbox: pausing 3000 ms in phase "before-claim"/, $off
     'a claim transaction (woken by a commit) holds before claiming');
 $change->query_safe('COMMIT');
 $change->quit;
-ok(wait_until(sub { scalar(@{ requests_for('/swap_new') }) == 1 }, 30),
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/swap_new') }) == 1 }, 30),
     'the message requeued during that claim transaction went to the new URL');
-is(scalar(@{ requests_for('/swap_old;status=400') }), 1, 'and never again to the old one');
+is(scalar(@{ $sink->requests_for('/swap_old;status=400') }), 1, 'and never again to the old one');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}), '0',
     'nothing of it left in the dead letters');
 $node->append_conf('postgresql.conf', "outbox.debug_pause = ''\noutbox.poll_interval = '1s'\n");
@@ -145,9 +142,9 @@ $late_sink->stop;
 my $ra = '/ra;fail_first=1;fail_status=429;retry_after=2';
 hook('ra', $ra, retry_max => '10s');   # Retry-After is capped by retry_max
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'ra', jsonb_build_object('n', g) FROM generate_series(1, 5) g});
-ok(wait_until(sub { scalar(grep { $_->{status} == 204 } @{ requests_for($ra) }) == 5 }, 30), 'Retry-After: all 5 delivered');
+ok(wait_until(sub { scalar(grep { $_->{status} == 204 } @{ $sink->requests_for($ra) }) == 5 }, 30), 'Retry-After: all 5 delivered');
 my %by_id;
-push @{ $by_id{ $_->{headers}{'webhook-id'} } }, $_->{t} for @{ requests_for($ra) };
+push @{ $by_id{ $_->{headers}{'webhook-id'} } }, $_->{t} for @{ $sink->requests_for($ra) };
 my @gaps = map { $by_id{$_}[1] - $by_id{$_}[0] } keys %by_id;
 is(scalar(grep { $_ < 1.95 } @gaps), 0, 'no retry came sooner than Retry-After: 2')
   or diag("gaps: @gaps");
@@ -161,9 +158,9 @@ $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload
 sleep 1;  # the slow requests are in flight
 my $t0 = time;
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'fast', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
-ok(wait_until(sub { scalar(@{ requests_for('/fast') }) == 20 }, 10), 'the fast destination is served while the slow one hangs');
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/fast') }) == 20 }, 10), 'the fast destination is served while the slow one hangs');
 # Measured with the sink's own clock: when the last of them arrived.
-my ($last) = sort { $b <=> $a } map { $_->{t} } @{ requests_for('/fast') };
+my ($last) = sort { $b <=> $a } map { $_->{t} } @{ $sink->requests_for('/fast') };
 my $took = $last - $t0;
 cmp_ok($took, '<', 1.0, sprintf('within one cycle: %.3f s', $took));
 
@@ -181,12 +178,12 @@ my @events = split /\n/, $node->safe_psql('postgres', q{
       FROM generate_series(1, 300) g});
 is(scalar(@events), 300, '300 events published to 3 destinations each');
 $node->safe_psql('postgres', q{SELECT outbox.resume('fan_kafka'); SELECT outbox.resume('fan_hook'); SELECT outbox.resume('fan_bad')});
-ok(wait_until(sub { scalar(@{ requests_for('/fan_hook') }) > 30 }, 30), 'fan-out under way');
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/fan_hook') }) > 30 }, 30), 'fan-out under way');
 my ($pid) = worker_pids($node);
 ok(kill('KILL', $pid), "worker $pid killed mid-way");
-ok(wait_until(sub { my $q = eval { queued() }; defined $q && $q eq '0' }, 120), 'all three destinations done after the restart');
+ok(wait_until(sub { my $q = eval { queued($node) }; defined $q && $q eq '0' }, 120), 'all three destinations done after the restart');
 my %kafka = map { $_->{headers}{ce_id} => 1 } @{ $broker->consume('fan.out') };  # the message's topic
-my %hook = map { $_->{headers}{'webhook-id'} => 1 } grep { $_->{status} == 204 } @{ requests_for('/fan_hook') };
+my %hook = map { $_->{headers}{'webhook-id'} => 1 } grep { $_->{status} == 204 } @{ $sink->requests_for('/fan_hook') };
 is(scalar(grep { !$kafka{$_} } @events), 0, 'Kafka received every event');
 is(scalar(grep { !$hook{$_} } @events), 0, 'the good webhook received every event');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'fan_bad'}), '300',

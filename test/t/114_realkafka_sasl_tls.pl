@@ -33,23 +33,17 @@ sub config {
     delete $c{$_} for grep { !defined $c{$_} } keys %c;
     return JSON::PP->new->canonical->encode(\%c);
 }
-sub produce {
-    my ($dest, $from, $to) = @_;
-    sql("INSERT INTO outbox.messages (destination, key, payload)
-         SELECT '$dest', 'k' || g, jsonb_build_object('n', g) FROM generate_series($from, $to) g");
-}
 sub event_ids_of { [ split /\n/, sql("SELECT event_id FROM outbox.messages WHERE destination = '$_[0]'") ] }
-sub queued { sql("SELECT count(*) FROM outbox.messages WHERE destination = '$_[0]'") }
 
 # An outage that spends nothing, then the fix: every message arrives.
 sub outage_then_fix {
     my ($dest, $topic, $error_re, $what, $fix) = @_;
-    produce($dest, 1, 100);
+    produce($node, $dest, 1, 100, key => 'k');
     ok(wait_until(sub { (stats_row($node, $dest)->{last_error} // '') =~ $error_re
                         && stats_row($node, $dest)->{deferred_total} > 0 }, 60),
         "$what: the messages are deferred, last_error says why")
       or diag(explain(stats_row($node, $dest)));
-    produce($dest, 101, 200);
+    produce($node, $dest, 101, 200, key => 'k');
     sleep 5;   # several probes fail meanwhile
     my $s = stats_row($node, $dest);
     diag("$what: last_error: $s->{last_error}");
@@ -58,7 +52,7 @@ sub outage_then_fix {
     is($s->{pending} + $s->{in_flight}, 200, "$what: all 200 wait");
     my $produced = event_ids_of($dest);
     sql("SELECT outbox.alter_destination('$dest', \$cfg\$$fix\$cfg\$)");
-    ok(wait_until(sub { queued($dest) == 0 }, 90), "$what: all delivered after alter_destination")
+    ok(wait_until(sub { queued($node, $dest) == 0 }, 90), "$what: all delivered after alter_destination")
       or diag(explain(stats_row($node, $dest)));
     $s = stats_row($node, $dest);
     is($s->{failed_total}, 0, "$what: still no attempt spent");
@@ -86,9 +80,9 @@ my $rdkafka = kafka_librdkafka_version();
 sql("SELECT outbox.create_destination('scram', 'kafka', \$cfg\$"
       . config('sasl.mechanisms' => 'SCRAM-SHA-512', 'sasl.password' => $password, topic => 'scram') . "\$cfg\$)");
 if ($rdkafka >= 20601) {
-    produce('scram', 1, 200);
+    produce($node, 'scram', 1, 200, key => 'k');
     my $produced = event_ids_of('scram');
-    ok(wait_until(sub { queued('scram') == 0 }, 60), "SCRAM-SHA-512 (librdkafka $rdkafka): delivered");
+    ok(wait_until(sub { queued($node, 'scram') == 0 }, 60), "SCRAM-SHA-512 (librdkafka $rdkafka): delivered");
     is(stats_row($node, 'scram')->{failed_total}, 0, 'SCRAM-SHA-512: no attempt spent');
     fault_summary('realkafka_scram', produced => $produced, received => $kafka->event_ids('scram'));
 } else {

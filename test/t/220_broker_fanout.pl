@@ -38,16 +38,12 @@ is($node->safe_psql('postgres',
 
 $node->safe_psql('postgres', q{
     SELECT outbox.resume('fan_amqp'), outbox.resume('fan_nats'), outbox.resume('fan_kafka')});
-sub queued {
-    my $q = eval { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') };
-    return defined $q ? $q : 1e9;
-}
-ok(wait_until(sub { queued() < 2 * $n }, 120), 'a third delivered');
+ok(wait_until(sub { queued($node, undef, restarting => 1) < 2 * $n }, 120), 'a third delivered');
 my ($pid) = worker_pids($node);
-ok(kill('KILL', $pid), 'worker killed mid-way at ' . queued() . ' queued');
+ok(kill('KILL', $pid), 'worker killed mid-way at ' . queued($node, undef, restarting => 1) . ' queued');
 ok(wait_until(sub { my @p = eval { worker_pids($node) }; @p && $p[0] != $pid }, 60),
     'a new worker took over');
-ok(wait_until(sub { queued() == 0 }, 240), 'everything delivered');
+ok(wait_until(sub { queued($node, undef, restarting => 1) == 0 }, 240), 'everything delivered');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters'), '0', 'nothing dead-lettered');
 
 my @produced = split /\n/, $node->safe_psql('postgres', 'SELECT event_id FROM produced');
