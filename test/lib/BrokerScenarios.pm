@@ -106,7 +106,7 @@ WITH m AS (
     RETURNING destination, event_id)
 INSERT INTO produced SELECT * FROM m;
 });
-    sleep 5;
+    ok(wait_until(sub { stats_row($node, 'flow')->{delivered_total} >= 50 }, 30), 'messages flow');
     $server->down;
     my $down_at = time;
     diag("$server_kind stopped");
@@ -118,7 +118,7 @@ INSERT INTO produced SELECT * FROM m;
     my $during = stats_row($node, 'flow');
     diag("last_error during the outage: $during->{last_error}");
     unlike($during->{last_error}, qr/guest:guest/, 'last_error does not show the credentials');
-    sleep(20 - (time - $down_at)) if time - $down_at < 20;
+    sleep(20 - (time - $down_at)) if time - $down_at < 20;   # the outage's length: the scenario
     $server->up;
     diag(sprintf('%s started again after %.1f s', $server_kind, time - $down_at));
     ok($pgbench->finish, 'the producers ran throughout') or diag(${ $pgbench->{outbox_err} });
@@ -164,6 +164,8 @@ WITH m AS (
     RETURNING destination, event_id, id, key)
 INSERT INTO produced SELECT * FROM m;
 });
+    # The restarts spread over the producers' 40 s: 6 s of production, 3 s down, twice (the
+    # scenario's schedule, not waits).
     for my $round (1, 2) {
         sleep 6;
         $server->down;

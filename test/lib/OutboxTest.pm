@@ -17,7 +17,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
-                 worker_pids stats_row check_key_order queued produce dead_letter);
+                 worker_pids stats_row check_key_order queued produce dead_letter
+                 wait_for_cycles wait_for_reload);
 
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
 
@@ -50,10 +51,35 @@ sub wait_until {
     my $deadline = time + ($timeout // 60);
     while (time < $deadline) {
         return 1 if $check->();
-        sleep 0.1;
+        sleep 0.1;   # the poll's pace
     }
     diag("timed out after ${timeout}s waiting for: " . ($what // 'condition'));
     return 0;
+}
+
+# Waits until the delivery workers of database db (default postgres) have completed $n more
+# turns than when called (outbox.workers().cycles: each poll, each claim). For the checks that
+# something does not happen: the workers had their chances, however long they took on a loaded
+# machine. Returns true, or false after timeout seconds (default 60).
+sub wait_for_cycles {
+    my ($node, $n, %o) = @_;
+    my $sql = "SELECT coalesce(sum(cycles), 0) FROM outbox.workers() WHERE database = '"
+      . ($o{db} // 'postgres') . "'";
+    my $from = $node->safe_psql($o{via} // 'postgres', $sql);
+    return wait_until(sub { $node->safe_psql($o{via} // 'postgres', $sql) >= $from + $n },
+        $o{timeout} // 60, "$n more worker turns");
+}
+
+# After a reload that set $name to $value: waits until the server has read the file (a new
+# session shows the value: the postmaster has signalled its children by then) and the delivery
+# workers have gone round their loop twice since (the second turn starts with the file read).
+# Instead of a fixed sleep "until the worker has read the new settings". Options as for
+# wait_for_cycles.
+sub wait_for_reload {
+    my ($node, $name, $value, %o) = @_;
+    return wait_until(sub { $node->safe_psql('postgres', "SHOW $name") eq $value },
+        $o{timeout} // 30, "SHOW $name = $value")
+      && wait_for_cycles($node, 2, %o);
 }
 
 # PIDs of the running outbox workers of a node.

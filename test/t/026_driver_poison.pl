@@ -71,7 +71,7 @@ my $rounds = 0;
 until ($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') ne '0' || time - $t0 > 120) {
     produce_parts('a', 100, 'pk', 'ok', 'hook');
     $rounds++;
-    sleep 0.3;
+    sleep 0.3;   # paces the rounds (a fixed pace, not a wait): the driver crashes meanwhile
 }
 my $took = time - $t0;
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters'), '1',
@@ -117,7 +117,7 @@ is(scalar(grep { $_ eq $poison } @{ kafka_event_ids($broker, 'pk') }), 0,
 $node->append_conf('postgresql.conf', join("\n", "outbox.debug_driver_fault = 'leak:102400'",
     "outbox.driver_memory_limit = '256MB'", 'outbox.poison_after = 20', ''));
 $node->reload;
-sleep 1;
+ok(wait_for_reload($node, 'outbox.poison_after', '20'), 'b: the worker has read the settings');
 $offset = -s $node->logfile;
 ($restarts_before) = $node->safe_psql('postgres', 'SELECT driver_restarts FROM outbox.workers()');
 $node->safe_psql('postgres', q{SELECT outbox.pause('ok')});

@@ -58,13 +58,14 @@ warm_up();
 drain();
 $node->safe_psql('postgres', 'ALTER SYSTEM SET outbox.batch_size = 1');
 $node->reload;
-sleep 1;
+ok(wait_for_reload($node, 'outbox.batch_size', '1'), 'the worker has read batch_size 1');
 warm_up();  # the new producer's first message waits for its connection and producer id
 my $after_reload = drain();
 
 # A changed destination config rebuilds the driver too.
 $node->safe_psql('postgres', q{SELECT outbox.alter_destination('d', '{"linger.ms": 2}')});
-sleep 1;
+# Its commit tells the worker, which loads the destinations at its next turn.
+ok(wait_for_cycles($node, 2), 'the worker has turned twice since');
 warm_up();
 my $after_alter = drain();
 

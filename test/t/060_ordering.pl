@@ -79,7 +79,7 @@ $node->safe_psql('postgres', q{
 });
 ok(wait_until(sub { 2 == grep { $_->{key} eq 'good' } @{ $broker->consume('blk') } }, 30),
     'key good is delivered while key bad is blocked');
-sleep 1;
+ok(wait_for_cycles($node, 3), 'the worker has turned three times since');
 is(scalar(grep { $_->{key} eq 'bad' } @{ $broker->consume('blk') }), 0, 'nothing of key bad is delivered');
 is($node->safe_psql('postgres', q{SELECT key || ':' || reason || ':' || waiting FROM outbox.blocked_keys('blk')}),
     'bad:dead:rejected:2', 'outbox.blocked_keys shows key bad held by its dead letter, 2 waiting');
@@ -98,7 +98,7 @@ $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, pa
 ok(wait_until(sub { $node->safe_psql('postgres', "SELECT count(*) FROM outbox.dead_letters WHERE key = 'again'") eq '1' }, 30),
     'the head of key again is dead-lettered');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('blk', 'again', '{"n": 2}')});
-sleep 1;
+ok(wait_for_cycles($node, 3), 'the worker has turned three times since');
 is(scalar(grep { $_->{key} eq 'again' } @{ $broker->consume('blk') }), 0, 'key again is held');
 $node->safe_psql('postgres', q{SELECT outbox.requeue(array_agg(id)) FROM outbox.dead_letters WHERE key = 'again'});
 ok(wait_until(sub { 2 == grep { $_->{key} eq 'again' } @{ $broker->consume('blk') } }, 30),

@@ -100,7 +100,9 @@ ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.d
 $node->append_conf('postgresql.conf',
     "outbox.debug_pause = 'before-claim'\noutbox.debug_pause_ms = 3000\noutbox.poll_interval = '1h'\n");
 $node->reload;
-sleep 4;    # past the claim transaction the reload itself starts (and its pause)
+# Past the claim transaction the reload itself starts, and its 3 s pause: nothing marks the
+# end of a pause (the worker's state does not change during it), so a fixed 4 s.
+sleep 4;
 my $swap_new = $sink->url('/swap_new');
 my $change = $node->background_psql('postgres');
 $change->query_safe(qq{BEGIN; SELECT outbox.alter_destination('swap', '{"url": "$swap_new"}'); SELECT outbox.requeue('swap')});
@@ -117,9 +119,13 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE
     'nothing of it left in the dead letters');
 $node->append_conf('postgresql.conf', "outbox.debug_pause = ''\noutbox.poll_interval = '1s'\n");
 $node->reload;
-sleep 4;    # past the last pause
+ok(wait_for_reload($node, 'outbox.poll_interval', '1s'), 'past the last pause: the worker turns without it');
 
-# 3. Connection refused for 12 s (past the 10 s lease), max_attempts 2: nothing dead-lettered, all delivered after.
+# 3. Connection refused for 4 s (past the lease, shortened to 3 s for this part), max_attempts 2:
+# nothing dead-lettered, all delivered after.
+$node->append_conf('postgresql.conf', "outbox.lease_timeout = '3s'\n");
+$node->reload;
+ok(wait_for_reload($node, 'outbox.lease_timeout', '3s'), 'the worker has read the 3 s lease');
 my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1) or die $!;
 my $late_port = $probe->sockport;
 close $probe;
@@ -127,9 +133,9 @@ my $late_url = "http://127.0.0.1:$late_port/late";
 $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('late', 'webhook', '{"url": "$late_url", "max_attempts": 2}');
     INSERT INTO outbox.messages (destination, payload) SELECT 'late', jsonb_build_object('n', g) FROM generate_series(1, 50) g});
-sleep 12;
+sleep 4;   # the outage, past the lease: its length is the scenario
 my $s = stats_row($node, 'late');
-is($s->{dead}, 0, 'after 12 s of refused connections nothing is dead-lettered');
+is($s->{dead}, 0, 'after 4 s of refused connections (past the lease) nothing is dead-lettered');
 is($s->{failed_total}, 0, 'and no attempt was spent');
 like($s->{last_error} // '', qr/unreachable/, 'last_error says the endpoint is unreachable');
 my $late_sink = webhook_sink(port => $late_port);
@@ -137,6 +143,9 @@ ok(wait_until(sub { scalar(grep { $_->{path} eq '/late' } @{ $late_sink->request
     'once the endpoint listens, all 50 are delivered');
 is(stats_row($node, 'late')->{dead}, 0, 'none dead-lettered');
 $late_sink->stop;
+$node->append_conf('postgresql.conf', "outbox.lease_timeout = '10s'\n");
+$node->reload;
+ok(wait_for_reload($node, 'outbox.lease_timeout', '10s'), 'the lease is 10 s again');
 
 # 4. Retry-After: 2 is honoured.
 my $ra = '/ra;fail_first=1;fail_status=429;retry_after=2';
@@ -155,7 +164,7 @@ is(scalar(grep { $_ < 1.95 } @gaps), 0, 'no retry came sooner than Retry-After: 
 hook('slow', '/slow;delay_ms=4000', timeout_ms => 5000, max_in_flight => 20);
 hook('fast', '/fast');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'slow', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
-sleep 1;  # the slow requests are in flight
+ok(wait_until(sub { stats_row($node, 'slow')->{in_flight} == 20 }, 10), 'the 20 slow requests are in flight');
 my $t0 = time;
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'fast', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
 ok(wait_until(sub { scalar(@{ $sink->requests_for('/fast') }) == 20 }, 10), 'the fast destination is served while the slow one hangs');

@@ -33,7 +33,7 @@ while (queued($node) ne '0') {
     $bad++ if $gauges > $last || $gauges < 0;   # never grows during a drain, never negative
     $last = $gauges;
     $samples++;
-    sleep 0.02;
+    sleep 0.02;   # the sampling's pace
 }
 $s = stats_row($node, 'k');
 is($bad, 0, "during the drain the gauges only fell ($samples samples)");
@@ -46,7 +46,9 @@ sql(q{INSERT INTO outbox.messages (destination, payload) SELECT 'gone', jsonb_bu
       INSERT INTO outbox.messages (destination, payload) SELECT 'flaky', jsonb_build_object('n', g) FROM generate_series(1, 30) g;
       SELECT outbox.pause('k');
       INSERT INTO outbox.messages (destination, payload, expires_at) SELECT 'k', '{}', now() + interval '1 second' FROM generate_series(1, 5)});
-sleep 1.5;
+# Expiry goes by the clock: until the paused messages are past their expires_at.
+ok(wait_until(sub { sql(q{SELECT now() > max(expires_at) FROM outbox.messages WHERE destination = 'k'}) eq 't' }, 10),
+    'the paused messages are past their expires_at');
 sql(q{SELECT outbox.resume('k')});
 ok(wait_until(sub { queued($node) eq '0' }, 30), 'everything resolved');
 $s = stats_row($node, 'gone');
@@ -103,7 +105,7 @@ like($err, qr/needs an age of zero or more/, 'a negative age is refused');
 # 7. Retention: delivered messages are archived, then swept.
 $node->append_conf('postgresql.conf', "outbox.retention = '3s'\n");
 $node->reload;
-sleep 0.5;
+ok(wait_for_reload($node, 'outbox.retention', '3s'), 'the worker has read retention 3s');
 sql(q{INSERT INTO outbox.messages (destination, payload) SELECT 'k', jsonb_build_object('n', g) FROM generate_series(1, 2500) g});
 ok(wait_until(sub { sql('SELECT count(*) FROM outbox.archive') eq '2500' }, 30), 'with retention, delivered messages are archived');
 is(sql(q{SELECT count(*) FROM outbox.archive WHERE attempts = 1 AND delivered_at IS NOT NULL}), '2500',

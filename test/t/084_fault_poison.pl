@@ -91,7 +91,7 @@ sub kill_while_held {
     $node->append_conf('postgresql.conf',
         "outbox.debug_pause = 'publish'\noutbox.debug_pause_ms = 20000\n");
     $node->reload;
-    sleep 0.5;   # the worker has read the setting
+    ok(wait_for_reload($node, 'outbox.debug_pause', 'publish'), 'the worker has read the setting');
     my $offset = -s $node->logfile;
     my ($event_id) = produce_part('b', 'crashy', 1);
     my @seen;
@@ -104,7 +104,7 @@ sub kill_while_held {
                 $pid = $1;
                 $offset += pos($log);
             } else {
-                sleep 0.01;
+                sleep 0.01;   # the loop's pace
             }
         }
         ok($pid, "the worker paused holding the message (claim $kill)") or last;

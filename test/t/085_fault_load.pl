@@ -71,7 +71,7 @@ while (time - $start < $seconds + 0.5 && $pgbench->pumpable) {
     push @queue, $q // -1;
     $mem_start = memory() if @queue == 5;   # steady state: drivers and buffers in use
     $pgbench->pump_nb;
-    sleep(max(0, 1 - (time - $t)));
+    sleep(max(0, 1 - (time - $t)));   # one sample a second
 }
 ok($pgbench->finish, 'pgbench ran for 60 s without errors') or diag(${ $pgbench->{outbox_err} });
 my ($tps) = ${ $pgbench->{outbox_out} } =~ /tps = ([\d.]+)/;

@@ -222,7 +222,7 @@ WITH m AS (
     RETURNING event_id)
 INSERT INTO produced SELECT event_id FROM m;
 });
-sleep 3;
+sleep 3;   # the producers run a while before the update, and on through it
 $node->safe_psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 ok($pgbench->finish, 'the producers ran through the update') or diag(${ $pgbench->{outbox_err} });
 ok(wait_until(sub { queued($node, undef, db => 'postgres') eq '0' }, 60), 'everything produced meanwhile is delivered');

@@ -108,12 +108,13 @@ my $stats = stats_row($node, 'gone');
 ok($stats->{paused}, 'stats() shows it paused');
 like($stats->{last_error}, qr/^HTTP 410: endpoint removed; destination paused \(the endpoint asked to receive no more webhooks\): outbox.resume\('gone'\)/,
     'last_error names the 410 and the way out');
-sleep 1;    # messages in flight when the first 410 came back
+# The messages in flight when the first 410 came back are answered too.
+ok(wait_until(sub { stats_row($node, 'gone')->{in_flight} == 0 }, 30), 'nothing of gone is in flight');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'gone' AND attempts = 0 AND lease_token IS NULL}),
     '10', 'all 10 messages still queued, no attempt spent');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'gone'}), '0', 'none dead-lettered');
 my $sent = scalar(@{ $sink->requests_for('/gone;status=410;body=endpoint%20removed') });
-sleep 2;
+ok(wait_for_cycles($node, 5), 'the worker has turned five times since');
 is(scalar(@{ $sink->requests_for('/gone;status=410;body=endpoint%20removed') }), $sent, 'nothing more is sent while paused');
 ok($sent <= 10, "at most the batch in flight was sent ($sent)");
 my $good = $sink->url('/gone_new');

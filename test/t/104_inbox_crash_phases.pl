@@ -26,6 +26,10 @@ my $n = 0;
 for my $phase (qw(inbox_before_handler inbox_after_handler inbox_before_commit)) {
     $node->append_conf('postgresql.conf', "outbox.debug_pause = '$phase'\noutbox.debug_pause_ms = 60000\n");
     $node->reload;
+    # The inbox worker shows no count of its turns: until a new session sees the setting (the
+    # server has signalled every process), then half a second for the inbox worker to read it.
+    ok(wait_until(sub { $node->safe_psql('postgres', 'SHOW outbox.debug_pause') eq $phase }, 30),
+        "$phase: the reload is read");
     sleep 0.5;
     my $offset = -s $node->logfile;
     my $from = $n + 1;
@@ -40,7 +44,7 @@ for my $phase (qw(inbox_before_handler inbox_after_handler inbox_before_commit))
     $node->start;
     ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM applied') == $n }, 60),
         "$phase: after the restart all $n records are applied");
-    sleep 1;  # anything applied twice would show by now
+    sleep 1;  # anything applied twice would show by now (the inbox worker shows no count of its turns)
     is($node->safe_psql('postgres', 'SELECT count(*), count(DISTINCT n) FROM applied'), "$n|$n",
         "$phase: each exactly once");
     is($node->safe_psql('postgres', q{SELECT "offset" FROM outbox.inbox_offsets}),

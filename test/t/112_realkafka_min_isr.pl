@@ -26,7 +26,6 @@ $node->safe_psql('postgres', qq{
 
 my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => $down_for + 25,
     script => recorded_insert('isr'));
-sleep 5;
 ok(wait_until(sub { stats_row($node, 'isr')->{delivered_total} > 50 }, 30), 'messages flow');
 $kafka->kill(3);
 $kafka->stop_broker(2);
@@ -40,7 +39,7 @@ ok(wait_until(sub {
   or diag(explain(stats_row($node, 'isr')));
 my $s = stats_row($node, 'isr');
 diag("while two brokers are down: last_error: $s->{last_error}");
-sleep($down_for - (time - $down_at)) if time - $down_at < $down_for;
+sleep($down_for - (time - $down_at)) if time - $down_at < $down_for;   # the outage's length: the scenario
 $s = stats_row($node, 'isr');
 cmp_ok($s->{failed_total}, '>', 0, "attempts are spent on the rejections ($s->{failed_total})");
 is($s->{dead}, 0, 'nothing dead-lettered');

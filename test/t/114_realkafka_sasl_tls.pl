@@ -43,8 +43,10 @@ sub outage_then_fix {
                         && stats_row($node, $dest)->{deferred_total} > 0 }, 60),
         "$what: the messages are deferred, last_error says why")
       or diag(explain(stats_row($node, $dest)));
+    my $deferred = stats_row($node, $dest)->{deferred_total};
     produce($node, $dest, 101, 200, key => 'k');
-    sleep 5;   # several probes fail meanwhile
+    ok(wait_until(sub { stats_row($node, $dest)->{deferred_total} > $deferred }, 60),
+        "$what: more probes fail meanwhile");
     my $s = stats_row($node, $dest);
     diag("$what: last_error: $s->{last_error}");
     is($s->{failed_total}, 0, "$what: no attempt spent");

@@ -30,7 +30,6 @@ $node->safe_psql('postgres', qq{
 my $start = time;
 my $pgbench = start_pgbench($node, clients => 16, threads => 2, seconds => 3600,
     rate => sized(undef, 800), script => recorded_insert('rolling'));
-sleep 3;
 ok(wait_until(sub { stats_row($node, 'rolling')->{delivered_total} > 100 }, 30), 'messages flow');
 my @queue;
 for my $b (1, 2, 3) {
@@ -40,7 +39,7 @@ for my $b (1, 2, 3) {
     diag(sprintf('broker %d restarted and back in sync in %.1f s; %d queued', $b, time - $t, $queue[-1]));
 }
 my $rolled = time - $start;
-sleep($seconds - (time - $start)) if time - $start < $seconds;
+sleep($seconds - (time - $start)) if time - $start < $seconds;   # the producers' time: the scenario
 # SIGTERM, then SIGKILL: not SIGINT, which a background job inherits as ignored (CI, nohup).
 # What was committed is in `produced` either way (same transaction).
 $pgbench->kill_kill(grace => 5);

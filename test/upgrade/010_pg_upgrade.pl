@@ -103,7 +103,7 @@ ok(wait_until(sub { scalar(worker_pids($new)) == 1 }, 30), 'the new cluster runs
 my $s = stats_row($new, 'orders');
 is("$s->{pending}|$s->{dead}|" . ($s->{paused} ? 'paused' : 'running'), '1000|3|paused',
     'stats() counts the carried-over queue and dead letters');
-sleep 1;
+ok(wait_for_cycles($new, 3), 'the new worker has turned three times');
 is(scalar(@{ kafka_event_ids($broker, 'orders') }), 1, 'nothing is delivered while the destination stays paused');
 
 # Delivery by the new cluster: the queue, the requeued dead letters and one new message.
