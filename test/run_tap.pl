@@ -253,7 +253,11 @@ sub start_test {
     my $pid = fork // die "fork: $!\n";
     if ($pid == 0) {
         in_child("$dir.out");
-        %ENV = (%ENV, @env, TESTDIR => $dir);
+        # PostgreSQL 15 puts a file's data and logs under TESTDIR/tmp_check; 17 and later under
+        # TESTDATADIR and TESTLOGDIR, else tmp_check and log in the current directory.
+        %ENV = (%ENV, @env, TESTDIR => $dir, TESTDATADIR => "$dir/tmp_check",
+            TESTLOGDIR => "$dir/tmp_check/log");
+        chdir $dir or die "$dir: $!\n";
         my $harness = TAP::Harness->new({ verbosity => 0, lib => [ $pgxs_perl, $lib ], timer => 1,
                 failures => 1, show_count => 0 });
         my $agg = TAP::Parser::Aggregator->new;
@@ -339,7 +343,7 @@ sub startable {
 sub stop_unused {
     my (@still) = @_;
     for my $r (sort keys %resource) {
-        next unless $resource{$r}{state} eq 'ready' && !$resource{$r}{users};
+        next unless $resource{$r}{state} =~ /^(ready|failed)$/ && !$resource{$r}{users};
         next if grep { $tags_of{$_}{uses}{$r} } @still;
         resource_command($r, 'stop');
     }
@@ -381,8 +385,12 @@ if (@alone) {
     }
     release($_) for @all;
 }
-stop_unused();
-reap(1) while %children;
+# Whatever is still starting (a restore after the last file) is stopped once it is up.
+while (1) {
+    stop_unused();
+    last unless %children;
+    reap(1);
+}
 
 for my $file (sort { $seconds{$b} <=> $seconds{$a} } keys %seconds) {
     printf "TAP time: %7.1f s %s%s\n", $seconds{$file}, short_name($file),
