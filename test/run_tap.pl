@@ -26,8 +26,9 @@
 #
 # OUTBOX_TAP_SLOTS names a directory of lock files that every run on the machine shares
 # (test/run_tests makes it; test/pg_chroot shows it in the roots): at most OUTBOX_TAP_JOBS
-# files run at once on the whole machine, whichever run they belong to, and while a serial
-# group runs, at most one other file runs beside it anywhere.
+# files run at once on the whole machine, whichever run they belong to (a build or the unit
+# tests count as two: run_tap.pl --hold 2 -- make ...), and while a serial group runs, at most
+# one other file runs beside it anywhere, and no build.
 # OUTBOX_TAP_TIMES names a file of each file's seconds in an earlier run ("S FILE" lines):
 # the longest start first (files it does not know count as long).
 use strict;
@@ -40,10 +41,88 @@ use TAP::Harness;
 use TAP::Parser::Aggregator;
 use Time::HiRes qw(time sleep);
 
+#-------------------------------------------------------------------------------------------
+# Machine-wide slots (OUTBOX_TAP_SLOTS): a file holds one while it runs, a build or the unit
+# tests two (--hold), the serial group all but one.
+#-------------------------------------------------------------------------------------------
+my $jobs = $ENV{OUTBOX_TAP_JOBS} || 4;
+my $slot_dir = $ENV{OUTBOX_TAP_SLOTS};
+my %held;    # fileno => handle of every lock this process holds (closed in children)
+
+sub lock_file {
+    my ($name) = @_;
+    my $path = "$slot_dir/$name";
+    my $old = umask 0;
+    my $fh;
+    sysopen($fh, $path, O_RDWR | O_CREAT, 0666) or sysopen($fh, $path, O_RDONLY)
+      or die "$path: $!\n";
+    umask $old;
+    return $fh;
+}
+
+# A free slot's locked handle, or undef (none free now, or the serial group of a run holds
+# them).
+sub try_slot {
+    return 'none' unless $slot_dir;
+    my $turnstile = lock_file('turnstile');
+    flock($turnstile, LOCK_EX | LOCK_NB) or return undef;
+    for my $i (0 .. $jobs - 1) {
+        my $fh = lock_file("slot.$i");
+        if (flock($fh, LOCK_EX | LOCK_NB)) {
+            $held{ fileno $fh } = $fh;
+            return $fh;
+        }
+    }
+    return undef;
+}
+
+sub release {
+    my ($fh) = @_;
+    return unless ref $fh;
+    delete $held{ fileno $fh };
+    close $fh;
+}
+
+# $want slots, waiting until files or builds running elsewhere give them back (no new file
+# starts meanwhile: the turnstile). Returns their locked handles.
+sub take_slots {
+    my ($want) = @_;
+    return (0) unless $slot_dir;
+    $want = $jobs if $want > $jobs;
+    my $turnstile = lock_file('turnstile');
+    my $t0 = time;
+    flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
+    my @fhs;
+    while (@fhs < $want) {
+        for my $i (0 .. $jobs - 1) {
+            last if @fhs >= $want;
+            next if grep { $_->{i} == $i } @fhs;
+            my $fh = lock_file("slot.$i");
+            push @fhs, { i => $i, fh => $fh } if flock($fh, LOCK_EX | LOCK_NB);
+        }
+        sleep 0.2 if @fhs < $want;
+    }
+    close $turnstile;
+    my @held = map { $_->{fh} } @fhs;
+    $held{ fileno $_ } = $_ for @held;
+    return (time - $t0, @held);
+}
+
+# test/run_tap.pl --hold N -- COMMAND...: runs COMMAND holding N slots (a build or the unit
+# tests, which keep both cores busy: test/run_tests holds 2 for them), so that the files of the
+# serial groups never run beside one.
+if (@ARGV && $ARGV[0] eq '--hold') {
+    my (undef, $n, $dashes, @cmd) = @ARGV;
+    die "usage: $0 --hold N -- COMMAND...\n" unless defined $n && $n =~ /^\d+$/ && ($dashes // '') eq '--' && @cmd;
+    my ($waited, @slots) = take_slots($n);
+    printf STDERR "run_tap: waited %.0f s for %d slots\n", $waited, $n if $waited >= 10;
+    system { $cmd[0] } @cmd;
+    exit($? == -1 ? 127 : $? & 127 ? 128 + ($? & 127) : $? >> 8);
+}
+
 my @files = @ARGV;
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)\n";
 my $base = $ENV{TESTDIR} // die "TESTDIR is not set (run through test/run_tests)\n";
-my $jobs = $ENV{OUTBOX_TAP_JOBS} || 4;
 my $lib = "$root/test/lib";
 my $pgxs_perl = `pg_config --pgxs`;
 $pgxs_perl =~ s{/src/makefiles/pgxs.mk\s*$}{/src/test/perl};
@@ -114,76 +193,6 @@ for my $file (@files) {
 }
 # The longest first: the run ends soonest when the short ones fill the gaps at the end.
 @parallel = sort { expected_seconds($b) <=> expected_seconds($a) } @parallel;
-
-#-------------------------------------------------------------------------------------------
-# Machine-wide slots (OUTBOX_TAP_SLOTS): a file holds one while it runs; the serial group
-# holds all but one (take_serial_slots).
-#-------------------------------------------------------------------------------------------
-my $slot_dir = $ENV{OUTBOX_TAP_SLOTS};
-my %held;    # fileno => handle of every lock this process holds (closed in children)
-
-sub lock_file {
-    my ($name) = @_;
-    my $path = "$slot_dir/$name";
-    my $old = umask 0;
-    my $fh;
-    sysopen($fh, $path, O_RDWR | O_CREAT, 0666) or sysopen($fh, $path, O_RDONLY)
-      or die "$path: $!\n";
-    umask $old;
-    return $fh;
-}
-
-# A free slot's locked handle, or undef (none free now, or the serial group of a run holds
-# them).
-sub try_slot {
-    return 'none' unless $slot_dir;
-    my $turnstile = lock_file('turnstile');
-    flock($turnstile, LOCK_EX | LOCK_NB) or return undef;
-    for my $i (0 .. $jobs - 1) {
-        my $fh = lock_file("slot.$i");
-        if (flock($fh, LOCK_EX | LOCK_NB)) {
-            $held{ fileno $fh } = $fh;
-            return $fh;
-        }
-    }
-    return undef;
-}
-
-sub release {
-    my ($fh) = @_;
-    return unless ref $fh;
-    delete $held{ fileno $fh };
-    close $fh;
-}
-
-# All slots but one, waiting until the files running elsewhere have given them back (no new
-# file starts meanwhile: the turnstile): the serial group's files run with at most one other
-# file on the machine, as they did when the suite ran one file at a time in each of CI's two
-# lanes.
-sub take_serial_slots {
-    return () unless $slot_dir;
-    my $want = $jobs > 1 ? $jobs - 1 : 1;
-    my $turnstile = lock_file('turnstile');
-    my $t0 = time;
-    flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
-    my @fhs;
-    while (@fhs < $want) {
-        for my $i (0 .. $jobs - 1) {
-            last if @fhs >= $want;
-            next if grep { $_->{i} == $i } @fhs;
-            my $fh = lock_file("slot.$i");
-            push @fhs, { i => $i, fh => $fh } if flock($fh, LOCK_EX | LOCK_NB);
-        }
-        sleep 0.2 if @fhs < $want;
-    }
-    close $turnstile;
-    my @held = map { $_->{fh} } @fhs;
-    $held{ fileno $_ } = $_ for @held;
-    my $waited = time - $t0;
-    printf "# the serial group waited %.0f s for files running elsewhere on this machine\n", $waited
-      if $waited >= 1;
-    return @held;
-}
 
 #-------------------------------------------------------------------------------------------
 # Children: test files and the shared servers' start, restore and stop commands.
@@ -373,10 +382,15 @@ while (@pending || grep { $_->{kind} eq 'test' } values %children) {
     reap(0) or $started or sleep 0.2;
 }
 
-# The serial group: one file at a time, nothing else running on the machine.
+# The serial group: one file at a time.
 if (@alone) {
     print "# the serial group: " . join(' ', map { short_name($_) } @alone) . "\n";
-    my @all = take_serial_slots();
+    # All slots but one: the serial group's files run with at most one other file on the
+    # machine (what they saw when CI ran one file at a time in each of its two lanes), and no
+    # build (test/run_tests holds two slots for those).
+    my ($waited, @all) = take_slots($jobs > 1 ? $jobs - 1 : 1);
+    printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
+      if $waited >= 1;
     while (my $file = shift @alone) {
         reap(1) until startable($file);
         start_test($file, undef);
