@@ -18,7 +18,7 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
                  worker_pids stats_row check_key_order queued produce dead_letter
-                 wait_for_cycles wait_for_reload);
+                 wait_for_cycles reload_and_wait);
 
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
 
@@ -70,16 +70,22 @@ sub wait_for_cycles {
         $o{timeout} // 60, "$n more worker turns");
 }
 
-# After a reload that set $name to $value: waits until the server has read the file (a new
-# session shows the value: the postmaster has signalled its children by then) and the delivery
-# workers have gone round their loop twice since (the second turn starts with the file read).
-# Instead of a fixed sleep "until the worker has read the new settings". Options as for
-# wait_for_cycles.
-sub wait_for_reload {
+# Reloads the server's configuration (after a change to postgresql.conf or ALTER SYSTEM that
+# sets $name to $value) and waits until the server has read the file (a new session shows the
+# value: the postmaster has signalled its children by then) and the delivery workers have
+# completed two turns more than before the reload (the second starts with the file read; with
+# polls far apart, turns => 1). Instead of a fixed sleep "until the worker has read the new
+# settings". Options as for wait_for_cycles.
+sub reload_and_wait {
     my ($node, $name, $value, %o) = @_;
+    my $sql = "SELECT coalesce(sum(cycles), 0) FROM outbox.workers() WHERE database = '"
+      . ($o{db} // 'postgres') . "'";
+    my $from = $node->safe_psql($o{via} // 'postgres', $sql);
+    $node->reload;
     return wait_until(sub { $node->safe_psql('postgres', "SHOW $name") eq $value },
         $o{timeout} // 30, "SHOW $name = $value")
-      && wait_for_cycles($node, 2, %o);
+      && wait_until(sub { $node->safe_psql($o{via} // 'postgres', $sql) >= $from + ($o{turns} // 2) },
+        $o{timeout} // 60, 'worker turns after the reload');
 }
 
 # PIDs of the running outbox workers of a node.

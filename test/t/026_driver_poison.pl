@@ -116,8 +116,7 @@ is(scalar(grep { $_ eq $poison } @{ kafka_event_ids($broker, 'pk') }), 0,
 # poison_after is raised for this part (the point here is the restarts and that nothing is lost).
 $node->append_conf('postgresql.conf', join("\n", "outbox.debug_driver_fault = 'leak:102400'",
     "outbox.driver_memory_limit = '256MB'", 'outbox.poison_after = 20', ''));
-$node->reload;
-ok(wait_for_reload($node, 'outbox.poison_after', '20'), 'b: the worker has read the settings');
+ok(reload_and_wait($node, 'outbox.poison_after', '20'), 'b: the worker has read the settings');
 $offset = -s $node->logfile;
 ($restarts_before) = $node->safe_psql('postgres', 'SELECT driver_restarts FROM outbox.workers()');
 $node->safe_psql('postgres', q{SELECT outbox.pause('ok')});

@@ -57,8 +57,7 @@ $node->restart;
 warm_up();
 drain();
 $node->safe_psql('postgres', 'ALTER SYSTEM SET outbox.batch_size = 1');
-$node->reload;
-ok(wait_for_reload($node, 'outbox.batch_size', '1'), 'the worker has read batch_size 1');
+ok(reload_and_wait($node, 'outbox.batch_size', '1'), 'the worker has read batch_size 1');
 warm_up();  # the new producer's first message waits for its connection and producer id
 my $after_reload = drain();
 

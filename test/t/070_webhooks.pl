@@ -118,14 +118,12 @@ is(scalar(@{ $sink->requests_for('/swap_old;status=400') }), 1, 'and never again
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}), '0',
     'nothing of it left in the dead letters');
 $node->append_conf('postgresql.conf', "outbox.debug_pause = ''\noutbox.poll_interval = '1s'\n");
-$node->reload;
-ok(wait_for_reload($node, 'outbox.poll_interval', '1s'), 'past the last pause: the worker turns without it');
+ok(reload_and_wait($node, 'outbox.poll_interval', '1s'), 'past the last pause: the worker turns without it');
 
 # 3. Connection refused for 4 s (past the lease, shortened to 3 s for this part), max_attempts 2:
 # nothing dead-lettered, all delivered after.
 $node->append_conf('postgresql.conf', "outbox.lease_timeout = '3s'\n");
-$node->reload;
-ok(wait_for_reload($node, 'outbox.lease_timeout', '3s'), 'the worker has read the 3 s lease');
+ok(reload_and_wait($node, 'outbox.lease_timeout', '3s'), 'the worker has read the 3 s lease');
 my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1) or die $!;
 my $late_port = $probe->sockport;
 close $probe;
@@ -144,8 +142,7 @@ ok(wait_until(sub { scalar(grep { $_->{path} eq '/late' } @{ $late_sink->request
 is(stats_row($node, 'late')->{dead}, 0, 'none dead-lettered');
 $late_sink->stop;
 $node->append_conf('postgresql.conf', "outbox.lease_timeout = '10s'\n");
-$node->reload;
-ok(wait_for_reload($node, 'outbox.lease_timeout', '10s'), 'the lease is 10 s again');
+ok(reload_and_wait($node, 'outbox.lease_timeout', '10s'), 'the lease is 10 s again');
 
 # 4. Retry-After: 2 is honoured.
 my $ra = '/ra;fail_first=1;fail_status=429;retry_after=2';

@@ -104,8 +104,7 @@ like($err, qr/needs an age of zero or more/, 'a negative age is refused');
 
 # 7. Retention: delivered messages are archived, then swept.
 $node->append_conf('postgresql.conf', "outbox.retention = '3s'\n");
-$node->reload;
-ok(wait_for_reload($node, 'outbox.retention', '3s'), 'the worker has read retention 3s');
+ok(reload_and_wait($node, 'outbox.retention', '3s'), 'the worker has read retention 3s');
 sql(q{INSERT INTO outbox.messages (destination, payload) SELECT 'k', jsonb_build_object('n', g) FROM generate_series(1, 2500) g});
 ok(wait_until(sub { sql('SELECT count(*) FROM outbox.archive') eq '2500' }, 30), 'with retention, delivered messages are archived');
 is(sql(q{SELECT count(*) FROM outbox.archive WHERE attempts = 1 AND delivered_at IS NOT NULL}), '2500',

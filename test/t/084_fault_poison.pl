@@ -90,8 +90,7 @@ sub kill_while_held {
     my ($durable) = @_;
     $node->append_conf('postgresql.conf',
         "outbox.debug_pause = 'publish'\noutbox.debug_pause_ms = 20000\n");
-    $node->reload;
-    ok(wait_for_reload($node, 'outbox.debug_pause', 'publish'), 'the worker has read the setting');
+    ok(reload_and_wait($node, 'outbox.debug_pause', 'publish'), 'the worker has read the setting');
     my $offset = -s $node->logfile;
     my ($event_id) = produce_part('b', 'crashy', 1);
     my @seen;
