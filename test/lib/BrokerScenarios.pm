@@ -20,7 +20,6 @@ sub produced_ids {
         $node->safe_psql('postgres', "SELECT event_id FROM produced WHERE dest = '$dest'") ];
 }
 
-
 # kill -9 of the worker twice mid-drain, then an immediate stop of the server mid-drain:
 # nothing lost, duplicates reported.
 sub crash {

@@ -16,7 +16,6 @@ $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('crash2', 'kafka', '{"bootstrap.servers": "$bootstrap", "topic": "crash2"}');
 });
 
-
 # Queue 50,000 messages while the destination is paused, then let the worker drain them.
 sub queue_batch {
     my ($dest) = @_;

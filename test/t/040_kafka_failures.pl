@@ -18,7 +18,6 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('perm', 'warm-up', '{}')});
 ok(wait_until(sub { stats_row($node, 'perm')->{delivered_total} == 1 }, 30), 'warm-up delivered');
 
-
 for my $case (['MSG_SIZE_TOO_LARGE', 'too-big'], ['INVALID_RECORD', 'not-allowed']) {
     my ($error, $key) = @$case;
     $broker->ctl("errors produce 1 $error");

@@ -18,7 +18,6 @@ my $sink = webhook_sink();
 my $node = outbox_node('webhook_signing', conf => join("\n",
     "outbox.retry_base = '50ms'", "outbox.retry_max = '500ms'", "outbox.lease_timeout = '10s'"));
 
-
 # Every request checked by Python: one line per request, "ok" or what failed.
 sub verify_independently {
     my ($requests) = @_;

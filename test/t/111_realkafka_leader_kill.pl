@@ -31,7 +31,6 @@ for (my $from = 1; $from <= $n; $from += 50_000) {
 my @produced = split /\n/, $node->safe_psql('postgres', 'SELECT event_id FROM outbox.messages');
 is(scalar(@produced), $n, "$n messages queued");
 
-
 # The leader is looked up before the drain starts (a JVM start takes seconds on a loaded
 # machine), and killed as soon as 5% are delivered.
 my $victim = $kafka->leader('drain', 0);

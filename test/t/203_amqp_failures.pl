@@ -24,7 +24,6 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('rmq', 'warm-up', '{}')});
 ok(wait_until(sub { stats_row($node, 'rmq')->{delivered_total} == 1 }, 30), 'warm-up delivered');
 
-
 # Unroutable: no queue is bound for routing key "nowhere".
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload) VALUES ('rmq', 'nowhere', 'lost', '{}');

@@ -22,7 +22,6 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('js', 'warm-up', '{}')});
 ok(wait_until(sub { stats_row($node, 'js')->{delivered_total} == 1 }, 30), 'warm-up delivered');
 
-
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload) VALUES ('js', 'nostream.x', 'lost', '{}')});
 ok(wait_until(sub { dead_letter($node, 'lost') ne '' }, 30), 'no stream: dead-lettered');
