@@ -11,6 +11,7 @@ use Exporter 'import';
 use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
+use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -378,15 +379,20 @@ sub kafka_receiver {
     my $file = PostgreSQL::Test::Utils::tempdir() . "/received";
     my $pid = fork // die "fork: $!";
     if ($pid == 0) {
+        # A copy of the test process: it must not run the test's END blocks (Test::More's plan,
+        # the nodes' teardown) nor die in its signal handlers (PostgreSQL 17 and later's
+        # PostgreSQL::Test::Cluster dies on SIGTERM, and the dying copy printed a second plan
+        # into the test's output: "More than one plan found"). Killed, it just goes.
+        $SIG{$_} = 'DEFAULT' for qw(TERM INT HUP PIPE);
         setpgrp(0, 0);
-        open(my $out, '>', $file) or die "$file: $!";
+        open(my $out, '>', $file) or POSIX::_exit(1);
         $out->autoflush(1);
         open(my $in, '-|', 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-o', 'beginning',
-            '-u', '-q', '-f', '%s\n', '-X', 'fetch.wait.max.ms=5') or die "kcat: $!";
+            '-u', '-q', '-f', '%s\n', '-X', 'fetch.wait.max.ms=5') or POSIX::_exit(1);
         while (my $line = <$in>) {
             printf $out "%.3f %s", time() * 1000, $line;
         }
-        exit 0;
+        POSIX::_exit(0);
     }
     return bless { pid => $pid, file => $file }, 'OutboxTest::Receiver';
 }
