@@ -27,8 +27,9 @@
 # OUTBOX_TAP_SLOTS names a directory of lock files that every run on the machine shares
 # (test/run_tests makes it; test/pg_chroot shows it in the roots): at most OUTBOX_TAP_JOBS
 # files run at once on the whole machine, whichever run they belong to (a build or the unit
-# tests count as two: run_tap.pl --hold 2 -- make ...), and while a serial group runs, at most
-# one other file runs beside it anywhere, and no build.
+# tests count as two: run_tap.pl --hold 2 -- make ...), the runs whose files run at the same
+# time share them evenly, and while a serial group runs, at most one other file runs beside it
+# anywhere, and no build.
 # OUTBOX_TAP_TIMES names a file of each file's seconds in an earlier run ("S FILE" lines):
 # the longest start first (files it does not know count as long).
 use strict;
@@ -367,11 +368,33 @@ sub stop_everything {
 }
 $SIG{INT} = $SIG{TERM} = sub { $interrupted = 1; stop_everything(); exit 1 };
 
+# The runs whose files are running now on this machine share its slots evenly: each registers
+# with a lock it holds while it runs (run.PID), and takes at most its share of the slots.
+my $registration = $slot_dir ? lock_file("run.$$") : undef;
+if ($registration) {
+    flock($registration, LOCK_EX);
+    $held{ fileno $registration } = $registration;
+}
+sub fair_share {
+    return $jobs unless $slot_dir;
+    my $runs = 0;
+    for my $path (glob "$slot_dir/run.*") {
+        open(my $fh, '<', $path) or next;
+        if (flock($fh, LOCK_EX | LOCK_NB)) {    # its run has ended
+            unlink $path;
+        } else {
+            $runs++;
+        }
+    }
+    return $runs > 1 ? int(($jobs + $runs - 1) / $runs) : $jobs;
+}
+
 # The parallel group.
 my @pending = @parallel;
 while (@pending || grep { $_->{kind} eq 'test' } values %children) {
     my $started = 0;
-    while (@pending && (grep { $_->{kind} eq 'test' } values %children) < $jobs) {
+    my $share = fair_share();
+    while (@pending && (grep { $_->{kind} eq 'test' } values %children) < $share) {
         my ($i) = grep { startable($pending[$_]) } 0 .. $#pending;
         last unless defined $i;
         my $slot = try_slot() // last;
@@ -411,5 +434,9 @@ for my $file (sort { $seconds{$b} <=> $seconds{$a} } keys %seconds) {
       $tags_of{$file}{alone} ? ' (alone)' : '';
 }
 print "TAP failed: $_\n" for @failed_files;
+if ($registration) {
+    unlink "$slot_dir/run.$$";
+    release($registration);
+}
 my $failed = $counts{failed} // 0;
 printf "TAP: %d passed, %d failed\n", $counts{passed} // 0, $failed + ($failed ? 0 : $counts{bad_files} // 0);
