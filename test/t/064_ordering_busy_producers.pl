@@ -8,7 +8,6 @@
 # producer waiting for a row the worker had written, whenever two producers' turns on a key
 # passed by during the worker's write.) Every INSERT commits, the server log shows no
 # deadlock, nothing is lost, and for every key first arrivals follow id order.
-# outbox-tap: alone -- three producers as fast as they can against two workers: loads the machine
 use strict;
 use warnings;
 use OutboxTest;
