@@ -37,6 +37,7 @@
 # outbox-tap: alone -- three PostgreSQL nodes under sustained load; asserts delivery within 5 s of a promotion
 use strict;
 use warnings;
+use IPC::Run;
 use JSON::PP;
 use OutboxPatroni;
 use OutboxTest;
@@ -69,6 +70,25 @@ is($cluster->psql($leader, q{SELECT current_setting('outbox.databases')}), 'app'
     'outbox.databases comes from Patroni\'s configuration');
 ok(wait_until(sub { $cluster->psql($leader, 'SELECT count(*) FROM outbox.workers()') eq '1' }, 30),
     'the leader runs a worker for app');
+
+# The configuration docs/high-availability.md tells users to write is the one the cluster runs.
+{
+    my ($out, $err) = ('', '');
+    IPC::Run::run(['python3', '-c', q{
+import re, sys, yaml
+doc = open(sys.argv[1]).read()
+shown = yaml.safe_load(re.search(r"```yaml\n(.*?)```", doc, re.S).group(1))["bootstrap"]["dcs"]["postgresql"]
+used = yaml.safe_load(open(sys.argv[2]))["bootstrap"]["dcs"]["postgresql"]
+def flat(d, p=""):
+    return {k2: v2 for k, v in d.items()
+            for k2, v2 in (flat(v, p + k + ".").items() if isinstance(v, dict) else [(p + k, str(v))])}
+shown, used = flat(shown), flat(used)
+print("\n".join(f"{k}: shown {v}, used {used.get(k)}" for k, v in sorted(shown.items()) if used.get(k) != v))
+}, "$ENV{OUTBOX_ROOT}/docs/high-availability.md", $cluster->dir . '/node1/patroni.yml'],
+        '>', \$out, '2>', \$err) or die "comparing the configurations: $err";
+    chomp $out;
+    is($out, '', 'the Patroni configuration of docs/high-availability.md is the one the cluster runs');
+}
 
 my %fault;  # name => fault_summary's result, for the last word
 
