@@ -31,7 +31,8 @@
 #   - never did two members run outbox processes at once, and a demoted member ran none after
 #     the new leader was promoted, until it led again;
 #   - each new leader delivered within 5 s of its promotion.
-# Every scenario ends with its FAULT line (produced / received / lost / duplicates).
+# Every scenario ends with its FAULT line (produced / received / lost / duplicates), named
+# patroni_<scenario>.
 #
 # Scenarios can be chosen: OUTBOX_PATRONI_SCENARIOS=failover,failover_sync (default all three).
 # outbox-tap: alone -- three PostgreSQL nodes under sustained load; asserts delivery within 5 s of a promotion
@@ -133,7 +134,7 @@ sub scenario {
     my @lost = grep { !$got{ $_->[0] } } @$acked;
     my %acked = map { $_->[0] => 1 } @$acked;
     my @unexpected = grep { !$survived{$_} } keys %got;
-    my $r = fault_summary($name, produced => \@survived, received => $received,
+    my $r = fault_summary("patroni_$name", produced => \@survived, received => $received,
         unexpected => $o{async} ? scalar(@unexpected) : 0);
     $fault{$name} = $r;
     if ($o{async}) {
