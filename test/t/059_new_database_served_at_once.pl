@@ -10,10 +10,11 @@
 # later: the launcher was woken only before their commit (when the hook let the template's or
 # the renamed database's workers back), looked, found nothing and slept its 10 s.
 #
-# The bound is 2 s: the wake-up makes the launcher register the worker, the postmaster fork it
-# and it connect, well under a second even on a loaded machine; a missed wake-up costs the rest
-# of the launcher's 10 s recheck, which every case here has just restarted.
-# outbox-tap: alone -- asserts wake-up latencies (under 2 s)
+# The bound is 3 s, as in test/t/056: the wake-up makes the launcher register the worker, the
+# postmaster fork it and it connect and look at the extension, which takes 0.1-0.3 s and up to
+# 1.5 s on a loaded machine; a missed wake-up costs the rest of the launcher's 10 s recheck,
+# which every case here has just restarted.
+# outbox-tap: alone -- asserts wake-up latencies (under 3 s)
 use strict;
 use warnings;
 use OutboxTest;
@@ -87,7 +88,7 @@ for my $case (qw(create_extension create_database_template rename)) {
     my $s = $took{$case};
     diag(sprintf('%s: the first worker ran %s after the statement returned', $case,
         defined $s ? sprintf('%.2f s', $s) : 'not within 15 s'));
-    cmp_ok($s // 99, '<', 2, "$case: the first worker within 2 s, not at the launcher's 10 s recheck");
+    cmp_ok($s // 99, '<', 3, "$case: the first worker within 3 s, not at the launcher's 10 s recheck");
 }
 
 $node->stop;
