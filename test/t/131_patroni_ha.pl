@@ -91,8 +91,6 @@ print("\n".join(f"{k}: shown {v}, used {used.get(k)}" for k, v in sorted(shown.i
     is($out, '', 'the Patroni configuration of docs/high-availability.md is the one the cluster runs');
 }
 
-my %fault;  # name => fault_summary's result, for the last word
-
 # The first few of a list, for a diagnostic.
 sub first_few { my $n = shift; return @_ > $n ? @_[0 .. $n - 1] : @_ }
 
@@ -134,9 +132,8 @@ sub scenario {
     my @lost = grep { !$got{ $_->[0] } } @$acked;
     my %acked = map { $_->[0] => 1 } @$acked;
     my @unexpected = grep { !$survived{$_} } keys %got;
-    my $r = fault_summary("patroni_$name", produced => \@survived, received => $received,
+    fault_summary("patroni_$name", produced => \@survived, received => $received,
         unexpected => $o{async} ? scalar(@unexpected) : 0);
-    $fault{$name} = $r;
     if ($o{async}) {
         # The old leader's WAL is one sequence: a replica that has a commit of it has every
         # commit before it. Each client commits one transaction after the other, so of its
