@@ -4,6 +4,7 @@
 #   make install         install both into the PostgreSQL that pg_config names
 #   make unit            build and run the pure C++ unit tests (no PostgreSQL needed)
 #   make format          clang-format every C++ source in place
+#   make deb             the Debian packages postgresql-NN-outbox (test/build_debs; as root)
 #   make WERROR=1        treat warnings as errors (CI does)
 #
 # The whole test suite (pg_regress, TAP, unit) runs with test/run_tests; see README.md.
@@ -105,3 +106,9 @@ format:
 .PHONY: bench
 bench:
 	test/bench/run $(BENCH_ARGS)
+
+# The Debian packages of debian/, postgresql-NN-outbox, each built in a clean root of the Debian
+# release that ships its major, into build/debs/NN/: make deb, or make deb DEB_MAJORS="15 17"
+.PHONY: deb
+deb:
+	test/build_debs $(DEB_MAJORS)

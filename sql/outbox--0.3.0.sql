@@ -636,6 +636,12 @@ CREATE FUNCTION outbox.recount() RETURNS void
 COMMENT ON FUNCTION outbox.recount() IS
     'count the queues again on the next outbox.stats() (after writes that skipped the outbox triggers)';
 
+-- Issue 35 (item 6): why no worker delivers this database's messages, or NULL: the database is
+-- not in outbox.databases (src/pg/served.cpp). stats() shows it as last_error of the
+-- destinations with queued messages.
+CREATE FUNCTION outbox._not_served_reason() RETURNS text
+    AS 'MODULE_PATHNAME', 'outbox_not_served_reason' LANGUAGE C STABLE;
+
 -- Gauges: queued from the kept counts; what is leased, retrying or scheduled from the part of
 -- the claim index that is not due yet (small) and, with ordering = key, from the head of each
 -- key (outbox._key_heads); waiting is what a key's head holds back while it cannot go
@@ -667,7 +673,10 @@ SET enable_seqscan = off SET jit = off AS $$
            ahead.in_flight + coalesce(keyed.in_flight, 0),
            ahead.retrying + coalesce(keyed.retrying, 0), dead.n,
            now() - least(head.created_at, ahead.oldest, keyed.oldest),
-           coalesce(c.delivered, 0), coalesce(c.failed, 0), c.last_error, c.last_success_at,
+           coalesce(c.delivered, 0), coalesce(c.failed, 0),
+           coalesce(CASE WHEN coalesce(q.queued, 0) > 0 THEN outbox._not_served_reason() END,
+                    c.last_error),
+           c.last_success_at,
            ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
            coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
            blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
@@ -724,9 +733,10 @@ $$;
 COMMENT ON FUNCTION outbox.stats() IS
     'one row per destination: queue gauges kept exact at commit, counters since server start';
 
--- Every message accounted for since the counts started (server start, or outbox.recount()):
+-- Every message accounted for since server start (as outbox.stats() counts; since CREATE
+-- EXTENSION for an extension created again after the start), `initial` being the queue then:
 -- initial + produced = delivered + dead_lettered + expired + removed + superseded + queued,
--- i.e. balance = 0.
+-- i.e. balance = 0 (src/pg/queue_counts.cpp).
 CREATE FUNCTION outbox.conservation()
 RETURNS TABLE (destination text, initial bigint, produced bigint, delivered bigint,
                dead_lettered bigint, expired bigint, removed bigint, queued bigint, balance bigint,
@@ -1019,6 +1029,10 @@ $$;
 COMMENT ON FUNCTION outbox.requeue_inbox(text) IS
     'apply every dead-lettered record of a subscription again; returns how many were requeued';
 
+-- Issue 43: on a hot standby, the NOTICE that says no worker runs there and the figures are as
+-- replicated (outbox.stats(), conservation() and workers() send it from C).
+CREATE FUNCTION outbox._note_replica() RETURNS boolean
+    AS 'MODULE_PATHNAME', 'outbox_note_replica' LANGUAGE C STABLE;
 -- Per subscription and partition (one row with no partition before the workers first read
 -- it): where it stands, how far behind, and what happened. blocked: "on_error": "block" holds
 -- the partition at a dead-lettered record.
@@ -1028,8 +1042,13 @@ CREATE FUNCTION outbox.subscriptions(
     OUT consumed bigint, OUT duplicates bigint, OUT dead_lettered bigint, OUT blocked boolean,
     OUT last_error text, OUT last_record_at timestamptz)
 RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    -- Issue 43: on a hot standby a NOTICE says that no inbox worker reads there.
+    SELECT outbox._note_replica();
+    -- Issue 35 (item 6): a lag is known only from a high watermark (NULL while the cluster
+    -- cannot be reached, or before it answered).
     SELECT s.name, s.kind, s.paused, o.topic, o."partition", o."offset", o.high_watermark,
-           greatest(o.high_watermark - o."offset", 0), coalesce(o.consumed, 0),
+           CASE WHEN o.high_watermark IS NOT NULL THEN greatest(o.high_watermark - o."offset", 0) END,
+           coalesce(o.consumed, 0),
            coalesce(o.duplicates, 0), coalesce(o.dead_lettered, 0),
            EXISTS (SELECT FROM outbox.inbox_dead_letters AS d
                     WHERE d.subscription = s.name AND d.topic = o.topic

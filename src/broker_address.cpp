@@ -11,9 +11,8 @@
 
 namespace outbox {
 
-const char *const kBrokerUnreachable =
-    "its broker cannot be reached (the server log says why: the reason is shown here only "
-    "for a destination or subscription a superuser configured)";
+const char *const kWhyHidden =
+    "why is in the server log (shown here only for brokers a superuser configured)";
 
 namespace {
 

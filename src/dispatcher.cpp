@@ -386,7 +386,7 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
             // shown: a refused connection, a timeout and a stranger's protocol would tell what
             // listens at an address (the server log has the driver's own words).
             if (d.spec.config.kind != DestinationKind::Webhook && !d.spec.config_by_superuser)
-                r.error = kBrokerUnreachable;
+                r.error = kWhyHidden;
             r.error = "deferred, destination unreachable: " + r.error;
             break;
         case OutcomeKind::Unacknowledged:

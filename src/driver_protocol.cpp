@@ -592,6 +592,7 @@ void Encode(const ConsumerStateFrame &f, std::string *out) {
     size_t at = BeginFrame(out, FrameType::ConsumerState);
     PutU64(out, f.handle);
     PutU8(out, f.state.known ? 1 : 0);
+    PutU8(out, f.state.reachable ? 1 : 0);
     PutU32(out, static_cast<uint32_t>(f.state.partitions.size()));
     for (const PartitionInfo &p : f.state.partitions) {
         PutString(out, p.topic);
@@ -811,6 +812,7 @@ bool DecodeBody(uint8_t type, std::string_view body, Frame *frame, std::string *
             ConsumerStateFrame f;
             f.handle = r.U64();
             f.state.known = r.Bool();
+            f.state.reachable = r.Bool();
             uint32_t n = r.Count(kMinPartitionBytes);
             f.state.partitions.reserve(n);
             for (uint32_t i = 0; i < n && r.ok(); i++) {

@@ -79,9 +79,9 @@ class BrokerGuard {
     std::vector<Network> allowed_;
 };
 
-// Why a driver's connection failed, as a role that is not a superuser may see it: never what
-// answered (a refused connection, a timeout and a stranger's protocol look alike), only that
-// the broker cannot be reached. The server log keeps the details.
-extern const char *const kBrokerUnreachable;
+// What a role other than a superuser is told instead of why its broker cannot be reached: never
+// what answered (a refused connection, a timeout and a stranger's protocol would tell what
+// listens at an address). The server log keeps the driver's words.
+extern const char *const kWhyHidden;
 
 }  // namespace outbox

@@ -45,7 +45,8 @@ struct PartitionInfo {
 };
 
 struct ConsumerState {
-    bool known = false;  // metadata answered at least once
+    bool known = false;      // metadata answered at least once
+    bool reachable = false;  // the latest metadata round was answered
     // Every partition of every subscribed topic that exists, sorted (topic, partition).
     std::vector<PartitionInfo> partitions;
     std::vector<std::string> missing_topics;  // subscribed topics the cluster does not have

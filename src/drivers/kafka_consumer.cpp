@@ -367,6 +367,7 @@ void Consumer::TakeRound() {
         r = std::move(round_);
         round_ready_ = false;
     }
+    state_.reachable = r.answered;
     if (r.answered) {
         state_.known = true;
         state_.partitions = std::move(r.partitions);
@@ -537,9 +538,11 @@ bool Consumer::TakeState(ConsumerState *state) {
     state_.error = !metadata_error_.empty()  ? metadata_error_
                    : !blocked_error_.empty() ? blocked_error_
                                              : consumer_error_;
-    // What the cluster answered is shown only for a subscription a superuser configured.
-    if (guard_.guarded() && !state_.error.empty() && state_.error != blocked_error_)
-        state_.error = kBrokerUnreachable;
+    // Why the cluster cannot be reached is shown only for a subscription a superuser configured
+    // (what it answers once it answers is the broker's).
+    if (guard_.guarded() && !state_.reachable && !state_.error.empty() &&
+        state_.error != blocked_error_)
+        state_.error = kWhyHidden;
     state_.error = protocol::CutText(state_.error, protocol::kMaxTextBytes);
     if (told_ && state_ == sent_)
         return false;

@@ -126,6 +126,12 @@ const char *const kInsertOffsetSql =
     "       duplicates, dead_lettered, high_watermark, last_error, last_record_at)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
+// The cluster cannot be reached: the stored high watermarks are stale, and a lag from them would
+// say nothing (subscriptions() shows NULL, unknown, for a NULL high watermark).
+const char *const kForgetWatermarksSql =
+    "UPDATE outbox.inbox_offsets SET high_watermark = NULL"
+    " WHERE subscription = $1 AND high_watermark IS NOT NULL";
+
 const char *const kShowErrorSql =
     "UPDATE outbox.inbox_subscriptions SET last_error = $2 WHERE name = $1"
     "   AND last_error IS DISTINCT FROM $2";
@@ -135,7 +141,9 @@ const char *const kOpenCursorsSql = "SELECT name FROM pg_catalog.pg_cursors";
 
 SPIPlanPtr cursors_plan, load_plan, read_offset_plan, blocked_plan, dedup_plan, dedup_batch_plan,
     dead_letter_plan, requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan,
-    insert_offset_plan, show_error_plan;
+    insert_offset_plan, show_error_plan, forget_watermarks_plan;
+
+constexpr const char *kUnreachable = "the cluster cannot be reached: ";
 
 Datum Text(const std::string &s) {
     return PointerGetDatum(cstring_to_text_with_len(s.data(), int(s.size())));
@@ -366,7 +374,33 @@ void InboxConsumer::Own(Subscription &s) {
         if (state.missing_topics.size() > 1)
             error += " (and " + std::to_string(state.missing_topics.size() - 1) + " more)";
     }
-    ShowError(s, error);
+    // No answer from the cluster (never, or not now): said so, and the lag is unknown.
+    bool unreachable = !error.empty() && !state.reachable;
+    if (unreachable && error.rfind(kUnreachable, 0) != 0)
+        error = kUnreachable + error;
+    // Before the cluster first answered, no error is no news: the assignment clears the
+    // consumer's last error (Assign) until the next metadata round reports it again, and the
+    // error shown would come and go.
+    if (state.known || !error.empty())
+        ShowError(s, error);
+    if (unreachable) {
+        for (auto &[tp, p] : s.partitions)
+            if (p.high >= 0) {
+                p.high = -1;
+                p.touched = true;
+            }
+        PgTry([&] {
+            Oid types[1] = {TEXTOID};
+            Datum args[1] = {Text(s.name)};
+            int rc =
+                SPI_execute_plan(KeptPlan(&forget_watermarks_plan, kForgetWatermarksSql, 1, types),
+                                 args, nullptr, false, 0);
+            if (rc != SPI_OK_UPDATE)
+                elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
+                     SPI_result_code_string(rc));
+        });
+        return;  // what the state says of partitions and watermarks is from before
+    }
     if (!state.known)
         return;
 

@@ -243,31 +243,10 @@ void InboxWorker::Run() {
 using namespace outbox::pg;
 
 void outbox_inbox_worker_main(Datum arg) {
-    int slot_index = DatumGetInt32(arg);
-    WorkerArgs args;
-    memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
-
-    pqsignal(SIGHUP, SignalHandlerForConfigReload);
-    pqsignal(SIGTERM, HandleSigterm);
-    BackgroundWorkerUnblockSignals();
-    BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+    char *database = nullptr;
+    WorkerSlot *slot =
+        StartWorkerSession(arg, WorkerRole::Inbox, HandleSigterm, OnInboxWorkerExit, &database);
     wait_event_main = NewWaitEvent("OutboxInboxWorkerMain");
-
-    WorkerSlot *slot = &shared->slots[slot_index];
-    slot->pgprocno = OwnProcNumber();
-    slot->started_at = GetCurrentTimestamp();
-    slot->last_cycle_at = 0;
-    pg_atomic_write_u32(&slot->state, kWorkerStarting);
-    slot->pid = MyProcPid;
-    on_shmem_exit(OnInboxWorkerExit, Int32GetDatum(slot_index));
-
-    pgstat_report_appname("outbox inbox worker");
-    SetWorkerSessionSettings(WorkerRole::Inbox);
-
-    StartTransactionCommand();
-    char *dbname = get_database_name(MyDatabaseId);
-    char *database = MemoryContextStrdup(TopMemoryContext, dbname ? dbname : "?");
-    CommitTransactionCommand();
 
     BackgroundWorkerBody("outbox inbox worker", [database, slot] {
         the_worker = new InboxWorker(slot, database);

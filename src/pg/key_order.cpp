@@ -24,7 +24,9 @@ extern "C" {
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -90,6 +92,9 @@ static const char *const kTurnSql =
 // key until this transaction ends. A key without a row gets one first (ON CONFLICT DO NOTHING:
 // this transaction's own, or a concurrent producer's, which the lock then waits for); the lock
 // is taken before the row is written, so a worker never meets this transaction's update of it.
+// (TakeTurnOnKeyRow does the same with the access methods' calls; these statements and kTurnSql
+// take the turn where it cannot: a key without a row, a row this transaction wrote, the table
+// altered by hand.)
 static const char *const kKeyRowSql =
     "INSERT INTO outbox.ordered_keys (destination, order_key, key, floor, due_at)"
     " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (destination, order_key) DO NOTHING";
@@ -320,7 +325,7 @@ static bool IsKeyRow(const Datum *values, const bool *nulls, std::string_view de
 // key's visible row.
 static bool FindKeyRow(Relation rel, Oid pk, Snapshot snapshot, std::string_view destination,
                        int64_t order_key, Datum *values, bool *nulls, ItemPointer tid,
-                       ItemPointer root) {
+                       ItemPointer root, TransactionId *xmin = nullptr) {
     TupleDesc desc = RelationGetDescr(rel);
     TupleTableSlot *slot = table_slot_create(rel, nullptr);
     // The row in `slot`, if it is the key's: copied out (the slot's tuple is in a buffer).
@@ -328,6 +333,11 @@ static bool FindKeyRow(Relation rel, Oid pk, Snapshot snapshot, std::string_view
         slot_getallattrs(slot);
         if (!IsKeyRow(slot->tts_values, slot->tts_isnull, destination, order_key))
             return false;
+        if (xmin != nullptr) {
+            bool isnull;
+            *xmin = DatumGetTransactionId(
+                slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull));
+        }
         heap_deform_tuple(ExecCopySlotHeapTuple(slot), desc, values, nulls);
         *tid = slot->tts_tid;
         return true;
@@ -392,17 +402,20 @@ static void NoteKeyRowRoot(std::string_view destination, int64_t order_key, Item
 // Writes values/nulls as the new version of the key's row at `tid`, as UPDATE would: waiting for
 // a transaction that holds the row FOR UPDATE or NO KEY UPDATE (none, if the caller holds it
 // locked), with the new version's index entries when the update is not HOT; notes where the row
-// is found from now on (`root`: where its primary-key entry points). Returns false, having
-// written nothing, if another transaction changed the row after `snapshot`.
-static bool WriteKeyRow(Relation rel, ItemPointer tid, ItemPointer root, Datum *values, bool *nulls,
-                        Snapshot snapshot, std::string_view destination, int64_t order_key) {
+// is found from now on (`root`: where its primary-key entry points). Returns TM_Ok when written;
+// otherwise nothing was written: TM_Updated or TM_Deleted when another transaction changed the
+// row since it was read.
+static TM_Result WriteKeyRow(Relation rel, ItemPointer tid, ItemPointer root, Datum *values,
+                             bool *nulls, Snapshot snapshot, std::string_view destination,
+                             int64_t order_key) {
     TupleDesc desc = RelationGetDescr(rel);
     TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
     ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, true);
     TM_FailureData failure;
     IndexUpdate indexes;
-    bool written = UpdateTableTuple(rel, tid, slot, GetCurrentCommandId(true), snapshot, &failure,
-                                    &indexes) == TM_Ok;
+    TM_Result result =
+        UpdateTableTuple(rel, tid, slot, GetCurrentCommandId(true), snapshot, &failure, &indexes);
+    bool written = result == TM_Ok;
     if (written && indexes != IndexUpdate::None) {
         // Not a HOT update: the new version needs its index entries, as ExecInsertIndexTuples
         // makes them, and is the root of its own chain.
@@ -428,7 +441,7 @@ static bool WriteKeyRow(Relation rel, ItemPointer tid, ItemPointer root, Datum *
     if (written)
         NoteKeyRowRoot(destination, order_key, root);
     ExecDropSingleTupleTableSlot(slot);
-    return written;
+    return result;
 }
 
 // outbox.ordered_keys, opened to write rows of `destination` with the calls below, and its
@@ -457,17 +470,14 @@ static Oid KeyRowsRelid() {
                : get_relname_relid("ordered_keys", get_namespace_oid("outbox", false));
 }
 
-// The turn of a key whose row exists, for a message that does not keep its id: kTurnSql's DO
-// UPDATE arm (due_at lowered to the message's if later, version + 1), written with the table and
-// index access methods' own calls instead of a statement (the statement took about an eighth of
-// an ordered single-row INSERT's time, this about half as much). The row is found by its
-// primary key (or where this session last found it) in the newest snapshot and updated as UPDATE
-// would: waiting for a transaction that holds it FOR UPDATE or NO KEY UPDATE (a producer's turn,
-// a worker's write), not for the workers' FOR KEY SHARE, and the update is this transaction's
-// turn until it ends, as the upsert's is. Returns false, having written nothing, when there is
-// no row or it changed after that snapshot (updated or deleted by another transaction, or by
-// this same statement), or when the table is not laid out as this code expects (an index on an
-// expression or with a predicate needs an executor): kTurnSql then takes the turn.
+// A second write of a key's row by the transaction that already holds its turn (a later
+// message of the key due earlier): kTurnSql's DO UPDATE arm (due_at lowered to the message's if
+// later, version + 1), written with the table and index access methods' own calls. The row is
+// found by its primary key (or where this session last found it) in the newest snapshot, whose
+// command id hides a version this same statement wrote (TakeTurnOnKeyRow's snapshot would not).
+// Returns false, having written nothing, when there is no row or it changed after that snapshot
+// (by this same statement), or when the table is not laid out as this code expects: kTurnSql
+// then writes it.
 static bool UpdateKeyRow(Oid keys_relid, std::string_view destination, int64_t order_key,
                          TimestampTz available_at) {
     KeyRowLayout layout;
@@ -486,11 +496,126 @@ static bool UpdateKeyRow(Oid keys_relid, std::string_view destination, int64_t o
         if (available_at < DatumGetTimestampTz(values[d]))
             values[d] = TimestampTzGetDatum(available_at);
         values[v] = Int64GetDatum(DatumGetInt64(values[v]) + 1);
-        written = WriteKeyRow(rel, &tid, &root, values, nulls, snapshot, destination, order_key);
+        written =
+            WriteKeyRow(rel, &tid, &root, values, nulls, snapshot, destination, order_key) == TM_Ok;
     }
     UnregisterSnapshot(snapshot);
     table_close(rel, NoLock);  // locked until the transaction ends, as a statement's would be
     return written;
+}
+
+// How TakeTurnOnKeyRow ended.
+enum class RowTurn {
+    kTaken,      // the key's row is written: the turn is this transaction's until it ends
+    kCreate,     // the key has no row: the caller inserts it (kTurnSql) and then releases the
+                 // key's creation lock, which it holds
+    kStatement,  // the caller takes the turn with kTurnSql (the table altered by hand, a row
+                 // this transaction wrote, a row with NULLs)
+};
+
+// The lock a transaction holds while it inserts a key's row (outbox's advisory tag space, field4
+// = 4; 3 is 0.1.0's turn): the producers of a new key make its row one at a time, so that a
+// second one finds the first one's row before it would insert its own (see TakeTurnOnKeyRow).
+static LOCKTAG KeyCreationLock(int64_t order_key) {
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, uint32(uint64(order_key) >> 32), uint32(order_key), 4);
+    return tag;
+}
+
+// The producer's turn on the key's row as it is now, whatever the transaction's isolation level:
+// kTurnSql's DO UPDATE arm (due_at lowered to the message's if later, version + 1; for a message
+// that keeps its id, the floor lowered to `id` if higher, floor_version + 1) written with the
+// table and index access methods' own calls (the statement took about an eighth of an ordered
+// single-row INSERT's time, this about half as much). The row is found by its primary key (or
+// where this session last found it) as SnapshotSelf sees it (the committed version now, or this
+// transaction's) and updated as UPDATE would: waiting for a transaction that holds it FOR UPDATE
+// or NO KEY UPDATE (a producer's turn, a worker's write), not for the workers' FOR KEY SHARE; the
+// update is this transaction's turn until it ends, as the upsert's is. For a message that keeps
+// its id the row is first locked FOR UPDATE (LockTupleExclusive), which waits for the workers
+// holding the key, as kLockKeyRowSql does. A version that another transaction changed meanwhile
+// is looked for again, as READ COMMITTED's UPDATE follows a row (EvalPlanQual). So a producer
+// (or a requeue, a restore) at REPEATABLE READ or SERIALIZABLE never fails for a row its
+// snapshot does not see, as the statements would (40001, "could not serialize access due to
+// concurrent update"), and, the snapshot being no MVCC one, these reads take no SSI predicate
+// locks: a SERIALIZABLE producer's turn adds no read/write dependency between producers of a
+// key. What a turn needs is the lock and the newest due_at and floor, never a consistent view:
+// the row is the relay's bookkeeping, which no producer reads. A key without a committed row:
+// under the key's creation lock (KeyCreationLock), a row that another transaction is inserting
+// (SnapshotDirty sees it) is waited for and then taken as above; with none, kCreate (the lock
+// still held, the caller inserts the row). Without that lock a second producer's upsert would
+// meet the first one's insertion and, at REPEATABLE READ, fail for it.
+static RowTurn TakeTurnOnKeyRow(Oid keys_relid, std::string_view destination, int64_t order_key,
+                                TimestampTz available_at, bool keeps_id, int64_t id,
+                                const LOCKTAG *creation) {
+    KeyRowLayout layout;
+    Relation rel = OpenKeyRows(keys_relid, destination, &layout);
+    if (rel == nullptr)
+        return RowTurn::kStatement;
+    TupleDesc desc = RelationGetDescr(rel);
+    Datum *values = static_cast<Datum *>(palloc(sizeof(Datum) * desc->natts));
+    bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * desc->natts));
+    int d = layout.due_at - 1, v = layout.version - 1, f = layout.floor - 1,
+        fv = layout.floor_version - 1;
+    RowTurn turn = RowTurn::kStatement;
+    for (;;) {
+        CHECK_FOR_INTERRUPTS();
+        ItemPointerData tid, root;
+        TransactionId xmin = InvalidTransactionId;
+        if (FindKeyRow(rel, layout.pk, SnapshotSelf, destination, order_key, values, nulls, &tid,
+                       &root, &xmin)) {
+            // A version this transaction wrote (ordering turned on, a requeue, a restore) may be
+            // this very statement's, which an update by this command id cannot see: kTurnSql.
+            if (nulls[d] || nulls[v] || nulls[f] || nulls[fv] ||
+                TransactionIdIsCurrentTransactionId(xmin))
+                break;
+            if (keeps_id) {
+                TupleTableSlot *locked = table_slot_create(rel, nullptr);
+                TM_FailureData failure;
+                TM_Result result =
+                    table_tuple_lock(rel, &tid, SnapshotSelf, locked, GetCurrentCommandId(false),
+                                     LockTupleExclusive, LockWaitBlock, 0, &failure);
+                ExecDropSingleTupleTableSlot(locked);
+                if (result == TM_Updated || result == TM_Deleted)
+                    continue;  // changed by the transaction waited for: its newest version
+                if (result != TM_Ok)
+                    break;
+                // Locked: the version read, which nobody else can change until this transaction
+                // ends.
+                if (id < DatumGetInt64(values[f]))
+                    values[f] = Int64GetDatum(id);
+                values[fv] = Int64GetDatum(DatumGetInt64(values[fv]) + 1);
+            }
+            if (available_at < DatumGetTimestampTz(values[d]))
+                values[d] = TimestampTzGetDatum(available_at);
+            values[v] = Int64GetDatum(DatumGetInt64(values[v]) + 1);
+            TM_Result result =
+                WriteKeyRow(rel, &tid, &root, values, nulls, SnapshotSelf, destination, order_key);
+            if (result == TM_Ok) {
+                turn = RowTurn::kTaken;
+                break;
+            }
+            if (result == TM_Updated || result == TM_Deleted)
+                continue;  // changed by the transaction waited for: its newest version
+            break;
+        }
+        (void)LockAcquire(creation, ExclusiveLock, false, false);
+        SnapshotData dirty;
+        InitDirtySnapshot(dirty);
+        xmin = InvalidTransactionId;
+        if (!FindKeyRow(rel, layout.pk, &dirty, destination, order_key, values, nulls, &tid, &root,
+                        &xmin)) {
+            turn = RowTurn::kCreate;
+            break;
+        }
+        // A row committed since the look above, or one still being inserted: its transaction
+        // held this lock while it inserted it.
+        LockRelease(creation, ExclusiveLock, false);
+        if (TransactionIdIsValid(xmin) && !TransactionIdIsCurrentTransactionId(xmin) &&
+            TransactionIdIsInProgress(xmin))
+            XactLockTableWait(xmin, rel, &tid, XLTW_InsertIndexUnique);
+    }
+    table_close(rel, NoLock);  // locked until the transaction ends, as a statement's would be
+    return turn;
 }
 
 bool WriteKeyRowNotes(std::string_view destination, const std::vector<KeyRowNote> &notes) {
@@ -689,10 +814,18 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
         LegacyLockOrderKey(order_key);
         return false;
     }
-    if (!keeps_id && UpdateKeyRow(keys_relid, destination, order_key, available_at)) {
-        NoteTurn(destination, order_key, available_at, false);
+    LOCKTAG creation = KeyCreationLock(order_key);
+    RowTurn turn =
+        !keeps_id && held
+            ? (UpdateKeyRow(keys_relid, destination, order_key, available_at) ? RowTurn::kTaken
+                                                                              : RowTurn::kStatement)
+            : TakeTurnOnKeyRow(keys_relid, destination, order_key, available_at, keeps_id, id,
+                               &creation);
+    if (turn == RowTurn::kTaken) {
+        NoteTurn(destination, order_key, available_at, keeps_id);
         return true;
     }
+    bool creating = turn == RowTurn::kCreate;
     // A producer needs only INSERT on outbox.messages: the row is written with the rights of
     // its table's owner (as PostgreSQL's own foreign-key triggers do), restored on error by the
     // transaction's abort.
@@ -728,6 +861,8 @@ bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_vi
     rc = SPI_execute_plan(KeptPlan(&turn_plan, kTurnSql, 6, types), args, nullptr, false, 0);
     if (rc != SPI_OK_INSERT)
         elog(ERROR, "outbox: taking the key's turn failed: %s", SPI_result_code_string(rc));
+    if (creating)  // the row is in: the next producer of the key waits for this transaction
+        LockRelease(&creation, ExclusiveLock, false);
     SPI_finish();
     SetUserIdAndSecContext(save_userid, save_sec_context);
     NoteTurn(destination, order_key, available_at, keeps_id);

@@ -40,6 +40,7 @@ extern "C" {
 #include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/queue_counts.hpp"
+#include "outbox/pg/served.hpp"
 #include "outbox/pg/settings.hpp"
 #include "outbox/pg/shmem.hpp"
 
@@ -93,6 +94,8 @@ void RegisterProducerCallbacks() {
 }
 
 void WakeAtCommit() {
+    if (!wake_at_commit)
+        NoteQueuedWhileNotServed();  // once per transaction at most: its check is a strcmp
     wake_at_commit = true;
 }
 
@@ -273,16 +276,24 @@ constexpr size_t kTraceparentBuffer = 257;
 constexpr size_t kTracestateBuffer = 513;
 
 // The traceparent and tracestate of the statement's SQLCommenter comment, copied into the
-// buffers; false when there is none (or too long to be valid). C++ that never ereports.
+// buffers; false when there is none. A value too long for its buffer (too long to be valid) is
+// cut there and flagged, so that it is refused as malformed, not taken for a shorter one. C++
+// that never ereports.
 static bool CommentTraceContext(const char *statement, char (&traceparent)[kTraceparentBuffer],
-                                char (&tracestate)[kTracestateBuffer]) noexcept {
+                                char (&tracestate)[kTracestateBuffer], bool *traceparent_too_long,
+                                bool *tracestate_too_long) noexcept {
     try {
         std::optional<outbox::SqlCommenterTrace> t = outbox::FindSqlCommenterTrace(statement);
-        if (!t || t->traceparent.size() >= kTraceparentBuffer ||
-            t->tracestate.size() >= kTracestateBuffer)
+        if (!t)
             return false;
-        memcpy(traceparent, t->traceparent.c_str(), t->traceparent.size() + 1);
-        memcpy(tracestate, t->tracestate.c_str(), t->tracestate.size() + 1);
+        auto copy = [](const std::string &value, char *buffer, size_t size, bool *too_long) {
+            *too_long = value.size() >= size;
+            size_t n = *too_long ? size - 1 : value.size();
+            memcpy(buffer, value.data(), n);
+            buffer[n] = '\0';
+        };
+        copy(t->traceparent, traceparent, kTraceparentBuffer, traceparent_too_long);
+        copy(t->tracestate, tracestate, kTracestateBuffer, tracestate_too_long);
         return true;
     } catch (...) {
         return false;  // out of memory: the message goes without the comment's context
@@ -303,75 +314,150 @@ static bool HasHeader(Datum headers, const char *lower) {
     return false;
 }
 
+// The first value of the header called `lower` (compared case-insensitively) that `valid`
+// refuses, palloc'd; nullptr when every such header is valid or there is none. (CheckHeaders
+// has made sure every value is a string.)
+static char *MalformedHeader(Datum headers, const char *lower, bool (*valid)(std::string_view)) {
+    Jsonb *jb = DatumGetJsonbP(headers);
+    JsonbIterator *it = JsonbIteratorInit(&jb->root);
+    JsonbValue v;
+    JsonbIteratorToken token;
+    size_t len = strlen(lower);
+    bool named = false;
+    while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+        if (token == WJB_KEY) {
+            named = size_t(v.val.string.len) == len &&
+                    pg_strncasecmp(v.val.string.val, lower, len) == 0;
+        } else if (token == WJB_VALUE && named && v.type == jbvString &&
+                   !valid(std::string_view(v.val.string.val, v.val.string.len))) {
+            return pnstrdup(v.val.string.val, v.val.string.len);
+        }
+    }
+    return nullptr;
+}
+
+static bool ValidTraceparent(std::string_view value) {
+    return outbox::IsValidTraceparent(value);
+}
+
+static bool ValidTracestate(std::string_view value) {
+    return outbox::IsValidTracestate(value);
+}
+
 // Statement whose malformed trace context was already warned about (one WARNING per
 // statement, not one per row).
 static TimestampTz trace_warned_statement = 0;
 
+constexpr const char *kTraceparentGrammar =
+    "A traceparent is 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, lower case, ids not "
+    "all zero (W3C Trace Context).";
+constexpr const char *kTracestateGrammar =
+    "A tracestate is up to 32 comma-separated key=value members, keys in lower case (W3C Trace "
+    "Context); the traceparent is kept.";
+
+// The WARNING of a malformed trace context: `what` (traceparent or tracestate) from `where`.
 static void WarnTraceContext(const char *what, const char *where, const char *value,
-                             const char *grammar) {
+                             const char *grammar, bool header) {
     if (trace_warned_statement == GetCurrentStatementStartTimestamp())
         return;
     trace_warned_statement = GetCurrentStatementStartTimestamp();
     char shown[outbox::kQuotedBufferSize];
     outbox::QuoteText(value, shown);
-    ereport(WARNING,
-            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-             errmsg("outbox ignores the malformed %s %s from %s", what, shown, where),
-             errdetail("The message is queued without it. %s", grammar),
-             errhint("Fix what sets %s; or pass the header \"%s\" yourself.", where, what)));
+    if (header)
+        ereport(WARNING,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("outbox ignores the malformed %s %s from %s", what, shown, where),
+                 errdetail("The message is queued without that header. %s", grammar),
+                 errhint("Fix the value, or leave the header out: outbox.traceparent or the "
+                         "statement's SQLCommenter comment then supplies the trace context.")));
+    else
+        ereport(WARNING,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("outbox ignores the malformed %s %s from %s", what, shown, where),
+                 errdetail("The message is queued without it. %s", grammar),
+                 errhint("Fix what sets %s; or pass the header \"%s\" yourself.", where, what)));
 }
 
 // The producer's trace context, captured at INSERT (OpenTelemetry: a message carries its
-// creation context): when the producer passed no traceparent header, outbox.traceparent (with
-// outbox.tracestate), else the statement's SQLCommenter comment. Returns the headers to store,
-// or 0 when they stay as they are. Never refuses the row: a malformed value is a WARNING.
+// creation context): the producer's own traceparent header; when it passed none, outbox.
+// traceparent (with outbox.tracestate), else the statement's SQLCommenter comment. One rule for
+// every source: a malformed traceparent or tracestate is left out with a WARNING (22023), never
+// refusing the row (a bad trace id never fails a business transaction), and the message is
+// queued as if it had not been given — so a malformed traceparent header takes its tracestate
+// header with it (W3C: a vendor that cannot parse traceparent does not read tracestate), and
+// outbox.traceparent or the comment then applies. Returns the headers to store, or 0 when they
+// stay as they are.
 static Datum CaptureTraceContext(Datum headers, bool has_headers) {
-    if (has_headers && HasHeader(headers, "traceparent"))
-        return Datum(0);
+    // The producer's own headers first.
+    bool drop_parent = false, drop_state = false;
+    if (has_headers) {
+        if (char *bad = MalformedHeader(headers, "traceparent", ValidTraceparent)) {
+            WarnTraceContext("traceparent", "the message's \"traceparent\" header", bad,
+                             kTraceparentGrammar, true);
+            drop_parent = true;
+            drop_state = HasHeader(headers, "tracestate");
+        } else if (char *bad_state = MalformedHeader(headers, "tracestate", ValidTracestate)) {
+            WarnTraceContext("tracestate", "the message's \"tracestate\" header", bad_state,
+                             kTracestateGrammar, true);
+            drop_state = true;
+        }
+        if (!drop_parent && HasHeader(headers, "traceparent") && !drop_state)
+            return Datum(0);  // the producer's own context, as it gave it
+    }
+    bool own_parent = has_headers && !drop_parent && HasHeader(headers, "traceparent");
+    bool own_state = has_headers && !drop_state && HasHeader(headers, "tracestate");
+
+    // Then the session's, or the statement's comment (unless the producer's own traceparent is
+    // kept: it always wins).
     char comment_parent[kTraceparentBuffer];
     char comment_state[kTracestateBuffer];
-    const char *traceparent = setting_traceparent;
+    const char *traceparent = own_parent ? nullptr : setting_traceparent;
     const char *tracestate = setting_tracestate;
     const char *where = "outbox.traceparent";
     const char *state_where = "outbox.tracestate";
-    if (traceparent == nullptr || traceparent[0] == '\0') {
+    bool parent_cut = false, state_cut = false;  // the comment's value was too long to keep
+    if (!own_parent && (traceparent == nullptr || traceparent[0] == '\0')) {
+        traceparent = nullptr;
         // Parsed once per statement, not once per row of a large multi-row INSERT.
         static TimestampTz parsed_statement = 0;
         static const char *parsed_query = nullptr;
         static bool parsed_found = false;
         static char parsed_parent[kTraceparentBuffer];
         static char parsed_state[kTracestateBuffer];
-        if (debug_query_string == nullptr)
-            return Datum(0);
-        if (parsed_statement != GetCurrentStatementStartTimestamp() ||
-            parsed_query != debug_query_string) {
-            parsed_found = CommentTraceContext(debug_query_string, parsed_parent, parsed_state);
+        static bool parent_too_long = false, state_too_long = false;
+        if (debug_query_string != nullptr &&
+            (parsed_statement != GetCurrentStatementStartTimestamp() ||
+             parsed_query != debug_query_string)) {
+            parsed_found = CommentTraceContext(debug_query_string, parsed_parent, parsed_state,
+                                               &parent_too_long, &state_too_long);
             parsed_statement = GetCurrentStatementStartTimestamp();
             parsed_query = debug_query_string;
         }
-        if (!parsed_found)
-            return Datum(0);
-        memcpy(comment_parent, parsed_parent, sizeof comment_parent);
-        memcpy(comment_state, parsed_state, sizeof comment_state);
-        traceparent = comment_parent;
-        tracestate = comment_state;
-        where = state_where = "the statement's SQLCommenter comment";
+        if (debug_query_string != nullptr && parsed_found) {
+            memcpy(comment_parent, parsed_parent, sizeof comment_parent);
+            memcpy(comment_state, parsed_state, sizeof comment_state);
+            traceparent = comment_parent;
+            tracestate = comment_state;
+            where = state_where = "the statement's SQLCommenter comment";
+            parent_cut = parent_too_long;
+            state_cut = state_too_long;
+        }
     }
-    if (!outbox::IsValidTraceparent(traceparent)) {
-        WarnTraceContext("traceparent", where, traceparent,
-                         "A traceparent is 00-<32 hex trace id>-<16 hex parent id>-<2 hex "
-                         "flags>, lower case, ids not all zero (W3C Trace Context).");
-        return Datum(0);
+    if (traceparent != nullptr && (parent_cut || !outbox::IsValidTraceparent(traceparent))) {
+        WarnTraceContext("traceparent", where, traceparent, kTraceparentGrammar, false);
+        traceparent = nullptr;
     }
+    if (traceparent == nullptr || own_state)
+        tracestate = nullptr;  // the producer's own tracestate header is kept as it is
     if (tracestate != nullptr && tracestate[0] != '\0' &&
-        (!outbox::IsValidTracestate(tracestate) ||
-         (has_headers && HasHeader(headers, "tracestate")))) {
-        if (!outbox::IsValidTracestate(tracestate))
-            WarnTraceContext("tracestate", state_where, tracestate,
-                             "A tracestate is up to 32 comma-separated key=value members, keys "
-                             "in lower case (W3C Trace Context); the traceparent is kept.");
+        (state_cut || !outbox::IsValidTracestate(tracestate))) {
+        WarnTraceContext("tracestate", state_where, tracestate, kTracestateGrammar, false);
         tracestate = nullptr;
     }
+    if (traceparent == nullptr && !drop_parent && !drop_state)
+        return Datum(0);  // nothing to add, nothing to leave out
+
+    // The headers without those left out, with the context taken.
     JsonbBuild build;
     PushJsonb(&build, WJB_BEGIN_OBJECT, nullptr);
     if (has_headers) {
@@ -379,9 +465,19 @@ static Datum CaptureTraceContext(Datum headers, bool has_headers) {
         JsonbIterator *it = JsonbIteratorInit(&jb->root);
         JsonbValue v;
         JsonbIteratorToken token;
-        while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-            if (token == WJB_KEY || token == WJB_VALUE)
+        bool skip = false;
+        while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+            if (token == WJB_KEY) {
+                auto is = [&v](const char *lower) {
+                    size_t len = strlen(lower);
+                    return size_t(v.val.string.len) == len &&
+                           pg_strncasecmp(v.val.string.val, lower, len) == 0;
+                };
+                skip = (drop_parent && is("traceparent")) || (drop_state && is("tracestate"));
+            }
+            if ((token == WJB_KEY || token == WJB_VALUE) && !skip)
                 PushJsonb(&build, token, &v);
+        }
     }
     auto push_string = [&build](JsonbIteratorToken token, const char *text) {
         JsonbValue v;
@@ -390,11 +486,13 @@ static Datum CaptureTraceContext(Datum headers, bool has_headers) {
         v.val.string.len = int(strlen(text));
         PushJsonb(&build, token, &v);
     };
-    push_string(WJB_KEY, "traceparent");
-    push_string(WJB_VALUE, traceparent);
-    if (tracestate != nullptr && tracestate[0] != '\0') {
-        push_string(WJB_KEY, "tracestate");
-        push_string(WJB_VALUE, tracestate);
+    if (traceparent != nullptr) {
+        push_string(WJB_KEY, "traceparent");
+        push_string(WJB_VALUE, traceparent);
+        if (tracestate != nullptr && tracestate[0] != '\0') {
+            push_string(WJB_KEY, "tracestate");
+            push_string(WJB_VALUE, tracestate);
+        }
     }
     PushJsonb(&build, WJB_END_OBJECT, nullptr);
     return JsonbPGetDatum(JsonbValueToJsonb(JsonbBuilt(&build)));

@@ -27,6 +27,7 @@ extern "C" {
 }
 
 #include "outbox/pg/queue_counts.hpp"
+#include "outbox/pg/replica.hpp"
 #include "outbox/pg/shmem.hpp"
 
 extern "C" {
@@ -50,6 +51,8 @@ struct Delta {
     int level;
     char destination[NAMEDATALEN];
     int64 queued, produced, removed;
+    // The worker's outcomes (CountOutcomes), added to the counters at commit.
+    int64 delivered, dead, expired;
     // "compaction": "key": rows this (sub)transaction superseded (also in `queued`, negative),
     // and how many of them no row of this transaction used yet in place of a reservation.
     int64 superseded, superseded_credit;
@@ -105,7 +108,9 @@ Oid MessagesRelid() {
     return get_relname_relid("messages", get_namespace_oid("outbox", false));
 }
 
-// Starts the conservation counters of an entry from their current values.
+// Starts the conservation counters of an entry from their current values: for an
+// outbox.messages made anew (DROP and CREATE EXTENSION) since server start, whose queue began
+// empty. (After a server start they count from the start, as outbox.stats() does: base 0.)
 void SetBase(DestinationCounters *c) {
     c->base_produced = pg_atomic_read_u64(&c->produced);
     c->base_removed = pg_atomic_read_u64(&c->removed);
@@ -113,6 +118,29 @@ void SetBase(DestinationCounters *c) {
     c->base_dead = pg_atomic_read_u64(&c->dead);
     c->base_expired = pg_atomic_read_u64(&c->expired);
     c->base_superseded = pg_atomic_read_u64(&c->superseded);
+}
+
+// What the counters of an entry say went into its queue since their base, less what left it:
+// with the queue counted now, the size it had then. Read while no writer of outbox.messages can
+// commit (TakeCounts' lock): every writer changes these counters at its commit (ApplyDeltas),
+// the worker's outcomes included. Under the entry's mutex (the base).
+int64 NetSinceBase(DestinationCounters *c) {
+    return int64((pg_atomic_read_u64(&c->produced) - c->base_produced) -
+                 (pg_atomic_read_u64(&c->removed) - c->base_removed) -
+                 (pg_atomic_read_u64(&c->delivered) - c->base_delivered) -
+                 (pg_atomic_read_u64(&c->dead) - c->base_dead) -
+                 (pg_atomic_read_u64(&c->expired) - c->base_expired) -
+                 (pg_atomic_read_u64(&c->superseded) - c->base_superseded));
+}
+
+// The outbox.messages that the counts of this database were last taken for (InvalidOid: none
+// since server start).
+Oid CountedMessages() {
+    LWLockAcquire(shared->lock, LW_SHARED);
+    CountedDatabase *c = CountsOf(MyDatabaseId, false);
+    Oid messages = c ? c->messages : InvalidOid;
+    LWLockRelease(shared->lock);
+    return messages;
 }
 
 // The entry of this database in shared->counted, created if need be (nullptr: table full).
@@ -181,6 +209,12 @@ void ApplyDeltas() {
             pg_atomic_fetch_add_u64(&c->removed, d.removed);
         if (d.superseded)
             pg_atomic_fetch_add_u64(&c->superseded, d.superseded);
+        if (d.delivered)
+            pg_atomic_fetch_add_u64(&c->delivered, d.delivered);
+        if (d.dead)
+            pg_atomic_fetch_add_u64(&c->dead, d.dead);
+        if (d.expired)
+            pg_atomic_fetch_add_u64(&c->expired, d.expired);
         deltas[i].counters = c;
     }
     Settle(0, ndeltas, valid);
@@ -257,11 +291,18 @@ bool TakeCounts(Oid relid, int tries = 100) {
     PopActiveSnapshot();
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "outbox: counting the queue failed");
-    // Every destination of this database starts from zero, then the counted ones.
-    ForEachDestinationCounters(MyDatabaseId, [](DestinationCounters *entry) {
+    // Every destination of this database starts from zero, then the counted ones. A table made
+    // anew since the last count (the extension dropped and created again) starts the
+    // conservation counters afresh; otherwise they go on from server start (or from that
+    // CREATE EXTENSION), so that conservation() and stats() agree from the first call.
+    Oid counted_before = CountedMessages();
+    bool anew = OidIsValid(counted_before) && counted_before != relid;
+    ForEachDestinationCounters(MyDatabaseId, [anew](DestinationCounters *entry) {
         SpinLockAcquire(&entry->mutex);
-        entry->queued = entry->initial = 0;
-        SetBase(entry);
+        if (anew)
+            SetBase(entry);
+        entry->queued = 0;
+        entry->initial = -NetSinceBase(entry);
         SpinLockRelease(&entry->mutex);
     });
     int64 total = 0;
@@ -277,8 +318,8 @@ bool TakeCounts(Oid relid, int tries = 100) {
             return false;  // more destinations than tracked: count every time
         }
         SpinLockAcquire(&c->mutex);
-        c->queued = c->initial = queued;
-        SetBase(c);
+        c->queued = queued;
+        c->initial = queued - NetSinceBase(c);
         SpinLockRelease(&c->mutex);
         total += queued;
     }
@@ -333,6 +374,14 @@ void CountQueueChange(const char *destination, int64 queued, int64 produced, int
     d.queued += queued;
     d.produced += produced;
     d.removed += removed;
+}
+
+void CountOutcomes(const char *destination, int64 delivered, int64 dead, int64 expired) {
+    Delta &d = DeltaFor(destination);
+    d.queued -= delivered + dead + expired;
+    d.delivered += delivered;
+    d.dead += dead;
+    d.expired += expired;
 }
 
 void CountSuperseded(const char *destination, int64 superseded) {
@@ -552,11 +601,20 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "outbox: SPI_connect failed");
     Oid relid = MessagesRelid();
-    bool valid = CountsValid(MyDatabaseId, relid) || TakeCounts(relid);
+    // A hot standby cannot take the counts' SHARE lock (recovery allows nothing above ROW
+    // EXCLUSIVE), and no commit there would keep them: it counts the rows as replicated each
+    // time. Its counters count this server's workers, none so far: the counts start now
+    // (initial = queued, nothing produced or removed here), which is what its stats() shows.
+    bool replica = NoteIfReplica();
+    bool valid = !replica && (CountsValid(MyDatabaseId, relid) || TakeCounts(relid));
     if (!valid) {
-        // Could not take the counts (a writer kept the table locked): count rows this time.
+        // Could not take the counts (a writer kept the table locked): count rows this time. A
+        // standby lists every destination, as the kept counts do.
         int rc = SPI_execute(
-            "SELECT destination, count(*) FROM outbox.messages GROUP BY destination", true, 0);
+            replica ? "SELECT d.name, count(m.destination) FROM outbox.destinations AS d"
+                      " LEFT JOIN outbox.messages AS m ON m.destination = d.name GROUP BY d.name"
+                    : "SELECT destination, count(*) FROM outbox.messages GROUP BY destination",
+            true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: counting the queue failed");
         for (uint64 i = 0; i < SPI_processed; i++) {
@@ -566,6 +624,13 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
             HeapTuple t = SPI_tuptable->vals[i];
             values[0] = heap_getattr(t, 1, SPI_tuptable->tupdesc, &isnull);
             values[1] = heap_getattr(t, 2, SPI_tuptable->tupdesc, &isnull);
+            if (replica) {
+                values[2] = values[1];
+                for (int k = 3; k < 9; k++)
+                    values[k] = Int64GetDatum(0);
+                for (bool &n : nulls)
+                    n = false;
+            }
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         }
     } else {

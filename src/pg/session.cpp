@@ -5,8 +5,21 @@
 
 extern "C" {
 #include "postgres.h"
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"  // get_database_name, from 19 on (compat.hpp)
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 }
+
+#include "outbox/pg/compat.hpp"
+#include "outbox/pg/shmem.hpp"
+#include "outbox/pg/workers.hpp"
 
 namespace outbox::pg {
 
@@ -60,6 +73,38 @@ void SetWorkerSessionSettings(WorkerRole role) {
     // aborted, and requeue starts again (sql/outbox--0.3.0.sql). The worker's writes of key rows
     // never wait (WriteKeyRowNotes).
     SetConfigOption("deadlock_timeout", "4s", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+WorkerSlot *StartWorkerSession(Datum main_arg, WorkerRole role, pqsigfunc on_sigterm,
+                               pg_on_exit_callback on_exit, char **database) {
+    int slot_index = DatumGetInt32(main_arg);
+    WorkerArgs args;
+    memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
+
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, on_sigterm);
+    BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+
+    WorkerSlot *slot = &shared->slots[slot_index];
+    SpinLockAcquire(&slot->mutex);
+    slot->destination[0] = '\0';
+    SpinLockRelease(&slot->mutex);
+    slot->pgprocno = OwnProcNumber();
+    slot->started_at = GetCurrentTimestamp();
+    slot->last_cycle_at = 0;
+    pg_atomic_write_u32(&slot->state, kWorkerStarting);
+    slot->pid = MyProcPid;  // last: WakeWorkers reads pid before pgprocno
+    on_shmem_exit(on_exit, main_arg);
+
+    pgstat_report_appname(role == WorkerRole::Delivery ? "outbox worker" : "outbox inbox worker");
+    SetWorkerSessionSettings(role);
+
+    StartTransactionCommand();
+    char *name = get_database_name(MyDatabaseId);
+    *database = MemoryContextStrdup(TopMemoryContext, name ? name : "?");
+    CommitTransactionCommand();
+    return slot;
 }
 
 void PinWorkerSessionSettings() {

@@ -147,12 +147,37 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
               &entry->produced, &entry->removed, &entry->refused, &entry->superseded})
             pg_atomic_init_u64(c, 0);
         entry->queued = entry->initial = entry->reserved = 0;
+        entry->base_produced = entry->base_removed = entry->base_delivered = 0;
+        entry->base_dead = entry->base_expired = entry->base_superseded = 0;
         SpinLockInit(&entry->mutex);
         entry->last_success_at = 0;
         entry->last_error[0] = '\0';
     }
     LWLockRelease(shared->lock);
     return entry;
+}
+
+bool NoteNotServed(Oid database, uint32 setting_hash) {
+    bool noted = true;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    NotServedNote *free_note = nullptr;
+    NotServedNote *note = nullptr;
+    for (NotServedNote &n : shared->not_served) {
+        if (n.database == database)
+            note = &n;
+        else if (n.database == InvalidOid && free_note == nullptr)
+            free_note = &n;
+    }
+    if (note != nullptr && note->setting_hash == setting_hash)
+        noted = false;
+    else if (note == nullptr)
+        note = free_note;  // none free: said again at times, never lost
+    if (noted && note != nullptr) {
+        note->database = database;
+        note->setting_hash = setting_hash;
+    }
+    LWLockRelease(shared->lock);
+    return noted;
 }
 
 HTAB *DestinationCountersHash() {

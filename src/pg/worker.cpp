@@ -99,9 +99,10 @@ void DebugPause(const char *phase) {
     PauseForTest(phase, paused_drivers);
 }
 
-// The worker's session skips the _messages_changed trigger: it counts its own removals.
+// The worker's session skips the _messages_changed trigger: it counts its own removals, and
+// the outcomes of outbox.stats() with them, at its commit (queue_counts.hpp).
 void CountRemoved(const std::string &destination, const WriteBackCounts &c) {
-    CountQueueChange(destination.c_str(), -(c.delivered + c.dead + c.expired), 0, 0);
+    CountOutcomes(destination.c_str(), c.delivered, c.dead, c.expired);
 }
 
 DispatchSettings CurrentSettings() {
@@ -366,7 +367,8 @@ bool Worker::WriteBackOne(const std::string &destination,
     return false;
 }
 
-// After a committed write-back: the counters of outbox.stats() and outbox.workers().
+// After a committed write-back: the counters of outbox.stats() and outbox.workers() (but those
+// counted at the commit itself, CountRemoved).
 void Worker::Publish(const Resolutions &resolved,
                      const std::map<std::string, WriteBackCounts> &written) {
     for (const auto &[destination, c] : written) {
@@ -378,10 +380,8 @@ void Worker::Publish(const Resolutions &resolved,
         DestinationCounters *counters = GetDestinationCounters(MyDatabaseId, destination.c_str());
         if (counters == nullptr)
             continue;
-        pg_atomic_fetch_add_u64(&counters->delivered, c.delivered);
+        // (delivered, dead and expired were counted at the commit: CountRemoved)
         pg_atomic_fetch_add_u64(&counters->failed, c.retried + c.dead);
-        pg_atomic_fetch_add_u64(&counters->dead, c.dead);
-        pg_atomic_fetch_add_u64(&counters->expired, c.expired);
         pg_atomic_fetch_add_u64(&counters->deferred, c.deferred);
         const std::string *last_error = nullptr;
         auto rs = resolved.find(destination);
@@ -801,41 +801,16 @@ void Worker::Shutdown() {
 using namespace outbox::pg;
 
 void outbox_worker_main(Datum arg) {
-    int slot_index = DatumGetInt32(arg);
-    WorkerArgs args;
-    memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
-
-    pqsignal(SIGHUP, SignalHandlerForConfigReload);
-    pqsignal(SIGTERM, HandleSigterm);
-    BackgroundWorkerUnblockSignals();
-    BackgroundWorkerInitializeConnectionByOid(args.database, InvalidOid, 0);
+    char *database = nullptr;
+    WorkerSlot *slot =
+        StartWorkerSession(arg, WorkerRole::Delivery, HandleSigterm, OnWorkerExit, &database);
     wait_event_main = NewWaitEvent("OutboxWorkerMain");
-
-    WorkerSlot *slot = &shared->slots[slot_index];
-    SpinLockAcquire(&slot->mutex);
-    slot->destination[0] = '\0';
-    SpinLockRelease(&slot->mutex);
-    slot->pgprocno = OwnProcNumber();
-    slot->started_at = GetCurrentTimestamp();
-    slot->last_cycle_at = 0;
-    pg_atomic_write_u32(&slot->state, kWorkerStarting);
-    slot->pid = MyProcPid;  // last: WakeWorkers reads pid before pgprocno
-    on_shmem_exit(OnWorkerExit, Int32GetDatum(slot_index));
-
-    pgstat_report_appname("outbox worker");
-    SetWorkerSessionSettings(WorkerRole::Delivery);
-
-    char *dbname = nullptr;
-    StartTransactionCommand();
-    dbname = get_database_name(MyDatabaseId);
-    char *dbname_copy = MemoryContextStrdup(TopMemoryContext, dbname ? dbname : "?");
-    CommitTransactionCommand();
 
     CaughtError error;
     bool failed = false;
     ErrorStackState entry = SaveErrorStack();
     try {
-        the_worker = new Worker(slot, dbname_copy);
+        the_worker = new Worker(slot, database);
         the_worker->Run();
         the_worker->ReleaseDrivers();
     } catch (...) {

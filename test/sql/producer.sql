@@ -9,7 +9,7 @@ SELECT outbox.create_destination('hook', 'webhook', '{"url": "http://127.0.0.1:8
 -- The ordinary case: the relay fills id, event_id (UUIDv7), created_at, available_at, and the
 -- destination's default topic.
 INSERT INTO outbox.messages (destination, key, payload, headers)
-VALUES ('orders', 'customer-1', '{"order": 1}', '{"traceparent": "00-abc-def-01"}');
+VALUES ('orders', 'customer-1', '{"order": 1}', '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}');
 SELECT id, destination, topic, key, payload, payload_bytes, headers, attempts, lease_token,
        substr(event_id::text, 15, 1) AS uuid_version, available_at = created_at AS due_now,
        expires_at

@@ -24,7 +24,7 @@ SELECT outbox.create_subscription('orders-in', 'kafka',
 SELECT name, kind, handler, owner = current_user::regrole AS owned_by_caller, paused,
        config->'topics' AS topics
   FROM outbox.inbox_subscriptions;
--- Before the workers first read it: one row, no partition yet.
+-- Before the workers first read it: one row, no partition yet, the lag unknown (NULL).
 SELECT * FROM outbox.subscriptions();
 
 -- Same name twice.
@@ -122,7 +122,8 @@ SELECT subscription, paused FROM outbox.subscriptions();
 SELECT outbox.pause('neither');
 \echo :SQLSTATE
 
--- outbox.subscriptions(): one row per partition the workers stand in, with the lag.
+-- outbox.subscriptions(): one row per partition the workers stand in, with the lag (unknown,
+-- NULL, without a high watermark).
 INSERT INTO outbox.inbox_offsets (subscription, topic, "partition", "offset", high_watermark,
                                   consumed, duplicates, dead_lettered, last_error, last_record_at)
 VALUES ('orders-in', 'orders', 0, 120, 150, 119, 3, 1, 'division by zero (22012)', '2026-01-01 00:00:00+00'),

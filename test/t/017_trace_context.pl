@@ -1,8 +1,9 @@
 # Trace context captured at INSERT and carried across the outbox: a producer that sets
 # outbox.traceparent with SET LOCAL, and one that sends a SQLCommenter comment, each yield Kafka
 # records (read by kcat) and webhook requests (the sink's record) whose traceparent, tracestate
-# and ce_traceparent carry that trace. A producer's own header wins; a malformed value is
-# ignored with a WARNING and the transaction commits.
+# and ce_traceparent carry that trace. A producer's own header wins; a malformed value, from
+# any of them (the producer's own header and outbox.publish's too), is ignored with a WARNING
+# and the transaction commits.
 use strict;
 use warnings;
 use OutboxTest;
@@ -63,6 +64,22 @@ is($rc, 0, 'a malformed SQLCommenter traceparent does not fail the INSERT');
 like($err, qr/WARNING:  outbox ignores the malformed traceparent .* from the statement's SQLCommenter comment/,
     'and is ignored with a WARNING');
 
+# 5. The producer's own header follows the same rule: a malformed one is left out with a WARNING
+# (with its tracestate), and the session's context applies instead; nothing malformed is sent.
+($rc, $out, $err) = $node->psql('postgres', qq{
+    INSERT INTO outbox.messages (destination, key, payload, headers)
+    VALUES ('k', 'bad-header', '{}', '{"traceparent": "00-abc-def-01", "tracestate": "rojo=1", "x-a": "1"}'),
+           ('h', 'bad-header', '{"via": "bad-header"}', '{"traceparent": "00-abc-def-01"}');
+    BEGIN;
+    SET LOCAL outbox.traceparent = '$tp_set';
+    INSERT INTO outbox.messages (destination, key, payload, headers)
+    VALUES ('k', 'bad-header-session', '{}', '{"traceparent": "00-ABC"}');
+    COMMIT;
+    SELECT outbox.publish(ARRAY['k'], 'traced', '{}', 'bad-publish', '{"traceparent": "01-xyz"}');});
+is($rc, 0, 'a malformed traceparent header does not fail the INSERT or outbox.publish');
+is(scalar(() = $err =~ /WARNING:  outbox ignores the malformed traceparent "[^"]*" from the message's "traceparent" header/g), 3,
+    'one WARNING for each of the three statements');
+
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') eq '0' }, 60),
     'all delivered');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters'), '0', 'none dead-lettered');
@@ -84,11 +101,17 @@ is(scalar(@{ $k{'bad-set'} // [] }), 3, 'the three messages with a malformed set
 is(scalar(grep { exists $_->{traceparent} || exists $_->{ce_traceparent} } @{ $k{'bad-set'} }), 0,
     'without a trace context');
 
+ok($k{'bad-header'} && !exists $k{'bad-header'}[0]{traceparent} && !exists $k{'bad-header'}[0]{ce_traceparent}
+    && !exists $k{'bad-header'}[0]{tracestate} && $k{'bad-header'}[0]{'x-a'} eq '1',
+    'Kafka, malformed header: sent without traceparent, ce_traceparent and tracestate, its other header kept');
+is($k{'bad-header-session'}[0]{traceparent}, $tp_set, 'Kafka, malformed header: the session\'s context instead');
+ok($k{'bad-publish'} && !exists $k{'bad-publish'}[0]{traceparent}, 'Kafka, outbox.publish: sent without it');
 my %h = map { (JSON::PP::decode_json($_->{body})->{via} => $_->{headers}) } @{ $sink->requests };
 is($h{set}{traceparent}, $tp_set, 'HTTP, SET LOCAL: traceparent header');
 is($h{set}{tracestate}, 'rojo=00f067aa0ba902b7', 'HTTP, SET LOCAL: tracestate header');
 is($h{comment}{traceparent}, $tp_comment, 'HTTP, SQLCommenter: traceparent header');
 ok($h{bad} && !exists $h{bad}{traceparent}, 'HTTP, malformed comment: delivered without traceparent');
+ok($h{'bad-header'} && !exists $h{'bad-header'}{traceparent}, 'HTTP, malformed header: delivered without traceparent');
 
 # What is stored is visible to the producer too (the row's headers).
 $node->safe_psql('postgres', 'SELECT outbox.pause(\'k\')');

@@ -431,7 +431,7 @@ TEST_F(DispatcherTest, DeferOfANonSuperusersBrokerHidesWhatAnswered) {
     ClaimAndSubmit("tenant", {Row(1, 11), Row(2, 12)}, kT0);
     DriverOf("tenant").Finish(1, OutcomeKind::Defer, "_TRANSPORT: Connection refused");
     EXPECT_EQ(PollOne("tenant", kT0 + 1).error,
-              std::string("deferred, destination unreachable: ") + kBrokerUnreachable);
+              std::string("deferred, destination unreachable: ") + kWhyHidden);
     DriverOf("tenant").Finish(2, OutcomeKind::Retry, "topic authorization failed");
     EXPECT_EQ(PollOne("tenant", kT0 + 2).error, "topic authorization failed");
     ClaimAndSubmit("own", {Row(3, 13)}, kT0 + 3);

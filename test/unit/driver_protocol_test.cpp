@@ -787,6 +787,7 @@ TEST(DriverProtocolTest, LargeRecordBatchesAreSplitWithinTheWorkersLimit) {
 TEST(DriverProtocolTest, ConsumerStateRoundTripsWithItsErrorCut) {
     ConsumerState s;
     s.known = true;
+    s.reachable = true;
     s.partitions = {{"a", 0, 0, 10}, {"a", 1, -1, -1}, {"b", 0, 5, 5}};
     s.missing_topics = {"zeta", "alpha"};  // in the subscription's order
     s.error = std::string(kMaxTextBytes + 100, 'e');
@@ -798,11 +799,13 @@ TEST(DriverProtocolTest, ConsumerStateRoundTripsWithItsErrorCut) {
     auto &f = std::get<ConsumerStateFrame>(frames[0]);
     EXPECT_EQ(f.handle, 6u);
     EXPECT_TRUE(f.state.known);
+    EXPECT_TRUE(f.state.reachable);
     EXPECT_EQ(f.state.partitions, s.partitions);
     EXPECT_EQ(f.state.missing_topics, s.missing_topics);
     EXPECT_EQ(f.state.error, std::string(kMaxTextBytes, 'e'));
     auto &empty = std::get<ConsumerStateFrame>(frames[1]);
     EXPECT_FALSE(empty.state.known);
+    EXPECT_FALSE(empty.state.reachable);
     EXPECT_TRUE(empty.state.partitions.empty());
     EXPECT_EQ(empty.state.error, "");
 }
@@ -854,10 +857,10 @@ TEST(DriverProtocolTest, ConsumerFramesWithHostileCountsOrImpossibleValuesAreErr
     EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
     EXPECT_EQ(feed(records, U64(1) + U64(1) + U32(0x7FFFFFFFu)), FrameReader::Result::Error);
     EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
-    EXPECT_EQ(feed(state, U64(1) + std::string(1, '\1') + U32(0xFFFFFFFFu)),
+    EXPECT_EQ(feed(state, U64(1) + std::string(2, '\1') + U32(0xFFFFFFFFu)),
               FrameReader::Result::Error);
     EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
-    EXPECT_EQ(feed(state, U64(1) + std::string(1, '\1') + U32(0) + U32(0x10000000u)),
+    EXPECT_EQ(feed(state, U64(1) + std::string(2, '\1') + U32(0) + U32(0x10000000u)),
               FrameReader::Result::Error);
     EXPECT_NE(error.find("longer than the frame"), std::string::npos) << error;
 
@@ -899,7 +902,7 @@ TEST(DriverProtocolTest, ConsumerFramesWithHostileCountsOrImpossibleValuesAreErr
 
     // A state: partitions out of order or repeated, a watermark below -1, a long error.
     auto a_state = [&](const std::vector<PartitionInfo> &partitions, const std::string &err) {
-        std::string body = U64(1) + std::string(1, '\1') + U32(uint32_t(partitions.size()));
+        std::string body = U64(1) + std::string(2, '\1') + U32(uint32_t(partitions.size()));
         for (const PartitionInfo &p : partitions)
             body += U32(uint32_t(p.topic.size())) + p.topic + U64(uint64_t(p.partition)) +
                     U64(uint64_t(p.low)) + U64(uint64_t(p.high));

@@ -27,14 +27,16 @@ int64_t OrderKey(std::string_view destination, std::string_view key);
 
 // Takes the key's turn for a message about to be queued: inserts or updates the key's row of
 // outbox.ordered_keys (locked until this transaction ends) so that its head is due no later than
-// `available_at`. A message that goes back with its own id (`keeps_id`: a requeued dead letter,
-// a restored dump) may lie below the key's floor: the row is first taken FOR UPDATE (which waits
-// for the workers holding the key), then the floor goes down to `id`, with floor_version + 1;
-// refused (55000) after this transaction queued a new message of the key. C-style code: may
-// ereport. Returns false, having taken the turn the way
-// outbox 0.1.0 did (a transaction-scoped lock of the order key), when the database's schema is
-// still 0.1.0 (no outbox.ordered_keys yet: the module was installed before ALTER EXTENSION
-// outbox UPDATE ran).
+// `available_at`. The row is taken as it is now, whatever the transaction's isolation level and
+// snapshot, and read without SSI predicate locks: a producer at REPEATABLE READ or SERIALIZABLE
+// gets no serialization failure from its key's turn (kTurnSql's upsert would raise 40001 for a
+// row another producer wrote after this transaction's snapshot). A message that goes back with its
+// own id (`keeps_id`: a requeued dead letter, a restored dump) may lie below the key's floor: the
+// row is first taken FOR UPDATE (which waits for the workers holding the key), then the floor goes
+// down to `id`, with floor_version + 1; refused (55000) after this transaction queued a new message
+// of the key. C-style code: may ereport. Returns false, having taken the turn the way outbox 0.1.0
+// did (a transaction-scoped lock of the order key), when the database's schema is still 0.1.0 (no
+// outbox.ordered_keys yet: the module was installed before ALTER EXTENSION outbox UPDATE ran).
 bool TakeKeyTurn(std::string_view destination, int64_t order_key, std::string_view key,
                  TimestampTz available_at, bool keeps_id, int64_t id);
 

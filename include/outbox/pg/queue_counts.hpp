@@ -5,7 +5,9 @@
 // everything else that writes outbox.messages through SQL in the _messages_changed trigger; the
 // worker (whose session skips that trigger) counts what it removes and releases itself. A
 // database's counts start from one exact count, taken the first time they are needed after a server
-// start (or a TRUNCATE), under a lock that lets no writer of outbox.messages in between.
+// start (or a TRUNCATE), under a lock that lets no writer of outbox.messages in between. The
+// conservation counters (produced, removed, delivered, ...) count from server start, as
+// outbox.stats() does; the count fixes what the queue held at the start (`initial`).
 #pragma once
 
 extern "C" {
@@ -21,6 +23,13 @@ void RegisterQueueCountCallbacks();
 // removes); applied at commit, forgotten on rollback (also of a subtransaction). `produced` and
 // `removed` feed the conservation counters.
 void CountQueueChange(const char *destination, int64 queued, int64 produced, int64 removed);
+
+// The worker removed these rows of `destination` from the queue (its session skips the
+// _messages_changed trigger): applied at commit to the queue size and to the delivered, dead
+// and expired counters of outbox.stats() in the same step, while the transaction still holds its
+// lock on outbox.messages (so a count of the queue never sees the rows gone and the counters not
+// yet raised).
+void CountOutcomes(const char *destination, int64 delivered, int64 dead, int64 expired);
 
 // "compaction": "key": this transaction removed `superseded` rows of `destination` from the
 // queue undelivered (applied at commit to the queue size and the superseded counter). Each

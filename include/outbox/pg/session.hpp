@@ -2,9 +2,24 @@
 // whatever the database's or role's defaults say, and kept so for every transaction.
 #pragma once
 
+extern "C" {
+#include "postgres.h"
+#include "storage/ipc.h"
+}
+
 namespace outbox::pg {
 
+struct WorkerSlot;
+
 enum class WorkerRole { Delivery, Inbox };
+
+// The start of a worker process the launcher started with `main_arg` (its slot's index): the
+// signal handlers (SIGHUP reloads, `on_sigterm`), the connection to its database, its slot
+// filled in (`on_exit` registered for it), its name in pg_stat_activity and its session's
+// settings (SetWorkerSessionSettings). Returns the slot; *database is the database's name, in
+// TopMemoryContext.
+WorkerSlot *StartWorkerSession(Datum main_arg, WorkerRole role, pqsigfunc on_sigterm,
+                               pg_on_exit_callback on_exit, char **database);
 
 // Sets the session's settings once, after BackgroundWorkerInitializeConnection: search_path
 // pg_catalog, pg_temp (nothing a user creates is found on it), no statement or lock timeouts

@@ -85,15 +85,17 @@ struct DestinationCounters {
     TimestampTz last_success_at;
     char last_error[512];  // room for librdkafka's text and the hint after it
     // The queue size, kept exact at every commit once its database's counts are valid (see
-    // queue_counts.hpp); `initial` is the size the counts started from.
+    // queue_counts.hpp). outbox.conservation() counts from server start, as outbox.stats()
+    // does (base_* are 0), or from the CREATE EXTENSION that made the database's outbox.messages
+    // anew since (base_*: the counters then); `initial` is the size the queue had then, as the
+    // counts imply (the size counted less what the counters say went in and out since).
     int64 queued;
     int64 initial;
+    uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
+    uint64 base_superseded;
     // Rows that transactions in progress have passed max_pending with (queue_counts.hpp):
     // released at their commit, with `queued` raised in the same critical section.
     int64 reserved;
-    // The cumulative counters when the counts started (for outbox.conservation()).
-    uint64 base_produced, base_removed, base_delivered, base_dead, base_expired;
-    uint64 base_superseded;
 };
 
 // Whether a database's queue counts are valid (counted once, then kept up to date).
@@ -121,14 +123,23 @@ struct InboxDemand {
     bool wanted;
 };
 
+// A database not in outbox.databases whose queued messages the server log has mentioned, for
+// that value of the setting (a hash of it): said once, not at every commit (served.hpp).
+struct NotServedNote {
+    Oid database;
+    uint32 setting_hash;
+};
+
 struct SharedState {
-    LWLock *lock;  // protects slot allocation, held databases, inbox demand, the counter hash
+    LWLock *lock;  // protects slot allocation, held databases, inbox demand, the counter hash,
+                   // the not-served notes
     pid_t launcher_pid;
     int launcher_pgprocno;
     TimestampTz stats_reset;
     HeldDatabase held[kMaxHeldDatabases];
     CountedDatabase counted[kMaxCountedDatabases];
     InboxDemand inbox_demand[kMaxCountedDatabases];
+    NotServedNote not_served[kMaxCountedDatabases];
     int num_slots;
     WorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };
@@ -144,6 +155,10 @@ void InstallSharedMemoryHooks();
 // which then reads the subscriptions again.
 void SetInboxWanted(Oid database, bool wanted);
 bool InboxWanted(Oid database);
+
+// Notes that the server log said `database` is not served, under this value of
+// outbox.databases; false when it already had (nothing noted then).
+bool NoteNotServed(Oid database, uint32 setting_hash);
 
 // Sets the latch of every live delivery worker serving `database` (InvalidOid: all); with
 // `reload`, they also read outbox.destinations again (a commit that only adds messages does
