@@ -29,7 +29,12 @@ my $bootstrap = $broker->bootstrap;
 my $conf = join("\n", "shared_preload_libraries = 'outbox'", "outbox.poll_interval = '200ms'",
     "log_min_messages = info", '') . "\n";
 my $old = PostgreSQL::Test::Cluster->new('old', install_path => $old_install);
-$old->init;
+{
+    # The run's INITDB_TEMPLATE (test/run_tests) is the new major's data directory: the old
+    # server needs its own initdb's.
+    delete local $ENV{INITDB_TEMPLATE};
+    $old->init;
+}
 $old->append_conf('postgresql.conf', $conf);
 $old->start;
 my $old_version = $old->safe_psql('postgres', 'SHOW server_version_num');
