@@ -18,6 +18,11 @@
 //   pgtool time-query CONNINFO REPEAT SQL
 //       Runs SQL REPEAT times (after one untimed run) and prints
 //       median_ms=M min_ms=A max_ms=B rows=R
+//
+//   pgtool deliver-one CONNINFO DESTINATION TOPIC TIMEOUT_S
+//       Commits one message for DESTINATION to TOPIC (autocommit INSERT) and waits until its row
+//       is gone (delivered and deleted by the relay), polling every millisecond. The clock
+//       starts just before the INSERT. Prints: ms=M (or ms=timeout and exits 1).
 #include <libpq-fe.h>
 
 #include <algorithm>
@@ -189,6 +194,34 @@ int TimeQuery(const char *conninfo, int repeat, const char *sql) {
     return 0;
 }
 
+int DeliverOne(const char *conninfo, const char *dest, const char *topic, double timeout_s) {
+    PGconn *c = Connect(conninfo);
+    auto start = Clock::now();
+    PGresult *r = ExecParams(c,
+                             "INSERT INTO outbox.messages (destination, topic, key, payload) "
+                             "VALUES ($1, $2, 'first', '{\"first\": true}') RETURNING id",
+                             {dest, topic});
+    std::string id = PQgetvalue(r, 0, 0);
+    PQclear(r);
+    for (;;) {
+        r = ExecParams(c, "SELECT 1 FROM outbox.messages WHERE id = $1", {id.c_str()});
+        bool gone = PQntuples(r) == 0;
+        PQclear(r);
+        auto t = Clock::now();
+        if (gone) {
+            std::printf("ms=%.2f\n", Seconds(start, t) * 1000);
+            break;
+        }
+        if (Seconds(start, t) > timeout_s) {
+            std::printf("ms=timeout\n");
+            return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    PQfinish(c);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -200,9 +233,12 @@ int main(int argc, char **argv) {
                           argc == 7 ? std::atof(argv[6]) : std::atof(argv[5]));
     if (cmd == "time-query" && argc == 5)
         return TimeQuery(argv[2], std::atoi(argv[3]), argv[4]);
+    if (cmd == "deliver-one" && argc == 6)
+        return DeliverOne(argv[2], argv[3], argv[4], std::atof(argv[5]));
     std::fprintf(stderr,
                  "usage: pgtool drain-floor CONNINFO TABLE BATCH [ORDER_BY]\n"
                  "       pgtool resume-wait CONNINFO DESTINATION N TIMEOUT_S [STALL_S]\n"
-                 "       pgtool time-query CONNINFO REPEAT SQL\n");
+                 "       pgtool time-query CONNINFO REPEAT SQL\n"
+                 "       pgtool deliver-one CONNINFO DESTINATION TOPIC TIMEOUT_S\n");
     return 2;
 }
