@@ -115,10 +115,12 @@ class KafkaDriver final : public Driver {
     void PurgeIfStalled();
     std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
     TopicAnswer TopicExistsNow(const std::string &topic, std::map<std::string, TopicAnswer> &asked);
+    void KnowTopic(const std::string &topic);
 
     rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *main_queue_ = nullptr;
-    rd_kafka_topic_t *default_topic_ = nullptr;  // kept so its metadata is fetched at start
+    // A handle for every topic produced to, made before its first message (see KnowTopic).
+    std::map<std::string, rd_kafka_topic_t *> topics_;
     int pipe_[2] = {-1, -1};
     std::string source_;
     CloudEventsMode mode_ = CloudEventsMode::Binary;
@@ -246,10 +248,9 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
     rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, served by Poll
     main_queue_ = rd_kafka_queue_get_main(rk_);
     rd_kafka_queue_io_event_enable(main_queue_, pipe_[1], "1", 1);
-    // The destination's default topic is looked up now (creating its handle sends the metadata
-    // request), not when its first message waits for it.
+    // The destination's default topic is looked up now, not when its first message waits for it.
     if (!options.config.default_topic.empty())
-        default_topic_ = rd_kafka_topic_new(rk_, options.config.default_topic.c_str(), nullptr);
+        KnowTopic(options.config.default_topic);
     return true;
 }
 
@@ -260,8 +261,8 @@ KafkaDriver::~KafkaDriver() {
                                 RD_KAFKA_PURGE_F_NON_BLOCKING);
         rd_kafka_queue_io_event_enable(main_queue_, -1, nullptr, 0);
         rd_kafka_queue_destroy(main_queue_);
-        if (default_topic_)
-            rd_kafka_topic_destroy(default_topic_);
+        for (const auto &[name, rkt] : topics_)
+            rd_kafka_topic_destroy(rkt);
         rd_kafka_poll(rk_, 0);
         rd_kafka_destroy(rk_);
     }
@@ -315,6 +316,25 @@ KafkaDriver::TopicAnswer KafkaDriver::TopicExistsNow(const std::string &topic,
     }
     asked.emplace(topic, answer);
     return answer;
+}
+
+// A topic librdkafka has no handle for yet is looked up now. rd_kafka_producev() creates the
+// handle it needs without asking the cluster about the topic: its first messages would wait in
+// the unassigned queue until librdkafka's one-second timer notices the unknown topic (up to a
+// second). rd_kafka_topic_new() sends the metadata request at once. The handle is kept (it keeps
+// librdkafka's topic) until the producer goes.
+void KafkaDriver::KnowTopic(const std::string &topic) {
+    if (topics_.count(topic) != 0)
+        return;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk_, topic.c_str(), nullptr);
+    if (rkt == nullptr)
+        return;  // an invalid name: rd_kafka_producev() reports it for the message
+    try {
+        topics_.emplace(topic, rkt);
+    } catch (...) {
+        rd_kafka_topic_destroy(rkt);
+        throw;
+    }
 }
 
 void KafkaDriver::AddLog(std::string line) {
@@ -399,6 +419,7 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
             refuse(OutcomeKind::Dead, "message has no topic");
             continue;
         }
+        KnowTopic(m.topic);
         KafkaRecord record = BuildKafkaRecord(m, source_, mode_);
         rd_kafka_headers_t *headers = rd_kafka_headers_new(record.headers.size());
         for (const auto &[name, value] : record.headers)
