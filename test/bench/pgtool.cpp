@@ -5,7 +5,8 @@
 //       The drain floor: DELETE FROM TABLE WHERE id IN (SELECT id FROM TABLE [ORDER BY
 //       ORDER_BY] LIMIT BATCH FOR UPDATE SKIP LOCKED) RETURNING * in a loop, one transaction per statement (autocommit),
 //       until a statement deletes nothing. Every returned row is transferred and read.
-//       Prints: rows=N bytes=B seconds=S
+//       Prints: rows=N bytes=B seconds=S backend_cpu_s=C (C: the server backend's user + system
+//       CPU during the loop, from /proc/<pid>/stat; -1 when the server is not on this machine)
 //
 //   pgtool resume-wait CONNINFO DESTINATION N TIMEOUT_S [STALL_S]
 //       Resumes a paused destination and waits until N more of its messages are done
@@ -33,6 +34,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -69,6 +72,27 @@ PGresult *ExecParams(PGconn *c, const char *sql, std::vector<const char *> param
     return r;
 }
 
+// User + system CPU seconds of a process (all its threads), -1 if it cannot be read.
+double ProcessCpuSeconds(int pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = std::fopen(path, "r");
+    if (f == nullptr)
+        return -1;
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    const char *p = std::strrchr(buf, ')');
+    unsigned long long utime = 0, stime = 0;
+    if (p == nullptr || std::sscanf(p + 2,
+                                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                                    &utime, &stime) != 2)
+        return -1;
+    return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
 int DrainFloor(const char *conninfo, const std::string &table, int batch,
                const std::string &order_by) {
     PGconn *c = Connect(conninfo);
@@ -81,6 +105,8 @@ int DrainFloor(const char *conninfo, const std::string &table, int batch,
         Die(std::string("prepare: ") + PQerrorMessage(c));
     PQclear(p);
     long long rows = 0, bytes = 0;
+    int backend = PQbackendPID(c);
+    double cpu0 = ProcessCpuSeconds(backend);
     auto start = Clock::now();
     for (;;) {
         PGresult *r = PQexecPrepared(c, "drain", 0, nullptr, nullptr, nullptr, 0);
@@ -96,7 +122,9 @@ int DrainFloor(const char *conninfo, const std::string &table, int batch,
             break;
     }
     double s = Seconds(start, Clock::now());
-    std::printf("rows=%lld bytes=%lld seconds=%.3f\n", rows, bytes, s);
+    double cpu1 = ProcessCpuSeconds(backend);
+    std::printf("rows=%lld bytes=%lld seconds=%.3f backend_cpu_s=%.2f\n", rows, bytes, s,
+                cpu0 < 0 || cpu1 < 0 ? -1.0 : cpu1 - cpu0);
     PQfinish(c);
     return 0;
 }
