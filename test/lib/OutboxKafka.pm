@@ -127,7 +127,26 @@ sub acl {
         ($o{deny} ? '--deny' : ()), ($o{prefixed} ? '--prefixed' : ()) ]);
 }
 
-sub kill { my ($self, $id) = @_; $self->run([ 'kill', $id ]) }
+# kill -9 of one broker, sent from here at once: starting the tool takes a second or more on a
+# loaded machine, and a drain moves on by tens of thousands of messages meanwhile. Then waits
+# until the JVM is gone (its ports and data directory free), as the tool does.
+sub kill {
+    my ($self, $id) = @_;
+    my $node = "$self->{dir}/node$id";
+    my $pid = eval { PostgreSQL::Test::Utils::slurp_file("$node/pid") } // '';
+    chomp $pid;
+    my $cmdline = $pid =~ /^\d+$/ ? eval { PostgreSQL::Test::Utils::slurp_file("/proc/$pid/cmdline") } // '' : '';
+    if (index($cmdline, "$node/server.properties") >= 0) {
+        CORE::kill('KILL', $pid);
+        my $deadline = time + 10;
+        while (time < $deadline) {
+            my $stat = eval { PostgreSQL::Test::Utils::slurp_file("/proc/$pid/stat") };
+            last if !defined $stat || $stat =~ /\) Z /;
+            Time::HiRes::sleep(0.05);
+        }
+    }
+    $self->run([ 'kill', $id ]);
+}
 sub stop_broker { my ($self, $id) = @_; $self->run([ 'stop', $id ], 120) }
 
 # Starts one stopped broker and waits until it is registered and every replica is in sync.
