@@ -44,6 +44,12 @@ sleep($seconds - (time - $start)) if time - $start < $seconds;   # the producers
 # What was committed is in `produced` either way (same transaction).
 $pgbench->kill_kill(grace => 5);
 my $produced_for = time - $start;
+# A backend whose client is gone still finishes a COMMIT it was sent: wait until the producers'
+# backends have ended, or `produced` could miss a commit the relay then delivers.
+ok(wait_until(sub { $node->safe_psql('postgres', q{
+        SELECT count(*) FROM pg_stat_activity
+        WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()}) eq '0' }, 60),
+    "the producers' backends have ended");
 my @produced = split /\n/, $node->safe_psql('postgres', 'SELECT event_id FROM produced');
 diag(sprintf('%d messages committed by 16 producers in %.0f s (%.0f msg/s); the rolling restart took %.0f s',
     scalar(@produced), $produced_for, @produced / $produced_for, $rolled));
