@@ -251,12 +251,19 @@ $$;
 -- Issue 35, item 6: outbox.subscriptions() shows the lag as unknown (NULL) when there is no high
 -- watermark (the cluster cannot be reached, or has not answered yet).
 --------------------------------------------------------------------------------------------------
+-- Issue 43: on a hot standby, the NOTICE that says no worker runs there and the figures are as
+-- replicated (outbox.stats(), conservation() and workers() send it from C).
+CREATE FUNCTION outbox._note_replica() RETURNS boolean
+    AS 'MODULE_PATHNAME', 'outbox_note_replica' LANGUAGE C STABLE;
+REVOKE ALL ON FUNCTION outbox._note_replica() FROM PUBLIC;
 CREATE OR REPLACE FUNCTION outbox.subscriptions(
     OUT subscription text, OUT kind text, OUT paused boolean, OUT topic text,
     OUT "partition" integer, OUT stored_offset bigint, OUT high_watermark bigint, OUT lag bigint,
     OUT consumed bigint, OUT duplicates bigint, OUT dead_lettered bigint, OUT blocked boolean,
     OUT last_error text, OUT last_record_at timestamptz)
 RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    -- Issue 43: on a hot standby a NOTICE says that no inbox worker reads there.
+    SELECT outbox._note_replica();
     -- Issue 35 (item 6): a lag is known only from a high watermark (NULL while the cluster
     -- cannot be reached, or before it answered).
     SELECT s.name, s.kind, s.paused, o.topic, o."partition", o."offset", o.high_watermark,

@@ -1029,6 +1029,10 @@ $$;
 COMMENT ON FUNCTION outbox.requeue_inbox(text) IS
     'apply every dead-lettered record of a subscription again; returns how many were requeued';
 
+-- Issue 43: on a hot standby, the NOTICE that says no worker runs there and the figures are as
+-- replicated (outbox.stats(), conservation() and workers() send it from C).
+CREATE FUNCTION outbox._note_replica() RETURNS boolean
+    AS 'MODULE_PATHNAME', 'outbox_note_replica' LANGUAGE C STABLE;
 -- Per subscription and partition (one row with no partition before the workers first read
 -- it): where it stands, how far behind, and what happened. blocked: "on_error": "block" holds
 -- the partition at a dead-lettered record.
@@ -1038,6 +1042,8 @@ CREATE FUNCTION outbox.subscriptions(
     OUT consumed bigint, OUT duplicates bigint, OUT dead_lettered bigint, OUT blocked boolean,
     OUT last_error text, OUT last_record_at timestamptz)
 RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    -- Issue 43: on a hot standby a NOTICE says that no inbox worker reads there.
+    SELECT outbox._note_replica();
     -- Issue 35 (item 6): a lag is known only from a high watermark (NULL while the cluster
     -- cannot be reached, or before it answered).
     SELECT s.name, s.kind, s.paused, o.topic, o."partition", o."offset", o.high_watermark,

@@ -18,8 +18,13 @@ namespace {
 // Outage probing: the first probe after 1 s, doubling to at most 30 s between probes.
 constexpr int64_t kProbeBaseMs = 1000;
 constexpr int64_t kProbeMaxMs = 30000;
-// The fast path is used while the destination acknowledges within this time on average.
-constexpr double kFastPathMaxAckMs = 50;
+// The fast path is used while the destination acknowledges within this time on average. As the
+// worker sees it, a backlog's second batch waits for the first one's acknowledgements (Kafka: a
+// partition's next request goes out once the previous one is acknowledged), so this is about two
+// round trips: up to ~100 ms each, a fast batch (claims for 50 ms, then waits for the last
+// acknowledgements) still ends within its 250 ms, and it writes one row version per message
+// instead of a lease's three (new row version, two index entries) before the DELETE.
+constexpr double kFastPathMaxAckMs = 200;
 // A destination whose driver could not be built is retried this often.
 constexpr int64_t kRebuildIntervalMs = 5000;
 // Ended outages a destination remembers for "retry_budget" (older ones count as spent budget).

@@ -23,6 +23,7 @@ extern "C" {
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
+#include "outbox/pg/replica.hpp"
 #include "outbox/pg/shmem.hpp"
 
 extern "C" {
@@ -127,6 +128,7 @@ static void ListWorkers(FunctionCallInfo fcinfo) {
 }
 
 Datum outbox_workers(PG_FUNCTION_ARGS) {
+    NoteIfReplica();  // none runs on a hot standby: say why the list is empty
     CxxTry([fcinfo] { ListWorkers(fcinfo); });
     return (Datum)0;
 }

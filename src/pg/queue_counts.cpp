@@ -27,6 +27,7 @@ extern "C" {
 }
 
 #include "outbox/pg/queue_counts.hpp"
+#include "outbox/pg/replica.hpp"
 #include "outbox/pg/shmem.hpp"
 
 extern "C" {
@@ -600,11 +601,20 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "outbox: SPI_connect failed");
     Oid relid = MessagesRelid();
-    bool valid = CountsValid(MyDatabaseId, relid) || TakeCounts(relid);
+    // A hot standby cannot take the counts' SHARE lock (recovery allows nothing above ROW
+    // EXCLUSIVE), and no commit there would keep them: it counts the rows as replicated each
+    // time. Its counters count this server's workers, none so far: the counts start now
+    // (initial = queued, nothing produced or removed here), which is what its stats() shows.
+    bool replica = NoteIfReplica();
+    bool valid = !replica && (CountsValid(MyDatabaseId, relid) || TakeCounts(relid));
     if (!valid) {
-        // Could not take the counts (a writer kept the table locked): count rows this time.
+        // Could not take the counts (a writer kept the table locked): count rows this time. A
+        // standby lists every destination, as the kept counts do.
         int rc = SPI_execute(
-            "SELECT destination, count(*) FROM outbox.messages GROUP BY destination", true, 0);
+            replica ? "SELECT d.name, count(m.destination) FROM outbox.destinations AS d"
+                      " LEFT JOIN outbox.messages AS m ON m.destination = d.name GROUP BY d.name"
+                    : "SELECT destination, count(*) FROM outbox.messages GROUP BY destination",
+            true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: counting the queue failed");
         for (uint64 i = 0; i < SPI_processed; i++) {
@@ -614,6 +624,13 @@ Datum outbox_queue_counts(PG_FUNCTION_ARGS) {
             HeapTuple t = SPI_tuptable->vals[i];
             values[0] = heap_getattr(t, 1, SPI_tuptable->tupdesc, &isnull);
             values[1] = heap_getattr(t, 2, SPI_tuptable->tupdesc, &isnull);
+            if (replica) {
+                values[2] = values[1];
+                for (int k = 3; k < 9; k++)
+                    values[k] = Int64GetDatum(0);
+                for (bool &n : nulls)
+                    n = false;
+            }
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         }
     } else {

@@ -7,6 +7,7 @@ extern "C" {
 #include "commands/dbcommands.h"
 #include "storage/lwlock.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"  // get_database_name, from 19 on (compat.hpp)
 #include "utils/memutils.h"
 #include "utils/varlena.h"
 }

@@ -12,6 +12,7 @@ extern "C" {
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"  // get_database_name, from 19 on (compat.hpp)
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 }

@@ -14,7 +14,9 @@
 // fails anyway.
 //
 // CREATE EXTENSION outbox wakes the launcher and the database's workers at commit, and warns
-// when the database is not in outbox.databases (no worker would deliver its messages).
+// when the database is not in outbox.databases (no worker would deliver its messages). CREATE
+// DATABASE and ALTER DATABASE ... RENAME TO wake the launcher at commit too: a database copied
+// from a template that has the extension, or renamed to a listed name, is served at once.
 //
 // DROP EXTENSION outbox (or DROP SCHEMA outbox CASCADE) would delete the queue and the dead
 // letters without a word: refused while they have rows, unless outbox.drop_nonempty is on.
@@ -169,9 +171,10 @@ Oid DatabaseNeededAlone(Node *stmt, ProcessUtilityContext context) {
     }
 }
 
-// CREATE EXTENSION outbox ran in this transaction: at commit the launcher looks at once for
-// the database (created since the server started, it would otherwise wait for the launcher's
-// 10 s recheck) and the database's workers load the new extension.
+// CREATE EXTENSION outbox, CREATE DATABASE or a database's RENAME ran in this transaction: at
+// commit the launcher looks at once for the database (created since the server started, it
+// would otherwise wait for the launcher's 10 s recheck) and, after CREATE EXTENSION, the
+// database's workers load the new extension.
 bool wake_launcher_at_commit = false;
 
 void OnTransactionEvent(XactEvent event, void *) {
@@ -188,6 +191,16 @@ void OnTransactionEvent(XactEvent event, void *) {
         default:
             break;
     }
+}
+
+// Whether `stmt` may make a database of some name exist: CREATE DATABASE (its template may have
+// the extension) or ALTER DATABASE ... RENAME TO. The launcher then looks at commit instead of
+// at its next recheck. (The hook's ReleaseDatabase wakes it too, but before the commit: that
+// look finds nothing new.)
+bool NamesADatabase(Node *stmt) {
+    return IsA(stmt, CreatedbStmt) ||
+           (IsA(stmt, RenameStmt) &&
+            reinterpret_cast<RenameStmt *>(stmt)->renameType == OBJECT_DATABASE);
 }
 
 bool CreatesThisExtension(Node *stmt) {
@@ -268,6 +281,8 @@ void UtilityHook(PlannedStmt *pstmt, const char *query_string, bool read_only_tr
             if (OidIsValid(database))
                 ReleaseDatabase(database);
         });
+    if (NamesADatabase(pstmt->utilityStmt))
+        wake_launcher_at_commit = true;
     if (CreatesThisExtension(pstmt->utilityStmt)) {
         wake_launcher_at_commit = true;
         ReloadAtCommit();

@@ -5,7 +5,8 @@
 //       The drain floor: DELETE FROM TABLE WHERE id IN (SELECT id FROM TABLE [ORDER BY
 //       ORDER_BY] LIMIT BATCH FOR UPDATE SKIP LOCKED) RETURNING * in a loop, one transaction per statement (autocommit),
 //       until a statement deletes nothing. Every returned row is transferred and read.
-//       Prints: rows=N bytes=B seconds=S
+//       Prints: rows=N bytes=B seconds=S backend_cpu_s=C (C: the server backend's user + system
+//       CPU during the loop, from /proc/<pid>/stat; -1 when the server is not on this machine)
 //
 //   pgtool resume-wait CONNINFO DESTINATION N TIMEOUT_S [STALL_S]
 //       Resumes a paused destination and waits until N more of its messages are done
@@ -18,6 +19,11 @@
 //   pgtool time-query CONNINFO REPEAT SQL
 //       Runs SQL REPEAT times (after one untimed run) and prints
 //       median_ms=M min_ms=A max_ms=B rows=R
+//
+//   pgtool deliver-one CONNINFO DESTINATION TOPIC TIMEOUT_S
+//       Commits one message for DESTINATION to TOPIC (autocommit INSERT) and waits until its row
+//       is gone (delivered and deleted by the relay), polling every millisecond. The clock
+//       starts just before the INSERT. Prints: ms=M (or ms=timeout and exits 1).
 #include <libpq-fe.h>
 
 #include <algorithm>
@@ -28,6 +34,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -64,6 +72,27 @@ PGresult *ExecParams(PGconn *c, const char *sql, std::vector<const char *> param
     return r;
 }
 
+// User + system CPU seconds of a process (all its threads), -1 if it cannot be read.
+double ProcessCpuSeconds(int pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = std::fopen(path, "r");
+    if (f == nullptr)
+        return -1;
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    const char *p = std::strrchr(buf, ')');
+    unsigned long long utime = 0, stime = 0;
+    if (p == nullptr || std::sscanf(p + 2,
+                                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                                    &utime, &stime) != 2)
+        return -1;
+    return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
 int DrainFloor(const char *conninfo, const std::string &table, int batch,
                const std::string &order_by) {
     PGconn *c = Connect(conninfo);
@@ -76,6 +105,8 @@ int DrainFloor(const char *conninfo, const std::string &table, int batch,
         Die(std::string("prepare: ") + PQerrorMessage(c));
     PQclear(p);
     long long rows = 0, bytes = 0;
+    int backend = PQbackendPID(c);
+    double cpu0 = ProcessCpuSeconds(backend);
     auto start = Clock::now();
     for (;;) {
         PGresult *r = PQexecPrepared(c, "drain", 0, nullptr, nullptr, nullptr, 0);
@@ -91,7 +122,9 @@ int DrainFloor(const char *conninfo, const std::string &table, int batch,
             break;
     }
     double s = Seconds(start, Clock::now());
-    std::printf("rows=%lld bytes=%lld seconds=%.3f\n", rows, bytes, s);
+    double cpu1 = ProcessCpuSeconds(backend);
+    std::printf("rows=%lld bytes=%lld seconds=%.3f backend_cpu_s=%.2f\n", rows, bytes, s,
+                cpu0 < 0 || cpu1 < 0 ? -1.0 : cpu1 - cpu0);
     PQfinish(c);
     return 0;
 }
@@ -189,6 +222,34 @@ int TimeQuery(const char *conninfo, int repeat, const char *sql) {
     return 0;
 }
 
+int DeliverOne(const char *conninfo, const char *dest, const char *topic, double timeout_s) {
+    PGconn *c = Connect(conninfo);
+    auto start = Clock::now();
+    PGresult *r = ExecParams(c,
+                             "INSERT INTO outbox.messages (destination, topic, key, payload) "
+                             "VALUES ($1, $2, 'first', '{\"first\": true}') RETURNING id",
+                             {dest, topic});
+    std::string id = PQgetvalue(r, 0, 0);
+    PQclear(r);
+    for (;;) {
+        r = ExecParams(c, "SELECT 1 FROM outbox.messages WHERE id = $1", {id.c_str()});
+        bool gone = PQntuples(r) == 0;
+        PQclear(r);
+        auto t = Clock::now();
+        if (gone) {
+            std::printf("ms=%.2f\n", Seconds(start, t) * 1000);
+            break;
+        }
+        if (Seconds(start, t) > timeout_s) {
+            std::printf("ms=timeout\n");
+            return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    PQfinish(c);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -200,9 +261,12 @@ int main(int argc, char **argv) {
                           argc == 7 ? std::atof(argv[6]) : std::atof(argv[5]));
     if (cmd == "time-query" && argc == 5)
         return TimeQuery(argv[2], std::atoi(argv[3]), argv[4]);
+    if (cmd == "deliver-one" && argc == 6)
+        return DeliverOne(argv[2], argv[3], argv[4], std::atof(argv[5]));
     std::fprintf(stderr,
                  "usage: pgtool drain-floor CONNINFO TABLE BATCH [ORDER_BY]\n"
                  "       pgtool resume-wait CONNINFO DESTINATION N TIMEOUT_S [STALL_S]\n"
-                 "       pgtool time-query CONNINFO REPEAT SQL\n");
+                 "       pgtool time-query CONNINFO REPEAT SQL\n"
+                 "       pgtool deliver-one CONNINFO DESTINATION TOPIC TIMEOUT_S\n");
     return 2;
 }

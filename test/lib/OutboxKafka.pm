@@ -1,7 +1,10 @@
 # The real-Kafka tier of the TAP suites (test/t/11x_*.pl): a three-broker Apache Kafka 4.x
-# KRaft cluster run by test/tools/kafka_cluster in the test's temp dir, and Kafka's own Java
-# consumer (test/tools/KafkaVerify.java) as the independent client that reads back what the
-# relay wrote. Everything listens on 127.0.0.1.
+# KRaft cluster run by test/tools/kafka_cluster, and Kafka's own Java consumer
+# (test/tools/KafkaVerify.java) as the independent client that reads back what the relay
+# wrote. Everything listens on 127.0.0.1. test/run_tap.pl starts one cluster for all the files
+# of a run (OUTBOX_SHARED_KAFKA_CLUSTER); a file run without it starts its own in its temp dir.
+# Each file uses topics and principals of its own; one that stops or kills brokers is tagged
+# "outbox-tap: kafka-cluster exclusive" and has the cluster to itself.
 #
 #   my $kafka = kafka_cluster();            # started and healthy
 #   $kafka->create_topic('orders', partitions => 8, config => { 'max.message.bytes' => 2048 });
@@ -61,6 +64,18 @@ use Time::HiRes qw(time sleep);
 
 sub start {
     my ($class, %opts) = @_;
+    # The run's shared cluster (test/run_tap.pl starts it once for every file tagged
+    # "outbox-tap: kafka-cluster"): this file uses its own topics and principals there, and
+    # leaves it running.
+    if (my $shared = $ENV{OUTBOX_SHARED_KAFKA_CLUSTER}) {
+        my $self = bless { dir => $shared, shared => 1 }, $class;
+        $self->{info} = decode_json($self->run(['info']));
+        my @down = grep { !$self->{info}{running}{$_} } sort keys %{ $self->{info}{running} };
+        die "the shared Kafka cluster in $shared has nodes down: @down\n" if @down;
+        Test::More::diag(sprintf('Apache Kafka %s: the shared cluster of this run (%s)',
+            $self->{info}{kafka_version}, $self->bootstrap));
+        return $self;
+    }
     my $dir = PostgreSQL::Test::Utils::tempdir() . '/kafka';
     my $self = bless { dir => $dir }, $class;
     push @started, $self;
@@ -112,7 +127,26 @@ sub acl {
         ($o{deny} ? '--deny' : ()), ($o{prefixed} ? '--prefixed' : ()) ]);
 }
 
-sub kill { my ($self, $id) = @_; $self->run([ 'kill', $id ]) }
+# kill -9 of one broker, sent from here at once: starting the tool takes a second or more on a
+# loaded machine, and a drain moves on by tens of thousands of messages meanwhile. Then waits
+# until the JVM is gone (its ports and data directory free), as the tool does.
+sub kill {
+    my ($self, $id) = @_;
+    my $node = "$self->{dir}/node$id";
+    my $pid = eval { PostgreSQL::Test::Utils::slurp_file("$node/pid") } // '';
+    chomp $pid;
+    my $cmdline = $pid =~ /^\d+$/ ? eval { PostgreSQL::Test::Utils::slurp_file("/proc/$pid/cmdline") } // '' : '';
+    if (index($cmdline, "$node/server.properties") >= 0) {
+        CORE::kill('KILL', $pid);
+        my $deadline = time + 10;
+        while (time < $deadline) {
+            my $stat = eval { PostgreSQL::Test::Utils::slurp_file("/proc/$pid/stat") };
+            last if !defined $stat || $stat =~ /\) Z /;
+            Time::HiRes::sleep(0.05);
+        }
+    }
+    $self->run([ 'kill', $id ]);
+}
 sub stop_broker { my ($self, $id) = @_; $self->run([ 'stop', $id ], 120) }
 
 # Starts one stopped broker and waits until it is registered and every replica is in sync.
@@ -195,10 +229,12 @@ sub end_offset_sum {
     return $sum;
 }
 
-# Stops every node at once (SIGKILL: the data is thrown away with the temp dir).
+# Stops every node at once (SIGKILL: the data is thrown away with the temp dir). The shared
+# cluster keeps running: test/run_tap.pl stops it after its last user (and brings back any
+# node a file left stopped before the next one starts).
 sub stop {
     my ($self) = @_;
-    return if $self->{stopped}++;
+    return if $self->{shared} || $self->{stopped}++;
     eval { $self->run([ 'stop', '--kill' ], 60) };
 }
 

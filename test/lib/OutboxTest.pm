@@ -11,13 +11,15 @@ use Exporter 'import';
 use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
+use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
-                 worker_pids stats_row check_key_order);
+                 worker_pids stats_row check_key_order queued produce dead_letter
+                 wait_for_cycles reload_and_wait);
 
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
 
@@ -50,10 +52,41 @@ sub wait_until {
     my $deadline = time + ($timeout // 60);
     while (time < $deadline) {
         return 1 if $check->();
-        sleep 0.1;
+        sleep 0.1;   # the poll's pace
     }
     diag("timed out after ${timeout}s waiting for: " . ($what // 'condition'));
     return 0;
+}
+
+# Waits until the delivery workers of database db (default postgres) have completed $n more
+# turns than when called (outbox.workers().cycles: each poll, each claim). For the checks that
+# something does not happen: the workers had their chances, however long they took on a loaded
+# machine. Returns true, or false after timeout seconds (default 60).
+sub wait_for_cycles {
+    my ($node, $n, %o) = @_;
+    my $sql = "SELECT coalesce(sum(cycles), 0) FROM outbox.workers() WHERE database = '"
+      . ($o{db} // 'postgres') . "'";
+    my $from = $node->safe_psql($o{via} // 'postgres', $sql);
+    return wait_until(sub { $node->safe_psql($o{via} // 'postgres', $sql) >= $from + $n },
+        $o{timeout} // 60, "$n more worker turns");
+}
+
+# Reloads the server's configuration (after a change to postgresql.conf or ALTER SYSTEM that
+# sets $name to $value) and waits until the server has read the file (a new session shows the
+# value: the postmaster has signalled its children by then) and the delivery workers have
+# completed two turns more than before the reload (the second starts with the file read; with
+# polls far apart, turns => 1). Instead of a fixed sleep "until the worker has read the new
+# settings". Options as for wait_for_cycles.
+sub reload_and_wait {
+    my ($node, $name, $value, %o) = @_;
+    my $sql = "SELECT coalesce(sum(cycles), 0) FROM outbox.workers() WHERE database = '"
+      . ($o{db} // 'postgres') . "'";
+    my $from = $node->safe_psql($o{via} // 'postgres', $sql);
+    $node->reload;
+    return wait_until(sub { $node->safe_psql('postgres', "SHOW $name") eq $value },
+        $o{timeout} // 30, "SHOW $name = $value")
+      && wait_until(sub { $node->safe_psql($o{via} // 'postgres', $sql) >= $from + ($o{turns} // 2) },
+        $o{timeout} // 60, 'worker turns after the reload');
 }
 
 # PIDs of the running outbox workers of a node.
@@ -69,6 +102,44 @@ sub stats_row {
     my $out = $node->safe_psql($db // 'postgres', qq{
         SELECT row_to_json(s) FROM outbox.stats() s WHERE destination = '$destination'});
     return $out ? decode_json($out) : undef;
+}
+
+# How many messages are queued (for one destination, or in all), in database postgres or db.
+# With restarting => 1, while the server does not answer (it restarts after a crash the test
+# caused) a number larger than any queue, so that waiting for the queue to drain goes on.
+sub queued {
+    my ($node, $destination, %o) = @_;
+    my $where = defined $destination ? " WHERE destination = '$destination'" : '';
+    my $sql = "SELECT count(*) FROM outbox.messages$where";
+    return $node->safe_psql($o{db} // 'postgres', $sql) unless $o{restarting};
+    my $n = eval { $node->safe_psql($o{db} // 'postgres', $sql) };
+    return $n // 1e9;
+}
+
+# Inserts the messages numbered $from to $to for $destination in one statement: payload
+# {"n": n} (with pad => N also "pad": N x's), key PREFIX || n with key => PREFIX (else none).
+# With record => 'TABLE SELECT EXPRESSIONS' the same statement also inserts a row for each into
+# that table, the expressions reading the inserted messages' destination and event_id (e.g.
+# record => "produced SELECT 'a', destination, event_id"). db => another database. Returns the
+# event_ids.
+sub produce {
+    my ($node, $destination, $from, $to, %o) = @_;
+    my $key = defined $o{key} ? "'$o{key}' || g" : 'NULL';
+    my $payload = defined $o{pad} ? "jsonb_build_object('n', g, 'pad', repeat('x', $o{pad}))"
+      : "jsonb_build_object('n', g)";
+    my $insert = "INSERT INTO outbox.messages (destination, key, payload)
+        SELECT '$destination', $key, $payload FROM generate_series($from, $to) g";
+    my $sql = defined $o{record}
+      ? "WITH m AS ($insert RETURNING destination, event_id) INSERT INTO $o{record} FROM m RETURNING event_id"
+      : "$insert RETURNING event_id";
+    return [ split /\n/, $node->safe_psql($o{db} // 'postgres', $sql) ];
+}
+
+# reason|attempts|last_error of the dead letter with that key ('' if there is none).
+sub dead_letter {
+    my ($node, $key) = @_;
+    return $node->safe_psql('postgres', qq{
+        SELECT reason || '|' || attempts || '|' || last_error FROM outbox.dead_letters WHERE key = '$key'});
 }
 
 # The server log must show no crash other than those the test caused itself.
@@ -250,6 +321,19 @@ sub url {
     return "http://$host:$self->{port}$path";
 }
 
+# Creates webhook destination $name for this sink's $path, with the other config keys given.
+sub create_destination {
+    my ($self, $node, $name, $path, %config) = @_;
+    my $json = JSON::PP->new->canonical->encode({ url => $self->url($path), %config });
+    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$json')");
+}
+
+# The requests to one path (a string: that path; a regexp: the paths it matches).
+sub requests_for {
+    my ($self, $path) = @_;
+    return [ grep { ref $path ? $_->{path} =~ $path : $_->{path} eq $path } @{ $self->requests } ];
+}
+
 # Every request the sink recorded, in arrival order (hashes as in test/tools/README.md).
 sub requests {
     my ($self) = @_;
@@ -295,15 +379,20 @@ sub kafka_receiver {
     my $file = PostgreSQL::Test::Utils::tempdir() . "/received";
     my $pid = fork // die "fork: $!";
     if ($pid == 0) {
+        # A copy of the test process: it must not run the test's END blocks (Test::More's plan,
+        # the nodes' teardown) nor die in its signal handlers (PostgreSQL 17 and later's
+        # PostgreSQL::Test::Cluster dies on SIGTERM, and the dying copy printed a second plan
+        # into the test's output: "More than one plan found"). Killed, it just goes.
+        $SIG{$_} = 'DEFAULT' for qw(TERM INT HUP PIPE);
         setpgrp(0, 0);
-        open(my $out, '>', $file) or die "$file: $!";
+        open(my $out, '>', $file) or POSIX::_exit(1);
         $out->autoflush(1);
         open(my $in, '-|', 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-o', 'beginning',
-            '-u', '-q', '-f', '%s\n', '-X', 'fetch.wait.max.ms=5') or die "kcat: $!";
+            '-u', '-q', '-f', '%s\n', '-X', 'fetch.wait.max.ms=5') or POSIX::_exit(1);
         while (my $line = <$in>) {
             printf $out "%.3f %s", time() * 1000, $line;
         }
-        exit 0;
+        POSIX::_exit(0);
     }
     return bless { pid => $pid, file => $file }, 'OutboxTest::Receiver';
 }
@@ -432,13 +521,21 @@ use Test::More;
 
 my $venv_python = ($ENV{OUTBOX_TEST_VENV} // '/var/cache/outbox-test/venv') . '/bin/python';
 
+# The run's shared server (test/run_tap.pl starts one of each kind for the files tagged
+# "outbox-tap: rabbitmq" or "nats": OUTBOX_SHARED_RABBITMQ, OUTBOX_SHARED_NATS), or one of the
+# test's own (a file run without them, or a server with arguments of its own). On the shared
+# one each file declares queues and streams of its own names.
 sub start {
     my ($class, $kind, %opts) = @_;
-    my $dir = PostgreSQL::Test::Utils::tempdir();
-    my $self = bless { kind => $kind, dir => "$dir/$kind", args => $opts{args} // [] }, $class;
-    $self->up;
+    my $work = PostgreSQL::Test::Utils::tempdir();
+    my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ' : 'OUTBOX_SHARED_NATS' };
+    $shared = undef if @{ $opts{args} // [] };
+    my $self = bless { kind => $kind, dir => $shared // "$work/$kind", work => $work,
+        shared => defined $shared, args => $opts{args} // [] }, $class;
+    $self->up unless $self->{shared};
     $self->{port} = $self->tool('port');
     chomp $self->{port};
+    diag("$kind: the shared server of this run (port $self->{port})") if $self->{shared};
     return $self;
 }
 
@@ -504,7 +601,7 @@ sub nats_delete_stream {
 # every message received, repeats included (hashes as in broker_client.py).
 sub received {
     my ($self, $name, %o) = @_;
-    my $file = "$self->{dir}/received-$name.jsonl";
+    my $file = "$self->{work}/received-$name.jsonl";
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
         : ('nats-drain', '--stream', $name), '--out', $file, '--idle', $o{idle} // 0.5);
     my @got;
@@ -557,9 +654,11 @@ sub count {
     return $n;
 }
 
+# The test's own server is stopped; the shared one keeps running (test/run_tap.pl stops it
+# after its last user, and starts it again after a file that stopped it).
 sub stop {
     my ($self) = @_;
-    return if $self->{stopped};
+    return if $self->{stopped} || $self->{shared};
     eval { $self->tool('kill') };
     $self->{stopped} = 1;
 }

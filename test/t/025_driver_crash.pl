@@ -34,11 +34,6 @@ my $session_pid = $session->query_safe('SELECT pg_backend_pid()');
 $session->query_safe('BEGIN');
 $session->query_safe('INSERT INTO bystander VALUES (1)');
 
-sub queued {
-    my ($dest) = @_;
-    return $node->safe_psql('postgres',
-        "SELECT count(*) FROM outbox.messages WHERE destination = '$dest'");
-}
 # The key of every message of a topic, read by kcat (keys only: much cheaper than JSON).
 sub topic_keys {
     my ($topic) = @_;
@@ -72,7 +67,7 @@ for my $sig ('SEGV', 'ABRT', 'KILL') {
     $broker->ctl('rtt all 200');
     my $offset = -s $node->logfile;
     $node->safe_psql('postgres', "SELECT outbox.resume('$dest')");
-    ok(wait_until(sub { queued($dest) < 40000 }, 120), "$dest: the drain is under way");
+    ok(wait_until(sub { queued($node, $dest) < 40000 }, 120), "$dest: the drain is under way");
     my ($worker_pid, $driver_pid, $restarts) = worker();
     ok($driver_pid > 0, "$dest: the worker has a driver process ($driver_pid)");
     my ($in_flight, $total_in_flight, $line, @killed) = (0, 0);
@@ -82,7 +77,7 @@ for my $sig ('SEGV', 'ABRT', 'KILL') {
             my @w = worker();
             $pid = $w[1];
             $pid > 0 && $node->safe_psql('postgres', 'SELECT in_flight FROM outbox.workers()') > 0 }, 30);
-        my $left = queued($dest);
+        my $left = queued($node, $dest);
         ok(kill($sig, $pid), "$dest: driver process $pid killed with SIG$sig at $left queued");
         push @killed, $pid;
         # The log line says how many messages were in flight without an answer.
@@ -103,7 +98,7 @@ for my $sig ('SEGV', 'ABRT', 'KILL') {
     cmp_ok($in_flight, '>', 0, "$dest: messages were in flight at the crash");
     $broker->ctl('rtt all 0');
 
-    ok(wait_until(sub { queued($dest) == 0 }, 180), "$dest: drained after the crash");
+    ok(wait_until(sub { queued($node, $dest) == 0 }, 180), "$dest: drained after the crash");
     my ($worker_after, $driver_after, $restarts_after) = worker();
     is($worker_after, $worker_pid, "$dest: the same worker process carried on");
     ok($driver_after > 0 && !(grep { $_ == $driver_after } @killed),

@@ -33,21 +33,14 @@ my $started = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 
 my $seq = 0;
 # Queues $n messages for each destination, recorded as part $part.
-sub produce {
+sub produce_parts {
     my ($part, $n, @dests) = @_;
     for my $dest (@dests) {
         my $from = $seq + 1;
         $seq += $n;
-        $node->safe_psql('postgres', qq{
-            WITH m AS (
-                INSERT INTO outbox.messages (destination, key, payload)
-                SELECT '$dest', '$dest-' || g, jsonb_build_object('n', g) FROM generate_series($from, $seq) g
-                RETURNING destination, event_id)
-            INSERT INTO produced SELECT '$part', destination, event_id FROM m});
+        produce($node, $dest, $from, $seq, key => "$dest-",
+            record => "produced SELECT '$part', destination, event_id");
     }
-}
-sub queued {
-    return $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages');
 }
 sub delivered {
     my ($dest) = @_;
@@ -62,13 +55,13 @@ sub produced_ids {
 #-------------------------------------------------------------------------------------------
 # (a) A message that crashes the driver process whenever it is sent.
 #-------------------------------------------------------------------------------------------
-produce('a', 2000, 'pk', 'ok', 'hook');
-ok(wait_until(sub { queued() == 0 }, 120), 'a: 6,000 messages delivered before the poison message');
+produce_parts('a', 2000, 'pk', 'ok', 'hook');
+ok(wait_until(sub { queued($node) == 0 }, 120), 'a: 6,000 messages delivered before the poison message');
 my $offset = -s $node->logfile;
 my %before = map { $_ => delivered($_) } qw(pk ok hook);
 my ($restarts_before) = $node->safe_psql('postgres', 'SELECT driver_restarts FROM outbox.workers()');
 # The poison message in the middle of a batch of its own destination, with the others flowing.
-produce('a', 300, 'pk');
+produce_parts('a', 300, 'pk');
 my $poison = $node->safe_psql('postgres', q{
     WITH m AS (INSERT INTO outbox.messages (destination, key, payload)
                VALUES ('pk', 'poison-1', '{"poison": true}') RETURNING destination, event_id)
@@ -76,9 +69,9 @@ my $poison = $node->safe_psql('postgres', q{
 my $t0 = time;
 my $rounds = 0;
 until ($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') ne '0' || time - $t0 > 120) {
-    produce('a', 100, 'pk', 'ok', 'hook');
+    produce_parts('a', 100, 'pk', 'ok', 'hook');
     $rounds++;
-    sleep 0.3;
+    sleep 0.3;   # paces the rounds (a fixed pace, not a wait): the driver crashes meanwhile
 }
 my $took = time - $t0;
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters'), '1',
@@ -100,8 +93,8 @@ sub restarts { return $node->safe_psql('postgres', 'SELECT driver_restarts FROM 
 ok(wait_until(sub { restarts() >= 3 }, 30), 'a: the driver process is restarted after the third crash');
 is(restarts(), 3, 'a: outbox.workers() counts 3 driver restarts');
 # Everything else goes on: a last batch, then every message must have arrived.
-produce('a', 500, 'pk', 'ok', 'hook');
-ok(wait_until(sub { queued() == 0 }, 120), 'a: everything else is delivered');
+produce_parts('a', 500, 'pk', 'ok', 'hook');
+ok(wait_until(sub { queued($node) == 0 }, 120), 'a: everything else is delivered');
 is(restarts(), 3, 'a: and no more restarts once the poison message is buried');
 for my $dest (qw(pk ok hook)) {
     cmp_ok(delivered($dest) - $before{$dest}, '>=', 500 + $rounds * 100,
@@ -123,14 +116,13 @@ is(scalar(grep { $_ eq $poison } @{ kafka_event_ids($broker, 'pk') }), 0,
 # poison_after is raised for this part (the point here is the restarts and that nothing is lost).
 $node->append_conf('postgresql.conf', join("\n", "outbox.debug_driver_fault = 'leak:102400'",
     "outbox.driver_memory_limit = '256MB'", 'outbox.poison_after = 20', ''));
-$node->reload;
-sleep 1;
+ok(reload_and_wait($node, 'outbox.poison_after', '20'), 'b: the worker has read the settings');
 $offset = -s $node->logfile;
 ($restarts_before) = $node->safe_psql('postgres', 'SELECT driver_restarts FROM outbox.workers()');
 $node->safe_psql('postgres', q{SELECT outbox.pause('ok')});
-produce('b', 6000, 'ok');
+produce_parts('b', 6000, 'ok');
 $node->safe_psql('postgres', q{SELECT outbox.resume('ok')});
-ok(wait_until(sub { queued() == 0 }, 300), 'b: 6,000 messages drained through a leaking driver process');
+ok(wait_until(sub { queued($node) == 0 }, 300), 'b: 6,000 messages drained through a leaking driver process');
 my $leak_restarts = restarts();
 cmp_ok($leak_restarts, '>=', 2, "b: the driver process was restarted ($leak_restarts times)");
 $log = slurp_file($node->logfile, $offset);

@@ -40,6 +40,8 @@ is($node->safe_psql('postgres', "SELECT string_agg(database || ':' || state, ','
 
 # A database without the extension, or that does not exist, is reported once, not in a loop.
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()') for 1 .. 3;
+# A reload starts a pass of the launcher at once; it shows no count of its passes to wait on,
+# so this waits long enough for several.
 sleep 2;
 my $log = slurp_file($node->logfile);
 my $noext = () = $log =~ /extension "outbox" is not installed in database "noext"/g;
@@ -80,11 +82,14 @@ $node->reload;
 
 # Reload: poll_interval is the safety net that finds due messages nobody announced.
 $node->append_conf('postgresql.conf', "outbox.poll_interval = '1h'\n");
-$node->reload;
-sleep 1;
+# (With polls an hour apart, the reload's own turn may be the only one: one turn to wait for,
+# counted from before the reload.)
+ok(reload_and_wait($node, 'outbox.poll_interval', '1h', turns => 1), 'the worker has read poll_interval 1h');
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, key, payload, available_at)
     VALUES ('d_postgres', 'scheduled', '{}', now() + interval '1 second')});
+# Without polls the worker has no turns to count: 2 s after the message became due is the
+# check that nothing picked it up.
 sleep 3;
 is($node->safe_psql('postgres', "SELECT count(*) FROM outbox.messages WHERE key = 'scheduled'"), '1',
     'with poll_interval 1h a message that became due is not picked up without a wake-up');
@@ -109,6 +114,9 @@ ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT in_flight FROM outbox.w
     'messages are in flight');
 my ($pg_pid) = split /\n/, $node->safe_psql('postgres', "SELECT pid FROM outbox.workers() WHERE database = 'postgres'");
 $node->safe_psql('postgres', 'SET outbox.drop_nonempty = on; DROP EXTENSION outbox');
+# The messages in flight are answered 1.5 s after they were sent (rtt), which a worker that
+# mishandled the dropped extension would crash on; outbox.workers() went with the extension,
+# so there is no count of its turns to wait on: 3 s covers the answers.
 sleep 3;
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $pg_pid"), '1',
     'after DROP EXTENSION the same worker is still running');

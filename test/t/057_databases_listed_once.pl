@@ -19,6 +19,7 @@ $node->safe_psql('app', 'CREATE EXTENSION outbox');
 my $app_workers = q{SELECT count(*) FROM outbox.workers() WHERE database = 'app'};
 ok(wait_until(sub { $node->safe_psql('postgres', $app_workers) eq '3' }, 30), 'app has its 3 workers');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');  # another look by the launcher
+# The launcher shows no count of its passes to wait on: 3 s is many of them.
 sleep 3;
 is($node->safe_psql('postgres', $app_workers), '3', 'and no more: app,APP is one database');
 is($node->safe_psql('postgres', 'SELECT count(DISTINCT worker) FROM outbox.workers()'), '3',
@@ -57,7 +58,7 @@ ok(wait_until(sub { slurp_file($node->logfile, $offset) =~
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.workers() WHERE database = 'MyDb'}) eq '3' }, 30),
     '"MyDb" is served once quoted');
 $node->reload;
-sleep 1;
+sleep 1;   # the launcher's pass after the reload (it shows no count of its passes to wait on)
 is(() = slurp_file($node->logfile, $offset) =~ /need 7 of the 8/g, 1, 'the warning is logged once, not at every pass');
 
 $node->stop;

@@ -35,21 +35,21 @@ INSERT INTO sent SELECT * FROM m;
 # Two rounds of 8 sessions x 1,250 single-message transactions, delivered as they are produced;
 # between the rounds, with messages still queued, the worker is killed (a crash: the server
 # restarts every backend, so the producers stop first and start again after).
-sub produce {
+sub produce_concurrently {
     my ($out, $err) = ('', '');
     my $ok = IPC::Run::run(['pgbench', '-n', '-c', '8', '-j', '4', '-t', '1250', '-f', $script,
             '-h', $node->host, '-p', $node->port, 'postgres'], '>', \$out, '2>', \$err);
     diag($err) unless $ok;
     return $ok;
 }
-ok(produce(), 'round 1: 8 sessions produced 10,000 messages');
+ok(produce_concurrently(), 'round 1: 8 sessions produced 10,000 messages');
 my $queued = $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages');
 cmp_ok($queued, '>', 0, "messages still queued: $queued");
 my ($pid) = worker_pids($node);
 ok(kill('KILL', $pid), "worker $pid killed mid-way");
 ok(wait_until(sub { my @p = eval { worker_pids($node) }; @p && $p[0] != $pid }, 60),
     'the server restarted and a new worker runs');
-ok(produce(), 'round 2: 8 sessions produced 10,000 more');
+ok(produce_concurrently(), 'round 2: 8 sessions produced 10,000 more');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM sent'), '20000', '20,000 messages recorded');
 
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') eq '0' }, 300),
@@ -79,7 +79,7 @@ $node->safe_psql('postgres', q{
 });
 ok(wait_until(sub { 2 == grep { $_->{key} eq 'good' } @{ $broker->consume('blk') } }, 30),
     'key good is delivered while key bad is blocked');
-sleep 1;
+ok(wait_for_cycles($node, 3), 'the worker has turned three times since');
 is(scalar(grep { $_->{key} eq 'bad' } @{ $broker->consume('blk') }), 0, 'nothing of key bad is delivered');
 is($node->safe_psql('postgres', q{SELECT key || ':' || reason || ':' || waiting FROM outbox.blocked_keys('blk')}),
     'bad:dead:rejected:2', 'outbox.blocked_keys shows key bad held by its dead letter, 2 waiting');
@@ -98,7 +98,7 @@ $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, pa
 ok(wait_until(sub { $node->safe_psql('postgres', "SELECT count(*) FROM outbox.dead_letters WHERE key = 'again'") eq '1' }, 30),
     'the head of key again is dead-lettered');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('blk', 'again', '{"n": 2}')});
-sleep 1;
+ok(wait_for_cycles($node, 3), 'the worker has turned three times since');
 is(scalar(grep { $_->{key} eq 'again' } @{ $broker->consume('blk') }), 0, 'key again is held');
 $node->safe_psql('postgres', q{SELECT outbox.requeue(array_agg(id)) FROM outbox.dead_letters WHERE key = 'again'});
 ok(wait_until(sub { 2 == grep { $_->{key} eq 'again' } @{ $broker->consume('blk') } }, 30),

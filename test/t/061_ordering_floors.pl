@@ -46,7 +46,7 @@ while (time < $deadline) {
         SELECT (SELECT count(*) FROM sent) = 6000 AND NOT EXISTS (SELECT FROM outbox.messages)
            AND NOT EXISTS (SELECT FROM outbox.dead_letters)}) eq 't';
     last if $drained;
-    sleep 0.1;
+    sleep 0.1;   # the loop's pace
 }
 $producers->finish;
 is(${ $producers->{outbox_err} } =~ /error|abort/i ? ${ $producers->{outbox_err} } : '', '',

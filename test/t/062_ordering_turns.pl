@@ -49,7 +49,9 @@ SELECT count(*) FROM information_schema.columns;
 INSERT INTO locks_taken VALUES (1);
 COMMIT;
 });
-sleep 1;
+ok(wait_until(sub { $node->safe_psql('postgres',
+    'SELECT (SELECT count(*) FROM side_sent) > 0 AND (SELECT count(*) FROM locks_taken) > 0') eq 't' }, 30),
+    'the producer loop and the locker are running');
 my $t0 = time;
 my ($ret, $out, $err) = $node->psql('postgres', q{
     INSERT INTO outbox.messages (destination, key, payload)

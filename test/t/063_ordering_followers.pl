@@ -61,7 +61,7 @@ while (time < $deadline) {
         SELECT NOT EXISTS (SELECT FROM outbox.messages)
            AND NOT EXISTS (SELECT FROM outbox.dead_letters)}) eq 't';
     last if $drained;
-    sleep 0.1;
+    sleep 0.1;   # the loop's pace
 }
 $broker->ctl('clear produce');
 $broker->ctl('rtt all 0');
@@ -170,7 +170,8 @@ $node->safe_psql('postgres', q{
 my %waiting = map { $_ => 1 } split /\n/, $node->safe_psql('postgres',
     q{SELECT id FROM outbox.messages WHERE destination = 'pr' AND key = 'p' AND lease_token IS NULL});
 my ($p0, $q0) = ($left->('p'), $left->('q'));
-sleep 1.5;
+ok(wait_until(sub { $left->('q') < $q0 }, 30) && wait_for_cycles($node, 5),
+    'pr: the worker has turned five times since, delivering key q');
 my ($p1, $q1) = ($left->('p'), $left->('q'));
 is($p1, $p0, "pr: nothing of key p went while its requeue was prepared ($p0 queued)");
 cmp_ok($q1, '<', $q0, "pr: key q went on meanwhile ($q0 -> $q1 queued)");

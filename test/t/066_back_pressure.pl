@@ -32,7 +32,7 @@ $node->safe_psql('postgres', qq{
 });
 
 # 16 sessions x 100 transactions, each holding its row uncommitted for up to 5 ms.
-sub produce {
+sub produce_concurrently {
     my ($destination_sql) = @_;
     my $script = PostgreSQL::Test::Utils::tempdir() . '/produce.sql';
     PostgreSQL::Test::Utils::append_to_file($script, qq{BEGIN;
@@ -51,16 +51,11 @@ sub outcome {
         SELECT count(*) FILTER (WHERE ok) || ' queued, ' || count(*) FILTER (WHERE NOT ok) || ' refused'
           FROM outcome});
 }
-sub queued {
-    my ($destination) = @_;
-    return $node->safe_psql('postgres',
-        "SELECT count(*) FROM outbox.messages WHERE destination = '$destination'");
-}
 
 # A destination's cap.
-ok(produce(q{'capped'}), '16 sessions made 1,600 attempts on capped (max_pending 500)');
+ok(produce_concurrently(q{'capped'}), '16 sessions made 1,600 attempts on capped (max_pending 500)');
 is(outcome(), '500 queued, 1100 refused', 'exactly 500 were queued, the other 1,100 refused');
-is(queued('capped'), '500', 'outbox.messages holds exactly the cap');
+is(queued($node, 'capped'), '500', 'outbox.messages holds exactly the cap');
 my $s = stats_row($node, 'capped');
 is("$s->{pending} $s->{max_pending} $s->{refused_total}", '500 500 1100',
     'stats(): pending 500, max_pending 500, refused_total 1100');
@@ -84,11 +79,11 @@ $node->safe_psql('postgres', q{SELECT outbox.drop_destination('held', force => t
 
 # Delivery makes room.
 $node->safe_psql('postgres', q{SELECT outbox.resume('capped')});
-ok(wait_until(sub { queued('capped') eq '0' }, 120), 'resumed: capped drained');
+ok(wait_until(sub { queued($node, 'capped') eq '0' }, 120), 'resumed: capped drained');
 is($node->psql('postgres', q{INSERT INTO outbox.messages (destination, payload)
                               SELECT 'capped', '{}' FROM generate_series(1, 500)}),
     0, 'after delivery 500 fit again in one statement');
-ok(wait_until(sub { queued('capped') eq '0' }, 120), 'and are delivered');
+ok(wait_until(sub { queued($node, 'capped') eq '0' }, 120), 'and are delivered');
 is($broker->end_offset_sum('capped'), 1000, 'the broker holds the 1,000 queued messages, no more');
 
 # The database's cap, over two destinations.
@@ -102,13 +97,13 @@ $node->safe_psql('postgres', q{
 });
 ok(wait_until(sub { $node->safe_psql('postgres', 'SHOW outbox.max_pending') eq '300' }, 10),
     'outbox.max_pending = 300');
-ok(produce(q{CASE WHEN random() < 0.5 THEN 'capped' ELSE 'other' END}),
+ok(produce_concurrently(q{CASE WHEN random() < 0.5 THEN 'capped' ELSE 'other' END}),
     '16 sessions made 1,600 attempts on capped and other');
 is(outcome(), '300 queued, 1300 refused', 'exactly 300 were queued, 1,300 refused');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination IN ('capped', 'other')}),
     '300', 'the queue holds exactly the cap');
-cmp_ok(queued('capped'), '>', 0, 'both destinations got some: capped ' . queued('capped'));
-cmp_ok(queued('other'), '>', 0, 'other ' . queued('other'));
+cmp_ok(queued($node, 'capped'), '>', 0, 'both destinations got some: capped ' . queued($node, 'capped'));
+cmp_ok(queued($node, 'other'), '>', 0, 'other ' . queued($node, 'other'));
 
 # After a restart the counts are gone; the first capped insert takes them again.
 $node->restart;

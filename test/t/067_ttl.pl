@@ -31,7 +31,7 @@ is($node->safe_psql('postgres', q{
 
 # Paused longer than the ttl, then resumed.
 my $deadline = $node->safe_psql('postgres', 'SELECT extract(epoch FROM max(expires_at)) FROM outbox.messages WHERE key <> \'kept\'');
-sleep(0.2) while time < $deadline + 0.5;
+sleep(0.2) while time < $deadline + 0.5;   # expiry goes by the clock: past expires_at
 $node->safe_psql('postgres', q{SELECT outbox.resume('short')});
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') eq '0' }, 60),
     'the queue drains once the destination resumes');

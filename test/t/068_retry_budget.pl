@@ -5,6 +5,7 @@
 # that never got an answer waits out an outage three times the budget and is delivered, and a
 # message that failed, then waited out a long outage, is retried after it instead of being
 # dead-lettered.
+# outbox-tap: alone -- asserts when a retry budget of 2 s ran out (within 2 s)
 use strict;
 use warnings;
 use OutboxTest;
@@ -46,7 +47,7 @@ my $down_url = "http://127.0.0.1:$port/later";
 sql(qq{SELECT outbox.create_destination('outage', 'webhook', '{"url": "$down_url", "retry_budget": "2s",
            "retry_base": "100ms", "retry_max": "300ms"}');
        INSERT INTO outbox.messages (destination, payload) VALUES ('outage', '{"n": 2}')});
-sleep(6);
+sleep(6);   # the outage, three times the budget: its length is the scenario
 is(sql(q{SELECT count(*) || ' ' || count(*) FILTER (WHERE attempts = 0 AND first_failed_at IS NULL)
            FROM outbox.messages WHERE destination = 'outage'}),
     '1 1', 'after 6 s of outage (3x the budget) the message is still queued, no attempt, no failure');
@@ -66,7 +67,7 @@ my $outage_from = time;
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination = 'interrupted'
                                   AND last_error LIKE 'deferred%'}) eq '1' }, 30),
     'the retry found the endpoint unreachable (deferred)');
-sleep(0.2) while time < $outage_from + 8;
+sleep(0.2) while time < $outage_from + 8;   # the outage, longer than the budget: the scenario
 # The restarted sink answers the first request of each message with a 500 again.
 $back = webhook_sink(port => $port);
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination IN ('outage', 'interrupted')}) eq '0' }, 60),

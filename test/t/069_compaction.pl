@@ -133,7 +133,7 @@ while ($h->pumpable) {
                       WHERE destination = 'conc_ordered' GROUP BY key) s});
     $worst = $most if $most > $worst;
     $h->pump_nb;
-    sleep 0.05;
+    sleep 0.05;   # the sampling's pace
 }
 $h->finish;
 is(${ $h->{outbox_err} } =~ /(error|deadlock)/i ? $1 : '', '', 'the producers ran without an error or a deadlock')
@@ -179,7 +179,7 @@ sql(qq{SELECT outbox.create_destination('flow', 'webhook', '{"url": "$flow_url",
 for my $v (1 .. 40) {
     sql(qq{INSERT INTO outbox.messages (destination, key, payload)
            SELECT 'flow', 'f' || g, jsonb_build_object('k', 'f' || g, 'v', $v) FROM generate_series(1, 5) g});
-    sleep 0.02;
+    sleep 0.02;   # the producer's pace: versions spread over the worker's turns
 }
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination = 'flow'}) eq '0' }, 60),
     'the flowing destination drains');

@@ -2,6 +2,7 @@
 # retries until success with every signature verified independently, permanent failures and
 # requeue, an endpoint that refuses connections for 20 s, Retry-After, isolation of a hanging
 # endpoint, and fan-out to Kafka and two webhooks across a worker kill.
+# outbox-tap: alone -- asserts a delivery within one cycle (under 1 s)
 use strict;
 use warnings;
 use Digest::SHA qw(hmac_sha256_base64);
@@ -17,14 +18,11 @@ my $sink = webhook_sink();
 my $node = outbox_node('webhooks', conf => join("\n", 'restart_after_crash = on',
     "outbox.retry_base = '50ms'", "outbox.retry_max = '500ms'", "outbox.lease_timeout = '10s'"));
 
+# This file's webhook destinations sign with $secret and send a static header.
 sub hook {
     my ($name, $path, %extra) = @_;
-    my $config = JSON::PP->new->canonical->encode({ url => $sink->url($path), secret => $secret,
-        headers => { 'x-static' => 'yes' }, %extra });
-    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$config')");
+    $sink->create_destination($node, $name, $path, secret => $secret, headers => { 'x-static' => 'yes' }, %extra);
 }
-sub requests_for { my ($path) = @_; return [ grep { $_->{path} eq $path } @{ $sink->requests } ]; }
-sub queued { return $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages'); }
 
 # 1. 1,000 messages to an endpoint that fails the first two attempts of every id.
 my $flaky = '/flaky;fail_first=2;fail_status=503';
@@ -33,8 +31,8 @@ $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload, headers)
     SELECT 'flaky', 'order.created', 'k' || g, jsonb_build_object('n', g), '{"x-trace": "t1"}'
       FROM generate_series(1, 1000) g});
-ok(wait_until(sub { queued() eq '0' }, 120), 'all 1,000 delivered in the end');
-my $reqs = requests_for($flaky);
+ok(wait_until(sub { queued($node) eq '0' }, 120), 'all 1,000 delivered in the end');
+my $reqs = $sink->requests_for($flaky);
 my (%attempts, %ids, @bad_sig, @bad_hdr);
 for my $r (@$reqs) {
     my $h = $r->{headers};
@@ -85,7 +83,7 @@ $node->safe_psql('postgres', qq{
     SELECT outbox.alter_destination('gone', '{"url": "$good"}');
     SELECT outbox.resume('gone');
     SELECT outbox.requeue('badreq')});
-ok(wait_until(sub { scalar(@{ requests_for('/good') }) == 5 }, 30), 'after alter_destination, resume delivers the 410s');
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/good') }) == 5 }, 30), 'after alter_destination, resume delivers the 410s');
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'badreq'}) eq '5' }, 30),
     'the requeued 400s fail again, back in the dead letters');
 
@@ -102,7 +100,9 @@ ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.d
 $node->append_conf('postgresql.conf',
     "outbox.debug_pause = 'before-claim'\noutbox.debug_pause_ms = 3000\noutbox.poll_interval = '1h'\n");
 $node->reload;
-sleep 4;    # past the claim transaction the reload itself starts (and its pause)
+# Past the claim transaction the reload itself starts, and its 3 s pause: nothing marks the
+# end of a pause (the worker's state does not change during it), so a fixed 4 s.
+sleep 4;
 my $swap_new = $sink->url('/swap_new');
 my $change = $node->background_psql('postgres');
 $change->query_safe(qq{BEGIN; SELECT outbox.alter_destination('swap', '{"url": "$swap_new"}'); SELECT outbox.requeue('swap')});
@@ -112,16 +112,18 @@ ok($node->wait_for_log(qr/outbox: pausing 3000 ms in phase "before-claim"/, $off
     'a claim transaction (woken by a commit) holds before claiming');
 $change->query_safe('COMMIT');
 $change->quit;
-ok(wait_until(sub { scalar(@{ requests_for('/swap_new') }) == 1 }, 30),
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/swap_new') }) == 1 }, 30),
     'the message requeued during that claim transaction went to the new URL');
-is(scalar(@{ requests_for('/swap_old;status=400') }), 1, 'and never again to the old one');
+is(scalar(@{ $sink->requests_for('/swap_old;status=400') }), 1, 'and never again to the old one');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'swap'}), '0',
     'nothing of it left in the dead letters');
 $node->append_conf('postgresql.conf', "outbox.debug_pause = ''\noutbox.poll_interval = '1s'\n");
-$node->reload;
-sleep 4;    # past the last pause
+ok(reload_and_wait($node, 'outbox.poll_interval', '1s'), 'past the last pause: the worker turns without it');
 
-# 3. Connection refused for 12 s (past the 10 s lease), max_attempts 2: nothing dead-lettered, all delivered after.
+# 3. Connection refused for 4 s (past the lease, shortened to 3 s for this part), max_attempts 2:
+# nothing dead-lettered, all delivered after.
+$node->append_conf('postgresql.conf', "outbox.lease_timeout = '3s'\n");
+ok(reload_and_wait($node, 'outbox.lease_timeout', '3s'), 'the worker has read the 3 s lease');
 my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1) or die $!;
 my $late_port = $probe->sockport;
 close $probe;
@@ -129,9 +131,9 @@ my $late_url = "http://127.0.0.1:$late_port/late";
 $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('late', 'webhook', '{"url": "$late_url", "max_attempts": 2}');
     INSERT INTO outbox.messages (destination, payload) SELECT 'late', jsonb_build_object('n', g) FROM generate_series(1, 50) g});
-sleep 12;
+sleep 4;   # the outage, past the lease: its length is the scenario
 my $s = stats_row($node, 'late');
-is($s->{dead}, 0, 'after 12 s of refused connections nothing is dead-lettered');
+is($s->{dead}, 0, 'after 4 s of refused connections (past the lease) nothing is dead-lettered');
 is($s->{failed_total}, 0, 'and no attempt was spent');
 like($s->{last_error} // '', qr/unreachable/, 'last_error says the endpoint is unreachable');
 my $late_sink = webhook_sink(port => $late_port);
@@ -139,14 +141,16 @@ ok(wait_until(sub { scalar(grep { $_->{path} eq '/late' } @{ $late_sink->request
     'once the endpoint listens, all 50 are delivered');
 is(stats_row($node, 'late')->{dead}, 0, 'none dead-lettered');
 $late_sink->stop;
+$node->append_conf('postgresql.conf', "outbox.lease_timeout = '10s'\n");
+ok(reload_and_wait($node, 'outbox.lease_timeout', '10s'), 'the lease is 10 s again');
 
 # 4. Retry-After: 2 is honoured.
 my $ra = '/ra;fail_first=1;fail_status=429;retry_after=2';
 hook('ra', $ra, retry_max => '10s');   # Retry-After is capped by retry_max
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'ra', jsonb_build_object('n', g) FROM generate_series(1, 5) g});
-ok(wait_until(sub { scalar(grep { $_->{status} == 204 } @{ requests_for($ra) }) == 5 }, 30), 'Retry-After: all 5 delivered');
+ok(wait_until(sub { scalar(grep { $_->{status} == 204 } @{ $sink->requests_for($ra) }) == 5 }, 30), 'Retry-After: all 5 delivered');
 my %by_id;
-push @{ $by_id{ $_->{headers}{'webhook-id'} } }, $_->{t} for @{ requests_for($ra) };
+push @{ $by_id{ $_->{headers}{'webhook-id'} } }, $_->{t} for @{ $sink->requests_for($ra) };
 my @gaps = map { $by_id{$_}[1] - $by_id{$_}[0] } keys %by_id;
 is(scalar(grep { $_ < 1.95 } @gaps), 0, 'no retry came sooner than Retry-After: 2')
   or diag("gaps: @gaps");
@@ -157,12 +161,12 @@ is(scalar(grep { $_ < 1.95 } @gaps), 0, 'no retry came sooner than Retry-After: 
 hook('slow', '/slow;delay_ms=4000', timeout_ms => 5000, max_in_flight => 20);
 hook('fast', '/fast');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'slow', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
-sleep 1;  # the slow requests are in flight
+ok(wait_until(sub { stats_row($node, 'slow')->{in_flight} == 20 }, 10), 'the 20 slow requests are in flight');
 my $t0 = time;
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) SELECT 'fast', jsonb_build_object('n', g) FROM generate_series(1, 20) g});
-ok(wait_until(sub { scalar(@{ requests_for('/fast') }) == 20 }, 10), 'the fast destination is served while the slow one hangs');
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/fast') }) == 20 }, 10), 'the fast destination is served while the slow one hangs');
 # Measured with the sink's own clock: when the last of them arrived.
-my ($last) = sort { $b <=> $a } map { $_->{t} } @{ requests_for('/fast') };
+my ($last) = sort { $b <=> $a } map { $_->{t} } @{ $sink->requests_for('/fast') };
 my $took = $last - $t0;
 cmp_ok($took, '<', 1.0, sprintf('within one cycle: %.3f s', $took));
 
@@ -180,12 +184,12 @@ my @events = split /\n/, $node->safe_psql('postgres', q{
       FROM generate_series(1, 300) g});
 is(scalar(@events), 300, '300 events published to 3 destinations each');
 $node->safe_psql('postgres', q{SELECT outbox.resume('fan_kafka'); SELECT outbox.resume('fan_hook'); SELECT outbox.resume('fan_bad')});
-ok(wait_until(sub { scalar(@{ requests_for('/fan_hook') }) > 30 }, 30), 'fan-out under way');
+ok(wait_until(sub { scalar(@{ $sink->requests_for('/fan_hook') }) > 30 }, 30), 'fan-out under way');
 my ($pid) = worker_pids($node);
 ok(kill('KILL', $pid), "worker $pid killed mid-way");
-ok(wait_until(sub { my $q = eval { queued() }; defined $q && $q eq '0' }, 120), 'all three destinations done after the restart');
+ok(wait_until(sub { my $q = eval { queued($node) }; defined $q && $q eq '0' }, 120), 'all three destinations done after the restart');
 my %kafka = map { $_->{headers}{ce_id} => 1 } @{ $broker->consume('fan.out') };  # the message's topic
-my %hook = map { $_->{headers}{'webhook-id'} => 1 } grep { $_->{status} == 204 } @{ requests_for('/fan_hook') };
+my %hook = map { $_->{headers}{'webhook-id'} => 1 } grep { $_->{status} == 204 } @{ $sink->requests_for('/fan_hook') };
 is(scalar(grep { !$kafka{$_} } @events), 0, 'Kafka received every event');
 is(scalar(grep { !$hook{$_} } @events), 0, 'the good webhook received every event');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'fan_bad'}), '300',

@@ -17,7 +17,6 @@ $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('gone', 'webhook', '{"url": "@{[ $sink->url('/g;status=404') ]}"}');
 });
 sub sql { return $node->safe_psql('postgres', $_[0]); }
-sub queued { return sql('SELECT count(*) FROM outbox.messages'); }
 
 # 1. During a drain of 20,000: the gauges add up to what is queued and fall to zero.
 sql(q{SELECT outbox.pause('k');
@@ -28,13 +27,13 @@ ok(defined $s->{oldest_pending_age}, 'oldest_pending_age is set');
 sql(q{SELECT outbox.resume('k')});
 my ($samples, $bad) = (0, 0);
 my $last = 20000;
-while (queued() ne '0') {
+while (queued($node) ne '0') {
     my $r = stats_row($node, 'k');
     my $gauges = $r->{pending} + $r->{in_flight} + $r->{retrying} + $r->{scheduled};
     $bad++ if $gauges > $last || $gauges < 0;   # never grows during a drain, never negative
     $last = $gauges;
     $samples++;
-    sleep 0.02;
+    sleep 0.02;   # the sampling's pace
 }
 $s = stats_row($node, 'k');
 is($bad, 0, "during the drain the gauges only fell ($samples samples)");
@@ -47,9 +46,11 @@ sql(q{INSERT INTO outbox.messages (destination, payload) SELECT 'gone', jsonb_bu
       INSERT INTO outbox.messages (destination, payload) SELECT 'flaky', jsonb_build_object('n', g) FROM generate_series(1, 30) g;
       SELECT outbox.pause('k');
       INSERT INTO outbox.messages (destination, payload, expires_at) SELECT 'k', '{}', now() + interval '1 second' FROM generate_series(1, 5)});
-sleep 1.5;
+# Expiry goes by the clock: until the paused messages are past their expires_at.
+ok(wait_until(sub { sql(q{SELECT now() > max(expires_at) FROM outbox.messages WHERE destination = 'k'}) eq 't' }, 10),
+    'the paused messages are past their expires_at');
 sql(q{SELECT outbox.resume('k')});
-ok(wait_until(sub { queued() eq '0' }, 30), 'everything resolved');
+ok(wait_until(sub { queued($node) eq '0' }, 30), 'everything resolved');
 $s = stats_row($node, 'gone');
 is($s->{dead}, 7, 'gone: 7 dead letters');
 is($s->{dead_lettered_total}, 7, 'gone: dead_lettered_total 7');
@@ -91,7 +92,7 @@ is($s->{pending}, 100000, 'the queue is counted again: 100,000 pending');
 is(sql(q{SELECT initial || '/' || balance FROM outbox.conservation() WHERE destination = 'k'}), '100000/0',
     'the conservation check starts from the counted queue');
 sql(q{SELECT outbox.resume('k')});
-ok(wait_until(sub { queued() eq '0' }, 60), 'the backlog drains');
+ok(wait_until(sub { queued($node) eq '0' }, 60), 'the backlog drains');
 is(sql(q{SELECT balance FROM outbox.conservation() WHERE destination = 'k'}), '0', 'and balances');
 
 # 6. Dead letters go only when asked.
@@ -103,8 +104,7 @@ like($err, qr/needs an age of zero or more/, 'a negative age is refused');
 
 # 7. Retention: delivered messages are archived, then swept.
 $node->append_conf('postgresql.conf', "outbox.retention = '3s'\n");
-$node->reload;
-sleep 0.5;
+ok(reload_and_wait($node, 'outbox.retention', '3s'), 'the worker has read retention 3s');
 sql(q{INSERT INTO outbox.messages (destination, payload) SELECT 'k', jsonb_build_object('n', g) FROM generate_series(1, 2500) g});
 ok(wait_until(sub { sql('SELECT count(*) FROM outbox.archive') eq '2500' }, 30), 'with retention, delivered messages are archived');
 is(sql(q{SELECT count(*) FROM outbox.archive WHERE attempts = 1 AND delivered_at IS NOT NULL}), '2500',
@@ -134,10 +134,10 @@ my $woken = worker_switches() - $switches;
 my $took = time - $t0;
 diag(sprintf('1,000 commits to a paused destination in %.1f s: the worker switched %d times', $took, $woken));
 cmp_ok($woken, '<', 50 + 5 * $took, 'producers of a paused destination do not wake the worker');
-is(queued(), '1000', 'the 1,000 wait while it is paused');
+is(queued($node), '1000', 'the 1,000 wait while it is paused');
 $t0 = time;
 sql(q{SELECT outbox.resume('k')});
-ok(wait_until(sub { queued() eq '0' }, 10), 'outbox.resume wakes the worker: they go');
+ok(wait_until(sub { queued($node) eq '0' }, 10), 'outbox.resume wakes the worker: they go');
 diag(sprintf('delivered %.2f s after the resume', time - $t0));
 
 $node->stop;

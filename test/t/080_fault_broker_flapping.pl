@@ -7,6 +7,7 @@
 # 0.5 s and the longest stretch without any delivery (the outage probe backs off 1 s doubling to
 # 30 s, and a probe that lands in a down phase doubles it), and how often the server log says
 # "handing back the messages in flight".
+# outbox-tap: alone -- asserts the producers' rate and how soon delivery resumes
 use strict;
 use warnings;
 use OutboxTest;
@@ -38,7 +39,7 @@ ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.me
 # the event_id it committed in a side table.
 my $pgbench = start_pgbench($node, clients => 2, rate => 300, seconds => 38,
     script => recorded_insert('flap'));
-sleep 4;
+sleep 4;   # the schedule of the 38 s above: 4 s of steady production first
 my $start = time;
 my ($cycles, $max_pending) = (0, 0);
 # Every 0.5 s: the broker's state, pending and delivered_total; the longest stretch without a
@@ -53,7 +54,7 @@ my $phase = sub {   # 2 s in one state, sampled every 0.5 s
         push @timeline, ($up ? '^' : 'v') . $s->{pending};
         push @samples, [ time, $up, $s->{delivered_total} ];
         my $left = $end - time;
-        sleep($left < 0.5 ? $left : 0.5) if $left > 0;
+        sleep($left < 0.5 ? $left : 0.5) if $left > 0;   # the sampling's pace
     }
 };
 while (time - $start < 30) {

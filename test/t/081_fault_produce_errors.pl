@@ -12,6 +12,7 @@
 # batches too (sequence reset). Such a message can spend several attempts in a row; this test
 # is about losing nothing under retriable errors, not about the dead-letter policy (040 covers
 # max_attempts), so the limit is set where a legitimate retry never reaches it.
+# outbox-tap: alone -- asserts the producers' rate
 use strict;
 use warnings;
 use OutboxTest;
@@ -35,7 +36,7 @@ ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.me
     'warm-up message delivered');
 
 my $pgbench = start_pgbench($node, clients => 2, rate => 300, seconds => 28, script => $produce);
-sleep 2;
+sleep 2;   # the schedule of the 28 s: 2 s of steady production first
 my %phase;
 my $max_attempts_seen = 0;   # the highest attempts count of a queued row, sampled
 for my $case (['NOT_ENOUGH_REPLICAS', 11], ['REQUEST_TIMED_OUT', 22]) {
@@ -51,7 +52,7 @@ for my $case (['NOT_ENOUGH_REPLICAS', 11], ['REQUEST_TIMED_OUT', 22]) {
         my $s = stats_row($node, 'errs');
         $max_pending = $s->{pending} if $s->{pending} > $max_pending;
         $max_retrying = $s->{retrying} if $s->{retrying} > $max_retrying;
-        sleep 0.5;
+        sleep 0.5;   # the sampling's pace
     }
     $broker->ctl('clear produce');
     my $after = stats_row($node, 'errs');

@@ -45,8 +45,7 @@ for my $phase ('claim', 'publish', 'write-back') {
     });
     $node->append_conf('postgresql.conf',
         "outbox.debug_pause = '$phase'\noutbox.debug_pause_ms = 60000\n");
-    $node->reload;
-    sleep 0.5;   # the worker has read the new settings (they apply at its next turn anyway)
+    ok(reload_and_wait($node, 'outbox.debug_pause', $phase), "$phase: the worker has read the new settings");
     my $offset = -s $node->logfile;
     $node->safe_psql('postgres', "SELECT outbox.resume('$dest')");
     ok($node->wait_for_log(qr/outbox: pausing 60000 ms in phase "\Q$phase\E"/, $offset),

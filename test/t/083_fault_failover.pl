@@ -90,7 +90,7 @@ sub standby_cpu {
 my $hz = 100;   # USER_HZ
 my $log_before = -s $standby->logfile;
 my $cpu0 = standby_cpu();
-sleep 3;
+sleep 3;   # the window the standby's CPU use is measured over
 my $cpu1 = standby_cpu();
 my $log_growth = (-s $standby->logfile) - $log_before;
 my $other = ($cpu1->{other} - $cpu0->{other}) / $hz;
@@ -106,7 +106,7 @@ is($log_growth, 0, 'standby: its log stays silent')
   or diag(substr(slurp_file($standby->logfile), $log_before));
 
 # Failover under load: the primary is stopped hard, the standby promoted.
-sleep 2;
+sleep 2;   # 2 s more of the producers' load first
 $primary->stop('immediate');
 my $stopped_at = time;
 $pgbench->finish;   # fails: its server went away

@@ -12,6 +12,7 @@
 #     b1 kills once the claim's commit has been written to the WAL; b2 kills at once, as a
 #     crash caused by the message itself would (the worker commits asynchronously, and a
 #     crash-restart replays only the WAL that was written).
+# outbox-tap: alone -- compares two delivery times (at most 2x + 0.5 s)
 use strict;
 use warnings;
 use OutboxTest;
@@ -24,53 +25,37 @@ my $node = outbox_node('poison', conf => join("\n", 'log_statement = none',
     'restart_after_crash = on', "outbox.lease_timeout = '2s'"));
 $node->safe_psql('postgres', 'CREATE TABLE produced (part text, event_id uuid PRIMARY KEY)');
 
-sub hook {
-    my ($name, $path, %extra) = @_;
-    my $config = JSON::PP->new->canonical->encode({ url => $sink->url($path), %extra });
-    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$config')");
-}
-sub produce {   # inserts $n messages to $dest, records their event_ids; returns them
+# Inserts $n messages to $dest, records their event_ids as part $part; returns them.
+sub produce_part {
     my ($part, $dest, $n) = @_;
-    return split /\n/, $node->safe_psql('postgres', qq{
-        WITH m AS (
-            INSERT INTO outbox.messages (destination, payload)
-            SELECT '$dest', jsonb_build_object('n', g) FROM generate_series(1, $n) g
-            RETURNING event_id)
-        INSERT INTO produced SELECT '$part', event_id FROM m RETURNING event_id});
+    return @{ produce($node, $dest, 1, $n, record => "produced SELECT '$part', event_id") };
 }
-sub queued {
-    my ($dest) = @_;
-    my $n = eval { $node->safe_psql('postgres',
-        "SELECT count(*) FROM outbox.messages WHERE destination = '$dest'") };
-    return $n // 1e9;
-}
-sub requests_for { my ($re) = @_; return [ grep { $_->{path} =~ $re } @{ $sink->requests } ]; }
 
 #-------------------------------------------------------------------------------------------
 # (a) A message that always fails, next to a destination that flows.
 #-------------------------------------------------------------------------------------------
-hook('poison_hook', '/poison;status=500', max_attempts => 3, retry_base => '50ms', retry_max => '200ms');
-hook('flow_hook', '/flow');
+$sink->create_destination($node, 'poison_hook', '/poison;status=500', max_attempts => 3, retry_base => '50ms', retry_max => '200ms');
+$sink->create_destination($node, 'flow_hook', '/flow');
 
 # The time from just before the commit of $n flow messages to the arrival of the last of them.
 sub flow_time {
     my ($label, $n) = @_;
-    my $before = scalar(@{ requests_for(qr{^/flow$}) });
+    my $before = scalar(@{ $sink->requests_for(qr{^/flow$}) });
     my $t0 = time;
-    my @ids = produce('a', 'flow_hook', $n);
-    wait_until(sub { scalar(@{ requests_for(qr{^/flow$}) }) >= $before + $n }, 60)
+    my @ids = produce_part('a', 'flow_hook', $n);
+    wait_until(sub { scalar(@{ $sink->requests_for(qr{^/flow$}) }) >= $before + $n }, 60)
       or return (undef, @ids);
-    my ($last) = sort { $b <=> $a } map { $_->{t} } @{ requests_for(qr{^/flow$}) };
+    my ($last) = sort { $b <=> $a } map { $_->{t} } @{ $sink->requests_for(qr{^/flow$}) };
     return ($last - $t0, @ids);
 }
-produce('a', 'flow_hook', 10);   # warm-up: the connection to the sink is open
-ok(wait_until(sub { queued('flow_hook') == 0 }, 30), 'warm-up delivered');
+produce_part('a', 'flow_hook', 10);   # warm-up: the connection to the sink is open
+ok(wait_until(sub { queued($node, 'flow_hook', restarting => 1) == 0 }, 30), 'warm-up delivered');
 my ($baseline, @flow_ids) = flow_time('baseline', 1000);
 ok(defined $baseline, 'without a poison message: 1,000 flow messages delivered');
 
 # The poison message, and 1,000 flow messages right behind it.
-my ($poison_a) = produce('a', 'poison_hook', 1);
-ok(wait_until(sub { scalar(@{ requests_for(qr{^/poison}) }) >= 1 }, 10), 'the poison message is failing');
+my ($poison_a) = produce_part('a', 'poison_hook', 1);
+ok(wait_until(sub { scalar(@{ $sink->requests_for(qr{^/poison}) }) >= 1 }, 10), 'the poison message is failing');
 my ($with_poison, @more_ids) = flow_time('with poison', 1000);
 push @flow_ids, @more_ids;
 ok(defined $with_poison, 'with a poison message failing: 1,000 flow messages delivered');
@@ -85,7 +70,7 @@ is($node->safe_psql('postgres', qq{SELECT reason || '|' || attempts FROM outbox.
     'max_attempts|3', 'with reason max_attempts after 3 attempts');
 like($node->safe_psql('postgres', qq{SELECT last_error FROM outbox.dead_letters WHERE event_id = '$poison_a'}),
     qr/HTTP 500/, 'last_error has the HTTP status');
-my @poison_reqs = grep { $_->{headers}{'webhook-id'} eq $poison_a } @{ requests_for(qr{^/poison}) };
+my @poison_reqs = grep { $_->{headers}{'webhook-id'} eq $poison_a } @{ $sink->requests_for(qr{^/poison}) };
 is(scalar(@poison_reqs), 3, 'the endpoint saw exactly 3 attempts');
 my @a_produced = split /\n/, $node->safe_psql('postgres', q{SELECT event_id FROM produced WHERE part = 'a'});
 fault_summary('poison_max_attempts', produced => \@a_produced,
@@ -105,10 +90,9 @@ sub kill_while_held {
     my ($durable) = @_;
     $node->append_conf('postgresql.conf',
         "outbox.debug_pause = 'publish'\noutbox.debug_pause_ms = 20000\n");
-    $node->reload;
-    sleep 0.5;   # the worker has read the setting
+    ok(reload_and_wait($node, 'outbox.debug_pause', 'publish'), 'the worker has read the setting');
     my $offset = -s $node->logfile;
-    my ($event_id) = produce('b', 'crashy', 1);
+    my ($event_id) = produce_part('b', 'crashy', 1);
     my @seen;
     for my $kill (1 .. 3) {
         # Logged after the claim committed and the message went to the driver.
@@ -119,7 +103,7 @@ sub kill_while_held {
                 $pid = $1;
                 $offset += pos($log);
             } else {
-                sleep 0.01;
+                sleep 0.01;   # the loop's pace
             }
         }
         ok($pid, "the worker paused holding the message (claim $kill)") or last;
@@ -147,16 +131,16 @@ sub dead_reason {
 }
 sub delivered_times {
     my ($event_id) = @_;
-    return scalar(grep { $_->{headers}{'webhook-id'} eq $event_id } @{ requests_for(qr{^/crashy}) });
+    return scalar(grep { $_->{headers}{'webhook-id'} eq $event_id } @{ $sink->requests_for(qr{^/crashy}) });
 }
 
-hook('crashy', '/crashy', max_attempts => 3);
+$sink->create_destination($node, 'crashy', '/crashy', max_attempts => 3);
 
 # (b1) Each kill comes after the claim reached the WAL: the poison logic itself.
 my ($poison_b, @seen) = kill_while_held(1);
 diag("b1: attempts committed by the claims that were killed: @seen");
 is("@seen", '1 2 3', 'b1: each claim counted one attempt');
-ok(wait_until(sub { dead_reason($poison_b) ne '' || queued('crashy') == 0 }, 30),
+ok(wait_until(sub { dead_reason($poison_b) ne '' || queued($node, 'crashy', restarting => 1) == 0 }, 30),
     'b1: the message is dead-lettered or delivered');
 is(dead_reason($poison_b), 'poison|3', 'b1: dead-lettered as poison, 3 attempts counted');
 like($node->safe_psql('postgres', qq{SELECT coalesce(last_error, '') FROM outbox.dead_letters WHERE event_id = '$poison_b'}),
@@ -166,7 +150,7 @@ is(delivered_times($poison_b), 0, 'b1: it never reached the endpoint');
 # (b2) Each kill comes at once, as a crash caused by the message itself would: within
 # milliseconds of its claim, before the WAL writer (wal_writer_delay 200ms) wrote the claim.
 my ($poison_c) = kill_while_held(0);
-ok(wait_until(sub { dead_reason($poison_c) ne '' || queued('crashy') == 0 }, 30),
+ok(wait_until(sub { dead_reason($poison_c) ne '' || queued($node, 'crashy', restarting => 1) == 0 }, 30),
     'b2: the message is dead-lettered or delivered');
 is(dead_reason($poison_c), 'poison|3', 'b2: dead-lettered as poison after 3 claims without outcome')
   or diag('b2: after 3 kills it was ' . (delivered_times($poison_c) ? 'delivered normally' : 'not dead-lettered')
@@ -174,13 +158,13 @@ is(dead_reason($poison_c), 'poison|3', 'b2: dead-lettered as poison after 3 clai
       . 'commits its claims asynchronously)');
 my @poison_ids = grep { dead_reason($_) =~ /^poison/ } ($poison_b, $poison_c);
 my $crashy_got = grep { $_->{headers}{'webhook-id'} =~ /^(\Q$poison_b\E|\Q$poison_c\E)$/ }
-  @{ requests_for(qr{^/crashy}) };
+  @{ $sink->requests_for(qr{^/crashy}) };
 diag("the endpoint received the poison messages $crashy_got times");
 
 # The worker goes on with other messages, of the same destination too.
 my $t0 = time;
-produce('b', 'crashy', 500);
-ok(wait_until(sub { queued('crashy') == 0 }, 60), 'afterwards 500 other messages are delivered');
+produce_part('b', 'crashy', 500);
+ok(wait_until(sub { queued($node, 'crashy', restarting => 1) == 0 }, 60), 'afterwards 500 other messages are delivered');
 diag(sprintf('500 messages delivered in %.2f s after the kills', time - $t0));
 my @b_produced = split /\n/, $node->safe_psql('postgres', q{SELECT event_id FROM produced WHERE part = 'b'});
 fault_summary('poison_crash', produced => \@b_produced,

@@ -8,6 +8,7 @@
 # growing over the last 20 s), the worker's memory stays flat, and nothing is lost (kcat reads
 # every ce_id of a 64-partition topic, below the mock broker's 5 MB per partition retention;
 # the sink's log for the webhook).
+# outbox-tap: alone -- sustained load with bounds on the queue and the worker's memory
 use strict;
 use warnings;
 use List::Util qw(max);
@@ -70,7 +71,7 @@ while (time - $start < $seconds + 0.5 && $pgbench->pumpable) {
     push @queue, $q // -1;
     $mem_start = memory() if @queue == 5;   # steady state: drivers and buffers in use
     $pgbench->pump_nb;
-    sleep(max(0, 1 - (time - $t)));
+    sleep(max(0, 1 - (time - $t)));   # one sample a second
 }
 ok($pgbench->finish, 'pgbench ran for 60 s without errors') or diag(${ $pgbench->{outbox_err} });
 my ($tps) = ${ $pgbench->{outbox_out} } =~ /tps = ([\d.]+)/;

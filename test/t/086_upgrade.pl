@@ -45,19 +45,10 @@ sub members {
          WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
            AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')});
 }
-sub queued {
-    my ($db) = @_;
-    return $node->safe_psql($db, 'SELECT count(*) FROM outbox.messages');
-}
 # Queues $n messages for $dest in $db, recording their event_ids; returns them.
-sub produce {
+sub produce_in {
     my ($db, $dest, $n) = @_;
-    return split /\n/, $node->safe_psql($db, qq{
-        WITH m AS (
-            INSERT INTO outbox.messages (destination, key, payload)
-            SELECT '$dest', 'k' || g, jsonb_build_object('n', g) FROM generate_series(1, $n) g
-            RETURNING event_id)
-        INSERT INTO produced (event_id) SELECT event_id FROM m RETURNING event_id});
+    return @{ produce($node, $dest, 1, $n, key => 'k', db => $db, record => 'produced (event_id) SELECT event_id') };
 }
 
 #-------------------------------------------------------------------------------------------
@@ -125,7 +116,7 @@ for my $i (0 .. $#older) {
         SELECT outbox.pause('$topic');
         SELECT outbox.pause('$keyed');
     });
-    my @produced = produce($db, $topic, 2000);
+    my @produced = produce_in($db, $topic, 2000);
     # 2,000 ordered messages over 20 keys, 8 producers' worth of transactions of 25.
     for my $batch (0 .. 79) {
         $node->safe_psql($db, qq{
@@ -156,7 +147,7 @@ for my $i (0 .. $#older) {
     ok(wait_until(sub { PostgreSQL::Test::Utils::slurp_file($node->logfile) =~
         /database "$db" has extension "outbox" \Q$from\E, this module is \Q$default\E; the worker waits for ALTER EXTENSION outbox UPDATE/ }, 30),
         "$from: the worker waits for ALTER EXTENSION UPDATE, and says so");
-    is(queued($db), 3995, "$from: nothing delivered from the older schema");
+    is(queued($node, undef, db => $db), 3995, "$from: nothing delivered from the older schema");
     $node->safe_psql($db, "SELECT outbox.pause('$topic')");
 
     my $path = $node->safe_psql($db, qq{
@@ -184,7 +175,7 @@ for my $i (0 .. $#older) {
                           && $node->safe_psql($db, "SELECT count(DISTINCT key) FROM outbox.messages WHERE destination = '$keyed'") eq '5' }, 60),
         "$from: 15 keys delivered, 5 held by their dead letters");
     is($node->safe_psql($db, "SELECT outbox.requeue('$keyed')"), '5', "$from: the dead letters are requeued");
-    ok(wait_until(sub { queued($db) eq '0' }, 60), "$from: everything delivered");
+    ok(wait_until(sub { queued($node, undef, db => $db) eq '0' }, 60), "$from: everything delivered");
     is($node->safe_psql($db, 'SELECT count(*) FROM outbox.dead_letters'), '0', "$from: nothing dead-lettered");
     fault_summary("upgrade_from_$from", produced => \@produced, received => kafka_event_ids($broker, $topic));
     check_key_order($node, qq{SELECT event_id, id, key FROM produced WHERE key IS NOT NULL AND key LIKE 'key%'},
@@ -198,8 +189,8 @@ $node->safe_psql('postgres', qq{
     CREATE TABLE produced (event_id uuid PRIMARY KEY);
     SELECT outbox.create_destination('noop', 'kafka', '{"bootstrap.servers": "$bootstrap", "topic": "noop"}');
 });
-my @produced = produce('postgres', 'noop', 1);   # warm-up
-ok(wait_until(sub { queued('postgres') eq '0' }, 30), 'warm-up delivered');
+my @produced = produce_in('postgres', 'noop', 1);   # warm-up
+ok(wait_until(sub { queued($node, undef, db => 'postgres') eq '0' }, 30), 'warm-up delivered');
 sub postgres_worker {
     return $node->safe_psql('postgres', q{SELECT string_agg(pid::text, ',') FROM outbox.workers() WHERE database = 'postgres'});
 }
@@ -209,7 +200,7 @@ my $members = members('postgres');
 my $config = $node->safe_psql('postgres', q{SELECT name || ' ' || kind || ' ' || config::text || ' ' || paused FROM outbox.destinations});
 
 $node->safe_psql('postgres', q{SELECT outbox.pause('noop')});
-push @produced, produce('postgres', 'noop', 2000);
+push @produced, produce_in('postgres', 'noop', 2000);
 my ($ret, $out, $err) = $node->psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 is($ret, 0, 'ALTER EXTENSION outbox UPDATE succeeds with 2,000 messages queued');
 like($err, qr/version "\Q$default\E" of extension "outbox" is already installed/, 'and says it has nothing to do');
@@ -220,9 +211,9 @@ is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extn
 is(members('postgres'), $members, "the extension's objects are unchanged");
 is($node->safe_psql('postgres', q{SELECT name || ' ' || kind || ' ' || config::text || ' ' || paused FROM outbox.destinations}),
     $config =~ s/ false$/ true/r, 'the destination is unchanged (still paused, same config)');
-is(queued('postgres'), 2000, 'the 2,000 messages are still queued');
+is(queued($node, undef, db => 'postgres'), 2000, 'the 2,000 messages are still queued');
 $node->safe_psql('postgres', q{SELECT outbox.resume('noop')});
-ok(wait_until(sub { queued('postgres') eq '0' }, 60), 'after resume they are delivered');
+ok(wait_until(sub { queued($node, undef, db => 'postgres') eq '0' }, 60), 'after resume they are delivered');
 
 # With producers running: ~200 messages/s for 6 s, an update in the middle.
 my $pgbench = start_pgbench($node, clients => 1, rate => 200, seconds => 6, script => q{
@@ -231,10 +222,10 @@ WITH m AS (
     RETURNING event_id)
 INSERT INTO produced SELECT event_id FROM m;
 });
-sleep 3;
+sleep 3;   # the producers run a while before the update, and on through it
 $node->safe_psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 ok($pgbench->finish, 'the producers ran through the update') or diag(${ $pgbench->{outbox_err} });
-ok(wait_until(sub { queued('postgres') eq '0' }, 60), 'everything produced meanwhile is delivered');
+ok(wait_until(sub { queued($node, undef, db => 'postgres') eq '0' }, 60), 'everything produced meanwhile is delivered');
 is(postgres_worker(), $pid, "the same worker (pid $pid) ran throughout");
 cmp_ok($node->safe_psql('postgres', "SELECT delivered FROM outbox.workers() WHERE pid = $pid") - $delivered,
     '>=', 2000, 'and it delivered the messages');

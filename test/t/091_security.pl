@@ -103,7 +103,7 @@ ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.stats() WHERE destination 
 note(sql(q{SELECT string_agg(destination || ': ' || last_error, E'\n') FROM outbox.stats() WHERE destination LIKE 'sec_%'}));
 ok(wait_until(sub { sql(q{SELECT last_error FROM outbox.stats() WHERE destination = 'sec_kafka_sasl'}) =~ /_AUTHENTICATION/ }, 30),
     'last_error names the failed SASL authentication, not just the purge of what waited');
-sleep 2;   # a few more rounds of failures (outage probes, SASL retries)
+sleep 2;   # a few more rounds of failures: librdkafka's reconnects and SASL retries go by its own timers
 
 # Refused create/alter_destination calls with secrets in bad values: the errors name the
 # setting, never the value.

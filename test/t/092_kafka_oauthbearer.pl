@@ -29,7 +29,7 @@ if ($rc == 0) {
         'the failure is recorded');
     is($node->safe_psql('postgres', qq{SELECT count(*) FROM outbox.stats() s WHERE row_to_json(s)::text LIKE '%$marker%'}),
         '0', 'the sasl.oauthbearer.config (a secret) is not in outbox.stats()');
-    sleep 15;   # librdkafka retries the token 10 s after the failure
+    sleep 15;   # librdkafka retries the token 10 s after the failure, by its own timer: nothing to wait on
 } else {
     like($err, qr/sasl\.oauthbearer/, 'the destination was refused at definition time');
     unlike($err, qr/$marker/, 'and the error does not show the secret config');

@@ -68,8 +68,7 @@ ok(wait_until(sub { slurp_file($node->logfile, $offset) =~ /outbox launcher: out
 ok(wait_until(sub { slurp_file($node->logfile, $offset) =~ /outbox worker: out of memory in outbox/ }, 20),
     'the worker logs the exception of its turn');
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET outbox.debug_fault');
-$node->reload;
-sleep 1;
+ok(reload_and_wait($node, 'outbox.debug_fault', ''), 'the worker has read the reset');
 is($node->safe_psql('postgres', $launcher_sql), $launcher, 'the launcher is the same process');
 is((worker_pids($node))[0], $worker, 'the worker is the same process');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('d', 'after', '{}')});

@@ -50,8 +50,8 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.destinations'), '0'
 # 2. Defined while allowed, then refused by a reload: refused when connecting.
 $node->append_conf('postgresql.conf',
     "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1, 0.0.0.0/32, 169.254.0.0/16'\n");
-$node->reload;
-sleep 0.5;
+ok(reload_and_wait($node, 'outbox.webhook_allowed_networks', '127.0.0.0/8, ::1, 0.0.0.0/32, 169.254.0.0/16'),
+    'the reload is read');
 for my $name (sort keys %url) {
     my ($ret, $out, $err) = create($name);
     is($ret, 0, "$name is accepted while its network is allowed") or diag($err);
@@ -59,8 +59,7 @@ for my $name (sort keys %url) {
         INSERT INTO outbox.messages (destination, payload) VALUES ('$name', '{"to": "$name"}')});
 }
 $node->append_conf('postgresql.conf', "outbox.webhook_allowed_networks = ''\n");
-$node->reload;
-sleep 1;
+ok(reload_and_wait($node, 'outbox.webhook_allowed_networks', ''), 'the worker has read the empty list');
 $node->safe_psql('postgres', "SELECT outbox.resume('$_')") for sort keys %url;
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') eq scalar(keys %url) }, 30),
     'every message is dead-lettered');
@@ -78,8 +77,7 @@ is($node->safe_psql('postgres', 'SELECT sum(failed_total) - sum(dead_lettered_to
 
 # 3. Allowed: requeued, they are sent (0.0.0.0 is not loopback: it needs its own entry).
 $node->append_conf('postgresql.conf', "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1'\n");
-$node->reload;
-sleep 1;
+ok(reload_and_wait($node, 'outbox.webhook_allowed_networks', '127.0.0.0/8, ::1'), 'the worker has read the list');
 $node->safe_psql('postgres', "SELECT outbox.requeue('$_')") for sort keys %url;
 for my $name (qw(loopback decimal localhost ipv6)) {
     my $s = $name eq 'ipv6' ? $sink6 : $sink;
@@ -90,8 +88,8 @@ ok(wait_until(sub { ($node->safe_psql('postgres', q{SELECT last_error FROM outbo
     =~ /address 0.0.0.0 is not allowed/ }, 30), '0.0.0.0 is still refused with 127.0.0.0/8 listed');
 $node->append_conf('postgresql.conf',
     "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1, 0.0.0.0/32, 169.254.169.254'\n");
-$node->reload;
-sleep 1;
+ok(reload_and_wait($node, 'outbox.webhook_allowed_networks', '127.0.0.0/8, ::1, 0.0.0.0/32, 169.254.169.254'),
+    'the worker has read the list');
 $node->safe_psql('postgres', "SELECT outbox.requeue('$_')") for qw(unspecified metadata);
 ok(wait_until(sub { grep { $_->{path} eq '/unspecified' && $_->{status} == 204 } @{ $sink->requests } }, 30),
     'unspecified: delivered once 0.0.0.0 is listed');

@@ -18,13 +18,6 @@ my $sink = webhook_sink();
 my $node = outbox_node('webhook_signing', conf => join("\n",
     "outbox.retry_base = '50ms'", "outbox.retry_max = '500ms'", "outbox.lease_timeout = '10s'"));
 
-sub hook {
-    my ($name, $path, %extra) = @_;
-    my $config = JSON::PP->new->canonical->encode({ url => $sink->url($path), %extra });
-    $node->safe_psql('postgres', "SELECT outbox.create_destination('$name', 'webhook', '$config')");
-}
-sub requests_for { my ($path) = @_; return [ grep { $_->{path} eq $path } @{ $sink->requests } ]; }
-
 # Every request checked by Python: one line per request, "ok" or what failed.
 sub verify_independently {
     my ($requests) = @_;
@@ -82,12 +75,12 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.destinations WHERE
 # attempt of each message fails with "Retry-After: 2", which puts the second attempt in a later
 # second (the backoff alone has full jitter and may not).
 my $path = '/signed;fail_first=1;fail_status=503;retry_after=2';
-hook('signed', $path, secret => [$hmac_secret, $signing_key], retry_max => '5s');
+$sink->create_destination($node, 'signed', $path, secret => [$hmac_secret, $signing_key], retry_max => '5s');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, topic, payload)
     SELECT 'signed', 'order.created', jsonb_build_object('n', g, 's', repeat('é', g)) FROM generate_series(1, 20) g});
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'signed'}) eq '0' }, 60),
     'all 20 delivered');
-my $reqs = requests_for($path);
+my $reqs = $sink->requests_for($path);
 is(scalar(@$reqs), 40, 'two attempts each (a 503, then a 204)');
 my $results = verify_independently($reqs);
 is(scalar(grep { $_ eq 'ok' } @$results), 40, 'every request carries one v1 and one v1a signature, both verified by Python')
@@ -105,7 +98,7 @@ is(scalar(@same), 0, 'each retry has a later webhook-timestamp than its first at
 
 # 3. 410 Gone pauses the destination: stats() says paused and why, the messages stay queued
 # (no attempt spent, nothing dead-lettered); resume after pointing it elsewhere delivers them.
-hook('gone', '/gone;status=410;body=endpoint%20removed', secret => $hmac_secret);
+$sink->create_destination($node, 'gone', '/gone;status=410;body=endpoint%20removed', secret => $hmac_secret);
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload)
     SELECT 'gone', jsonb_build_object('n', g) FROM generate_series(1, 10) g});
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT paused FROM outbox.destinations WHERE name = 'gone'}) eq 't' }, 30),
@@ -114,19 +107,20 @@ my $stats = stats_row($node, 'gone');
 ok($stats->{paused}, 'stats() shows it paused');
 like($stats->{last_error}, qr/^HTTP 410: endpoint removed; destination paused \(the endpoint asked to receive no more webhooks\): outbox.resume\('gone'\)/,
     'last_error names the 410 and the way out');
-sleep 1;    # messages in flight when the first 410 came back
+# The messages in flight when the first 410 came back are answered too.
+ok(wait_until(sub { stats_row($node, 'gone')->{in_flight} == 0 }, 30), 'nothing of gone is in flight');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'gone' AND attempts = 0 AND lease_token IS NULL}),
     '10', 'all 10 messages still queued, no attempt spent');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.dead_letters WHERE destination = 'gone'}), '0', 'none dead-lettered');
-my $sent = scalar(@{ requests_for('/gone;status=410;body=endpoint%20removed') });
-sleep 2;
-is(scalar(@{ requests_for('/gone;status=410;body=endpoint%20removed') }), $sent, 'nothing more is sent while paused');
+my $sent = scalar(@{ $sink->requests_for('/gone;status=410;body=endpoint%20removed') });
+ok(wait_for_cycles($node, 5), 'the worker has turned five times since');
+is(scalar(@{ $sink->requests_for('/gone;status=410;body=endpoint%20removed') }), $sent, 'nothing more is sent while paused');
 ok($sent <= 10, "at most the batch in flight was sent ($sent)");
 my $good = $sink->url('/gone_new');
 $node->safe_psql('postgres', qq{SELECT outbox.alter_destination('gone', '{"url": "$good"}'); SELECT outbox.resume('gone')});
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'gone'}) eq '0' }, 30),
     'resume delivers them');
-my %ids = map { $_->{headers}{'webhook-id'} => 1 } @{ requests_for('/gone_new') };
+my %ids = map { $_->{headers}{'webhook-id'} => 1 } @{ $sink->requests_for('/gone_new') };
 is(scalar(keys %ids), 10, 'all 10, to the new URL');
 ok(!stats_row($node, 'gone')->{paused}, 'no longer paused');
 

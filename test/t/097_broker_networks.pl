@@ -38,20 +38,18 @@ $node->safe_psql('postgres', qq{
 });
 
 my $n = 0;
-sub produce {
+# Queues $count more messages for $destination, numbered on from the last.
+sub produce_more {
     my ($destination, $count) = @_;
     my $from = $n + 1;
     $n += $count;
-    $node->safe_psql('postgres', qq{
-        INSERT INTO outbox.messages (destination, payload)
-        SELECT '$destination', jsonb_build_object('n', g) FROM generate_series($from, $n) g});
+    produce($node, $destination, $from, $n);
 }
-sub pending { $node->safe_psql('postgres', qq{SELECT count(*) FROM outbox.messages WHERE destination = '$_[0]'}) }
 sub applied { $node->safe_psql('postgres', q{SELECT count(*) FROM tenant.applied}) }
 
-produce('tenant', 5);
-produce('own', 5);
-ok(wait_until(sub { pending('tenant') == 0 && pending('own') == 0 }, 60),
+produce_more('tenant', 5);
+produce_more('own', 5);
+ok(wait_until(sub { queued($node, 'tenant') == 0 && queued($node, 'own') == 0 }, 60),
     'listed: the tenant\'s destination and the superuser\'s deliver');
 ok(wait_until(sub { applied() == 5 }, 60), 'listed: the tenant\'s subscription consumes');
 
@@ -61,9 +59,9 @@ $node->adjust_conf('postgresql.conf', 'outbox.broker_allowed_networks', "''");
 $node->reload;
 ok(wait_until(sub { $node->safe_psql('postgres', q{SHOW outbox.broker_allowed_networks}) eq '' }, 30),
     'the reload emptied outbox.broker_allowed_networks');
-produce('tenant', 5);
-produce('own', 5);
-ok(wait_until(sub { pending('own') == 0 }, 60), 'a superuser\'s destination on the same broker still delivers');
+produce_more('tenant', 5);
+produce_more('own', 5);
+ok(wait_until(sub { queued($node, 'own') == 0 }, 60), 'a superuser\'s destination on the same broker still delivers');
 ok(wait_until(sub { (stats_row($node, 'tenant')->{last_error} // '') =~ /deferred/ }, 60),
     'the tenant\'s messages are deferred');
 my $stats = stats_row($node, 'tenant');
@@ -86,8 +84,8 @@ is($node->safe_psql('postgres', q{
     . 'superuser configured)',
     'and nothing of what answered');
 my $first_missed = $n + 1;
-produce('own', 3);  # to the tenant's subscription's topic, once its consumer is refused
-ok(wait_until(sub { pending('own') == 0 }, 60), 'three more records reach its topic');
+produce_more('own', 3);  # to the tenant's subscription's topic, once its consumer is refused
+ok(wait_until(sub { queued($node, 'own') == 0 }, 60), 'three more records reach its topic');
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM tenant.applied WHERE n >= $first_missed}), '0',
     'the subscription applies none of them meanwhile');
 is(scalar(@{ $broker->consume('tenant') }), 5, 'kcat: still 5 messages on the tenant\'s topic');
@@ -95,7 +93,7 @@ is(scalar(@{ $broker->consume('tenant') }), 5, 'kcat: still 5 messages on the te
 # Listed again: everything arrives.
 $node->adjust_conf('postgresql.conf', 'outbox.broker_allowed_networks', "'127.0.0.1/32'");
 $node->reload;
-ok(wait_until(sub { pending('tenant') == 0 }, 90), 'listed again: the waiting messages are delivered');
+ok(wait_until(sub { queued($node, 'tenant') == 0 }, 90), 'listed again: the waiting messages are delivered');
 ok(wait_until(sub { applied() == 13 }, 60), 'and the subscription applies the records it missed: 13 in all');
 my @tenant = map { $_->{payload} } @{ $broker->consume('tenant') };
 is(scalar(@tenant), 10, 'kcat: 10 messages on the tenant\'s topic, none twice');

@@ -44,8 +44,9 @@ ok(wait_until(sub { $node->safe_psql('postgres', 'SHOW outbox.inbox_retention') 
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.inbox (subscription, event_id, received_at)
     SELECT 'ancient', gen_random_uuid(), now() - interval '400 days' FROM generate_series(1, 10)});
-# Long enough for many polls (200 ms each) of the worker, which has seen the reload by now.
-sleep 2;
+# Many polls (200 ms each) of the worker, which sweeps the inbox on its polls and has seen the
+# reload by now.
+ok(wait_for_cycles($node, 10), 'the worker has polled ten times since');
 is($count->("subscription = 'ancient'"), '10', 'with outbox.inbox_retention = 0 nothing is swept');
 
 # Dedup rows of committed transactions survive a crash (immediate stop).

@@ -162,6 +162,8 @@ is($node->safe_psql('shop', q{SELECT count(*) FROM outbox.workers() WHERE databa
     'outbox.workers() shows the two delivery workers of shop');
 
 # pause: nothing more is applied; resume: it goes on.
+# The inbox worker shows no count of its turns to wait on: a second for the pause to reach it,
+# two in which nothing may be applied.
 $node->safe_psql('shop', q{SELECT outbox.pause('orders_in')});
 sleep 1;
 $produce->($events + 1, $events + 100);

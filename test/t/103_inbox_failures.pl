@@ -75,7 +75,7 @@ ok(defined $boff, "block: the dead letter is blocking (partition $bp, offset $bo
 my $other = 1 - $bp;
 ok(wait_until(sub { ($stored->('block_in', $other) // -2) == $end{blockt}{$other} }, 60),
     'block: the other partition is consumed to its end');
-sleep 1;
+sleep 1;   # the blocked partition has its chance to move (the inbox worker shows no count of its turns)
 is($stored->('block_in', $bp), $boff + 1, 'block: the blocked partition stored offset is just past the record');
 cmp_ok($end{blockt}{$bp}, '>', $boff + 1, 'block: and records after it wait in the broker');
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM applied WHERE sub = 'block_in' AND "partition" = $bp AND "offset" > $boff}),

@@ -14,6 +14,7 @@
 #   dead-lettered with 57014, also when the handler catches the cancel; the next record goes on.
 # - A 15 s handler (handler_timeout 30 s) does not delay another destination: its
 #   commit-to-broker latency at 1,000 msg/s (p99) stays within 1.2x of runs without it.
+# outbox-tap: alone -- compares p99 latencies (within 1.2x)
 use strict;
 use warnings;
 use OutboxTest;

@@ -4,6 +4,7 @@
 # consumer, not librdkafka: every message arrives exactly once (no fault, so no duplicate)
 # with its key, payload and CloudEvents headers, each key on one partition, and for every key
 # the messages in id order (commit order within a key).
+# outbox-tap: kafka-cluster shared
 use strict;
 use warnings;
 use OutboxKafka;

@@ -5,6 +5,7 @@
 # later. Nothing is lost, no attempt is spent (the relay waits for the new leaders), nothing is
 # dead-lettered; duplicates (batches persisted by the dead leader but not acknowledged before it
 # died, then sent again) are counted and reported.
+# outbox-tap: kafka-cluster exclusive -- kills a broker
 use strict;
 use warnings;
 use OutboxKafka;
@@ -30,11 +31,6 @@ for (my $from = 1; $from <= $n; $from += 50_000) {
 my @produced = split /\n/, $node->safe_psql('postgres', 'SELECT event_id FROM outbox.messages');
 is(scalar(@produced), $n, "$n messages queued");
 
-sub queued {
-    my $q = eval { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.messages') };
-    return $q // 1e9;
-}
-
 # The leader is looked up before the drain starts (a JVM start takes seconds on a loaded
 # machine), and killed as soon as 5% are delivered.
 my $victim = $kafka->leader('drain', 0);
@@ -44,7 +40,7 @@ ok(wait_until(sub { stats_row($node, 'drain')->{delivered_total} >= 0.05 * $n },
     'the drain is under way');
 $kafka->kill($victim);
 my $killed_at = time;
-my $at = queued();
+my $at = queued($node, undef, restarting => 1);
 cmp_ok($at, '>', 0.5 * $n, 'the leader was killed in the middle of the drain (more than half still queued)');
 diag(sprintf('broker %d (leader of drain-0) killed with SIGKILL at %d queued, %.1f s into the drain',
     $victim, $at, $killed_at - $t0));
@@ -53,11 +49,11 @@ ok(wait_until(sub { my $l = eval { $kafka->leader('drain', 0) } // $victim; $l !
 diag(sprintf('new leader of drain-0: broker %s, %.1f s after the kill', $kafka->leader('drain', 0),
     time - $killed_at));
 # The drain goes on without the dead broker; it comes back before or after the end.
-wait_until(sub { queued() < 0.25 * $n }, 120);
+wait_until(sub { queued($node, undef, restarting => 1) < 0.25 * $n }, 120);
 $kafka->start_broker($victim);
 diag(sprintf('broker %d restarted and in sync again %.1f s after the kill, %d queued', $victim,
-    time - $killed_at, queued()));
-ok(wait_until(sub { queued() == 0 }, 300), 'the queue drains completely');
+    time - $killed_at, queued($node, undef, restarting => 1)));
+ok(wait_until(sub { queued($node, undef, restarting => 1) == 0 }, 300), 'the queue drains completely');
 diag(sprintf('%d messages drained in %.1f s', $n, time - $t0));
 
 my $s = stats_row($node, 'drain');

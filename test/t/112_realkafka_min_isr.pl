@@ -4,6 +4,7 @@
 # NOT_ENOUGH_REPLICAS: a rejection, which spends an attempt and backs off. Messages wait,
 # are retried, none is dead-lettered (max_attempts leaves room), outbox.stats() says why, and
 # all arrive once the brokers are back.
+# outbox-tap: kafka-cluster exclusive -- kills one broker and stops another
 use strict;
 use warnings;
 use OutboxKafka;
@@ -25,7 +26,6 @@ $node->safe_psql('postgres', qq{
 
 my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => $down_for + 25,
     script => recorded_insert('isr'));
-sleep 5;
 ok(wait_until(sub { stats_row($node, 'isr')->{delivered_total} > 50 }, 30), 'messages flow');
 $kafka->kill(3);
 $kafka->stop_broker(2);
@@ -39,7 +39,7 @@ ok(wait_until(sub {
   or diag(explain(stats_row($node, 'isr')));
 my $s = stats_row($node, 'isr');
 diag("while two brokers are down: last_error: $s->{last_error}");
-sleep($down_for - (time - $down_at)) if time - $down_at < $down_for;
+sleep($down_for - (time - $down_at)) if time - $down_at < $down_for;   # the outage's length: the scenario
 $s = stats_row($node, 'isr');
 cmp_ok($s->{failed_total}, '>', 0, "attempts are spent on the rejections ($s->{failed_total})");
 is($s->{dead}, 0, 'nothing dead-lettered');

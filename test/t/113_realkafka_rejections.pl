@@ -6,6 +6,7 @@
 #     batches beyond it (the broker checks the batch; the fix is batch.size);
 #   - a principal denied WRITE on the topic by a DENY ACL (allowed elsewhere), and a
 #     principal with no WRITE anywhere (the idempotent producer's InitProducerId fails).
+# outbox-tap: kafka-cluster shared
 use strict;
 use warnings;
 use JSON::PP;
@@ -38,20 +39,13 @@ sub dead {   # reason|attempts|last_error of the dead letters of a destination, 
     return [ split /\n/, sql("SELECT reason || '|' || attempts || '|' || last_error
                                 FROM outbox.dead_letters WHERE destination = '$dest' ORDER BY id") ];
 }
-sub queued { sql("SELECT count(*) FROM outbox.messages WHERE destination = '$_[0]'") }
-sub produce {
-    my ($dest, $count, $bytes) = @_;
-    sql("INSERT INTO outbox.messages (destination, key, payload)
-         SELECT '$dest', '$dest-' || g, jsonb_build_object('n', g, 'pad', repeat('x', $bytes))
-           FROM generate_series(1, $count) g");
-}
 # What each destination should have delivered, checked against the topics at the end with one
 # read (a JVM start is seconds on a loaded machine).
 my %expect;   # topic => [keys]
 sub requeue_and_deliver {
     my ($dest, $topic, $count, $what, @keys) = @_;
     is(sql("SELECT outbox.requeue('$dest')"), $count, "$dest: requeue moves the $count back");
-    ok(wait_until(sub { queued($dest) == 0 }, 60), "$dest: $what, they are delivered")
+    ok(wait_until(sub { queued($node, $dest) == 0 }, 60), "$dest: $what, they are delivered")
       or diag(explain(stats_row($node, $dest)), explain(dead($dest)));
     is(scalar(@{ dead($dest) }), 0, "$dest: no dead letter left") or diag(explain(dead($dest)));
     push @{ $expect{$topic} }, @keys ? @keys : map { "$dest-$_" } 1 .. $count;
@@ -61,7 +55,7 @@ sub requeue_and_deliver {
 #    it); librdkafka reports it once topic.metadata.propagation.max.ms has passed, which the
 #    relay keeps below message.timeout.ms (else the message would time out: an outage).
 destination('missing', { 'bootstrap.servers' => $kafka->bootstrap, topic => 'no-such-topic' });
-produce('missing', 3, 10);
+produce($node, 'missing', 1, 3, key => 'missing-', pad => 10);
 ok(wait_until(sub { @{ dead('missing') } == 3 }, 60), 'unknown topic: the 3 messages are dead-lettered')
   or diag(explain(stats_row($node, 'missing')));
 like($_, qr/^rejected\|1\|UNKNOWN_TOPIC_OR_PART: /, 'unknown topic: rejected on the first attempt, the broker\'s error named')
@@ -72,19 +66,19 @@ requeue_and_deliver('missing', 'no-such-topic', 3, 'once the topic is created');
 
 # 2. Over max.message.bytes: one message of 3,000 bytes for a topic that takes 1,024.
 destination('small', { 'bootstrap.servers' => $kafka->bootstrap, topic => 'small' });
-produce('small', 1, 3000);
+produce($node, 'small', 1, 1, key => 'small-', pad => 3000);
 ok(wait_until(sub { @{ dead('small') } == 1 }, 60), 'too large: dead-lettered');
 like(dead('small')->[0], qr/^rejected\|1\|MSG_SIZE_TOO_LARGE: /, 'too large: at once, MSG_SIZE_TOO_LARGE named');
 sql("INSERT INTO outbox.messages (destination, key, payload) VALUES ('small', 'after', '{\"n\": 0}')");
-ok(wait_until(sub { queued('small') == 0 }, 30), 'a small message after it is delivered');
+ok(wait_until(sub { queued($node, 'small') == 0 }, 30), 'a small message after it is delivered');
 push @{ $expect{small} }, 'after';
 sql("DELETE FROM outbox.dead_letters WHERE destination = 'small'");
 
 # 3. Small messages, each far below the limit, committed together: librdkafka puts them in one
 #    batch (batch.size is 1,000,000 bytes by default) and the broker refuses the whole batch
 #    as MSG_SIZE_TOO_LARGE. They are dead-lettered with a hint; batch.size fixes it.
-produce('small', 20, 200);
-ok(wait_until(sub { queued('small') == 0 }, 60), 'batched: every message has an outcome');
+produce($node, 'small', 1, 20, key => 'small-', pad => 200);
+ok(wait_until(sub { queued($node, 'small') == 0 }, 60), 'batched: every message has an outcome');
 my $batched = dead('small');
 cmp_ok(scalar(@$batched), '>', 0, scalar(@$batched) . ' of 20 small messages were refused as one batch');
 like($_, qr/^rejected\|1\|MSG_SIZE_TOO_LARGE: .*batch\.size/, 'batched: the reason names batch.size')
@@ -99,7 +93,7 @@ requeue_and_deliver('small', 'small', $n_batched, 'with batch.size below max.mes
 $kafka->acl('add', principal => 'User:outbox', operations => [ 'Write', 'Describe' ], topic => '*');
 $kafka->acl('add', principal => 'User:outbox', operations => ['Write'], topic => 'forbidden', deny => 1);
 destination('forbidden', { sasl('outbox'), topic => 'forbidden' });
-produce('forbidden', 3, 10);
+produce($node, 'forbidden', 1, 3, key => 'forbidden-', pad => 10);
 ok(wait_until(sub { @{ dead('forbidden') } == 3 }, 60), 'denied WRITE: the 3 messages are dead-lettered')
   or diag(explain(stats_row($node, 'forbidden')));
 like($_, qr/^rejected\|1\|TOPIC_AUTHORIZATION_FAILED: /, 'denied WRITE: at once, TOPIC_AUTHORIZATION_FAILED named')
@@ -112,7 +106,7 @@ requeue_and_deliver('forbidden', 'forbidden', 3, 'once the DENY ACL is removed')
 #    permanent failure: dead letters with the reason, not an endless outage.
 $kafka->acl('add', principal => 'User:reader', operations => ['Describe'], topic => '*');
 destination('readonly', { sasl('reader'), topic => 'readonly' });
-produce('readonly', 3, 10);
+produce($node, 'readonly', 1, 3, key => 'readonly-', pad => 10);
 ok(wait_until(sub { @{ dead('readonly') } == 3 }, 60), 'no WRITE anywhere: the 3 messages are dead-lettered')
   or diag(explain(stats_row($node, 'readonly')));
 like($_, qr/^rejected\|1\|CLUSTER_AUTHORIZATION_FAILED: .*WRITE/, 'no WRITE anywhere: at once, CLUSTER_AUTHORIZATION_FAILED and what to grant named')

@@ -7,6 +7,7 @@
 #     last_error says so, and PLAIN over the same SASL_SSL listener delivers;
 #   - TLS: without ssl.ca.location the broker's certificate is not trusted (an outage); with the
 #     test CA (a superuser's setting) it is, and the messages are delivered.
+# outbox-tap: kafka-cluster shared
 use strict;
 use warnings;
 use JSON::PP;
@@ -17,39 +18,35 @@ use Test::More;
 
 my $kafka = kafka_cluster();
 $kafka->create_topic([ 'secure', 'scram', 'tls' ], partitions => 4);
-$kafka->acl('add', principal => 'User:outbox', operations => [ 'Write', 'Describe' ], topic => '*');
+$kafka->acl('add', principal => 'User:secure', operations => [ 'Write', 'Describe' ], topic => '*');
 # A 10 s lease: librdkafka's message.timeout.ms is 5 s, so deferrals come quickly.
 my $node = outbox_node('realkafka_sasl', conf => "outbox.lease_timeout = '10s'\nlog_statement = 'none'");
 sub sql { $node->safe_psql('postgres', $_[0]) }
-my $password = $kafka->password('outbox');
+my $password = $kafka->password('secure');
 my $wrong = 'wrong-' . join('', map { ('a' .. 'z')[ rand 26 ] } 1 .. 16);
 
 sub config {
     my (%o) = @_;   # a setting given as undef is left out
     my %c = ('bootstrap.servers' => $kafka->sasl_bootstrap, 'security.protocol' => 'SASL_SSL',
-        'sasl.mechanisms' => 'PLAIN', 'sasl.username' => 'outbox',
+        'sasl.mechanisms' => 'PLAIN', 'sasl.username' => 'secure',
         'ssl.ca.location' => $kafka->ca_file, %o);
     delete $c{$_} for grep { !defined $c{$_} } keys %c;
     return JSON::PP->new->canonical->encode(\%c);
 }
-sub produce {
-    my ($dest, $from, $to) = @_;
-    sql("INSERT INTO outbox.messages (destination, key, payload)
-         SELECT '$dest', 'k' || g, jsonb_build_object('n', g) FROM generate_series($from, $to) g");
-}
 sub event_ids_of { [ split /\n/, sql("SELECT event_id FROM outbox.messages WHERE destination = '$_[0]'") ] }
-sub queued { sql("SELECT count(*) FROM outbox.messages WHERE destination = '$_[0]'") }
 
 # An outage that spends nothing, then the fix: every message arrives.
 sub outage_then_fix {
     my ($dest, $topic, $error_re, $what, $fix) = @_;
-    produce($dest, 1, 100);
+    produce($node, $dest, 1, 100, key => 'k');
     ok(wait_until(sub { (stats_row($node, $dest)->{last_error} // '') =~ $error_re
                         && stats_row($node, $dest)->{deferred_total} > 0 }, 60),
         "$what: the messages are deferred, last_error says why")
       or diag(explain(stats_row($node, $dest)));
-    produce($dest, 101, 200);
-    sleep 5;   # several probes fail meanwhile
+    my $deferred = stats_row($node, $dest)->{deferred_total};
+    produce($node, $dest, 101, 200, key => 'k');
+    ok(wait_until(sub { stats_row($node, $dest)->{deferred_total} > $deferred }, 60),
+        "$what: more probes fail meanwhile");
     my $s = stats_row($node, $dest);
     diag("$what: last_error: $s->{last_error}");
     is($s->{failed_total}, 0, "$what: no attempt spent");
@@ -57,7 +54,7 @@ sub outage_then_fix {
     is($s->{pending} + $s->{in_flight}, 200, "$what: all 200 wait");
     my $produced = event_ids_of($dest);
     sql("SELECT outbox.alter_destination('$dest', \$cfg\$$fix\$cfg\$)");
-    ok(wait_until(sub { queued($dest) == 0 }, 90), "$what: all delivered after alter_destination")
+    ok(wait_until(sub { queued($node, $dest) == 0 }, 90), "$what: all delivered after alter_destination")
       or diag(explain(stats_row($node, $dest)));
     $s = stats_row($node, $dest);
     is($s->{failed_total}, 0, "$what: still no attempt spent");
@@ -85,9 +82,9 @@ my $rdkafka = kafka_librdkafka_version();
 sql("SELECT outbox.create_destination('scram', 'kafka', \$cfg\$"
       . config('sasl.mechanisms' => 'SCRAM-SHA-512', 'sasl.password' => $password, topic => 'scram') . "\$cfg\$)");
 if ($rdkafka >= 20601) {
-    produce('scram', 1, 200);
+    produce($node, 'scram', 1, 200, key => 'k');
     my $produced = event_ids_of('scram');
-    ok(wait_until(sub { queued('scram') == 0 }, 60), "SCRAM-SHA-512 (librdkafka $rdkafka): delivered");
+    ok(wait_until(sub { queued($node, 'scram') == 0 }, 60), "SCRAM-SHA-512 (librdkafka $rdkafka): delivered");
     is(stats_row($node, 'scram')->{failed_total}, 0, 'SCRAM-SHA-512: no attempt spent');
     fault_summary('realkafka_scram', produced => $produced, received => $kafka->event_ids('scram'));
 } else {

@@ -4,6 +4,7 @@
 # three brokers are restarted one after the other, each with a controlled shutdown and back in
 # sync before the next goes. Nothing is lost or dead-lettered; attempts, deferrals and
 # duplicates are reported.
+# outbox-tap: kafka-cluster exclusive -- restarts every broker
 use strict;
 use warnings;
 use List::Util qw(max);
@@ -29,7 +30,6 @@ $node->safe_psql('postgres', qq{
 my $start = time;
 my $pgbench = start_pgbench($node, clients => 16, threads => 2, seconds => 3600,
     rate => sized(undef, 800), script => recorded_insert('rolling'));
-sleep 3;
 ok(wait_until(sub { stats_row($node, 'rolling')->{delivered_total} > 100 }, 30), 'messages flow');
 my @queue;
 for my $b (1, 2, 3) {
@@ -39,11 +39,17 @@ for my $b (1, 2, 3) {
     diag(sprintf('broker %d restarted and back in sync in %.1f s; %d queued', $b, time - $t, $queue[-1]));
 }
 my $rolled = time - $start;
-sleep($seconds - (time - $start)) if time - $start < $seconds;
+sleep($seconds - (time - $start)) if time - $start < $seconds;   # the producers' time: the scenario
 # SIGTERM, then SIGKILL: not SIGINT, which a background job inherits as ignored (CI, nohup).
 # What was committed is in `produced` either way (same transaction).
 $pgbench->kill_kill(grace => 5);
 my $produced_for = time - $start;
+# A backend whose client is gone still finishes a COMMIT it was sent: wait until the producers'
+# backends have ended, or `produced` could miss a commit the relay then delivers.
+ok(wait_until(sub { $node->safe_psql('postgres', q{
+        SELECT count(*) FROM pg_stat_activity
+        WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()}) eq '0' }, 60),
+    "the producers' backends have ended");
 my @produced = split /\n/, $node->safe_psql('postgres', 'SELECT event_id FROM produced');
 diag(sprintf('%d messages committed by 16 producers in %.0f s (%.0f msg/s); the rolling restart took %.0f s',
     scalar(@produced), $produced_for, @produced / $produced_for, $rolled));

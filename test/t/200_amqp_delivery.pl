@@ -4,6 +4,7 @@
 # event_id, content type, CloudEvents AMQP binding attributes); rolled-back inserts never
 # arrive; the message's topic overrides the destination's routing_key; binary payloads keep
 # their bytes and content type.
+# outbox-tap: rabbitmq shared
 use strict;
 use warnings;
 use OutboxTest;

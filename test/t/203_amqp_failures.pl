@@ -3,6 +3,7 @@
 # exchange (channel closed 404) likewise; a basic.nack (a full queue with overflow
 # reject-publish) spends one attempt per try and dead-letters after max_attempts;
 # outbox.requeue brings them back once the cause is fixed and they are delivered.
+# outbox-tap: rabbitmq shared
 use strict;
 use warnings;
 use OutboxTest;
@@ -23,26 +24,20 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('rmq', 'warm-up', '{}')});
 ok(wait_until(sub { stats_row($node, 'rmq')->{delivered_total} == 1 }, 30), 'warm-up delivered');
 
-sub dead_letter {
-    my ($key) = @_;
-    return $node->safe_psql('postgres', qq{
-        SELECT reason || '|' || attempts || '|' || last_error FROM outbox.dead_letters WHERE key = '$key'});
-}
-
 # Unroutable: no queue is bound for routing key "nowhere".
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload) VALUES ('rmq', 'nowhere', 'lost', '{}');
     INSERT INTO outbox.messages (destination, key, payload) VALUES ('rmq', 'fine', '{}')});
-ok(wait_until(sub { dead_letter('lost') ne '' }, 30), 'unroutable: dead-lettered');
-is(dead_letter('lost'), 'rejected|1|unroutable: NO_ROUTE exchange=outbox routing_key=nowhere',
+ok(wait_until(sub { dead_letter($node, 'lost') ne '' }, 30), 'unroutable: dead-lettered');
+is(dead_letter($node, 'lost'), 'rejected|1|unroutable: NO_ROUTE exchange=outbox routing_key=nowhere',
     "unroutable: at once (1 attempt), reason rejected, the broker's reply in last_error");
 ok(wait_until(sub { stats_row($node, 'rmq')->{delivered_total} == 2 }, 30),
     'the routable message published with it is delivered');
 
 # The exchange does not exist: the broker closes the channel with 404.
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('noexchange', 'nox', '{}')});
-ok(wait_until(sub { dead_letter('nox') ne '' }, 30), 'missing exchange: dead-lettered');
-like(dead_letter('nox'), qr/^rejected\|1\|404 NOT_FOUND - no exchange 'missing' in vhost '\/'$/,
+ok(wait_until(sub { dead_letter($node, 'nox') ne '' }, 30), 'missing exchange: dead-lettered');
+like(dead_letter($node, 'nox'), qr/^rejected\|1\|404 NOT_FOUND - no exchange 'missing' in vhost '\/'$/,
     "missing exchange: at once, with the broker's reply");
 like(stats_row($node, 'noexchange')->{last_error}, qr/NOT_FOUND/, 'stats() shows the last error');
 
@@ -52,8 +47,8 @@ $node->safe_psql('postgres', q{
 ok(wait_until(sub { stats_row($node, 'rmq')->{delivered_total} == 3 }, 30), 'the first message fills the queue');
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload) VALUES ('rmq', 'tiny', 'refused', '{}')});
-ok(wait_until(sub { dead_letter('refused') ne '' }, 60), 'nacked: dead-lettered after its attempts');
-like(dead_letter('refused'), qr/^max_attempts\|2\|basic\.nack: .*\(attempt 2 of 2\)$/,
+ok(wait_until(sub { dead_letter($node, 'refused') ne '' }, 60), 'nacked: dead-lettered after its attempts');
+like(dead_letter($node, 'refused'), qr/^max_attempts\|2\|basic\.nack: .*\(attempt 2 of 2\)$/,
     'nacked: reason max_attempts after 2 attempts, each a basic.nack');
 is(stats_row($node, 'rmq')->{failed_total}, 3, 'failed_total counts 3 (1 unroutable + 2 nacks)');
 

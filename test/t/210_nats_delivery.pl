@@ -4,6 +4,7 @@
 # CloudEvents NATS binding ce-* headers); rolled-back inserts never arrive; the message's topic
 # overrides the destination's subject; a copy published again is dropped by JetStream's
 # duplicate window.
+# outbox-tap: nats shared
 use strict;
 use warnings;
 use OutboxTest;

@@ -1,6 +1,7 @@
 # Outage for the nats kind (BrokerScenarios::outage): the server is stopped for 20 s while
 # producers commit 50 messages/s; nothing is dead-lettered, no attempt is spent, everything
 # arrives once it is back.
+# outbox-tap: nats exclusive -- stops the server for 20 s
 use strict;
 use warnings;
 use BrokerScenarios;

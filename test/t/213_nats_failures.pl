@@ -3,6 +3,7 @@
 # with JetStream's error; a full stream (max_msgs, discard new) spends one attempt per try and
 # dead-letters after max_attempts; outbox.requeue brings them back once the cause is fixed and
 # they are delivered.
+# outbox-tap: nats shared
 use strict;
 use warnings;
 use OutboxTest;
@@ -21,24 +22,18 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, key, payload) VALUES ('js', 'warm-up', '{}')});
 ok(wait_until(sub { stats_row($node, 'js')->{delivered_total} == 1 }, 30), 'warm-up delivered');
 
-sub dead_letter {
-    my ($key) = @_;
-    return $node->safe_psql('postgres', qq{
-        SELECT reason || '|' || attempts || '|' || last_error FROM outbox.dead_letters WHERE key = '$key'});
-}
-
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload) VALUES ('js', 'nostream.x', 'lost', '{}')});
-ok(wait_until(sub { dead_letter('lost') ne '' }, 30), 'no stream: dead-lettered');
-is(dead_letter('lost'),
+ok(wait_until(sub { dead_letter($node, 'lost') ne '' }, 30), 'no stream: dead-lettered');
+is(dead_letter($node, 'lost'),
     'rejected|1|no stream for subject nostream.x: JetStream has no stream listening on it (no responders)',
     'no stream: at once (1 attempt), reason rejected, the reason in last_error');
 
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload)
     VALUES ('js', 'small.x', 'big', jsonb_build_object('pad', repeat('x', 200)))});
-ok(wait_until(sub { dead_letter('big') ne '' }, 30), 'too large for the stream: dead-lettered');
-like(dead_letter('big'), qr/^rejected\|1\|.*JetStream error 10054: message size exceeds maximum allowed/,
+ok(wait_until(sub { dead_letter($node, 'big') ne '' }, 30), 'too large for the stream: dead-lettered');
+like(dead_letter($node, 'big'), qr/^rejected\|1\|.*JetStream error 10054: message size exceeds maximum allowed/,
     "too large: at once, with JetStream's error");
 
 $node->safe_psql('postgres', q{
@@ -46,8 +41,8 @@ $node->safe_psql('postgres', q{
 ok(wait_until(sub { stats_row($node, 'js')->{delivered_total} == 2 }, 30), 'the first message fills the stream');
 $node->safe_psql('postgres', q{
     INSERT INTO outbox.messages (destination, topic, key, payload) VALUES ('js', 'full.x', 'refused', '{}')});
-ok(wait_until(sub { dead_letter('refused') ne '' }, 60), 'stream full: dead-lettered after its attempts');
-like(dead_letter('refused'), qr/^max_attempts\|2\|.*JetStream error 10077: maximum messages exceeded \(attempt 2 of 2\)$/,
+ok(wait_until(sub { dead_letter($node, 'refused') ne '' }, 60), 'stream full: dead-lettered after its attempts');
+like(dead_letter($node, 'refused'), qr/^max_attempts\|2\|.*JetStream error 10077: maximum messages exceeded \(attempt 2 of 2\)$/,
     'stream full: reason max_attempts after 2 attempts, with the JetStream error');
 is(stats_row($node, 'js')->{failed_total}, 4, 'failed_total counts 4 (no stream, too large, 2 x full)');
 

@@ -29,7 +29,12 @@ my $bootstrap = $broker->bootstrap;
 my $conf = join("\n", "shared_preload_libraries = 'outbox'", "outbox.poll_interval = '200ms'",
     "log_min_messages = info", '') . "\n";
 my $old = PostgreSQL::Test::Cluster->new('old', install_path => $old_install);
-$old->init;
+{
+    # The run's INITDB_TEMPLATE (test/run_tests) is the new major's data directory: the old
+    # server needs its own initdb's.
+    delete local $ENV{INITDB_TEMPLATE};
+    $old->init;
+}
 $old->append_conf('postgresql.conf', $conf);
 $old->start;
 my $old_version = $old->safe_psql('postgres', 'SHOW server_version_num');
@@ -103,7 +108,7 @@ ok(wait_until(sub { scalar(worker_pids($new)) == 1 }, 30), 'the new cluster runs
 my $s = stats_row($new, 'orders');
 is("$s->{pending}|$s->{dead}|" . ($s->{paused} ? 'paused' : 'running'), '1000|3|paused',
     'stats() counts the carried-over queue and dead letters');
-sleep 1;
+ok(wait_for_cycles($new, 3), 'the new worker has turned three times');
 is(scalar(@{ kafka_event_ids($broker, 'orders') }), 1, 'nothing is delivered while the destination stays paused');
 
 # Delivery by the new cluster: the queue, the requeued dead letters and one new message.

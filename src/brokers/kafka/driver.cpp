@@ -49,6 +49,14 @@ constexpr const char *kDefaults[][2] = {
 // librdkafka reported the topic unknown (see TopicExistsNow).
 constexpr int kTopicQueryMs = 2000;
 
+// When the next messages are held in the driver (see Submit): from so many messages handed to
+// librdkafka and not yet reported (below it, a message or a few per round trip: a producer
+// committing a row at a time, every message goes out at once), and only while acknowledgements
+// take so long (below it the broker thread spins for a short round trip at most, and holding
+// would cost a fast drain its pipelining).
+constexpr size_t kHoldFrom = 64;
+constexpr int64_t kHoldAckMs = 10;
+
 // What a message to a topic the cluster would not say anything about is told.
 constexpr const char *kTopicNoAnswer =
     " (no broker answered whether the topic exists now; trying again later)";
@@ -72,14 +80,13 @@ class KafkaDriver final : public Driver {
 
     void Submit(std::vector<Message> batch) override;
     void Poll(std::vector<Outcome> &out) override;
-    size_t InFlight() const override { return in_flight_.size(); }
+    size_t InFlight() const override { return in_flight_.size() + held_.size(); }
     size_t Capacity() const override {
-        return fatal_ || in_flight_.size() >= max_in_flight_ ? 0
-                                                             : max_in_flight_ - in_flight_.size();
+        return fatal_ || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
     }
     int WaitFd() const override { return pipe_[0]; }
     // While messages are in flight the worker comes back often enough to notice a stall.
-    int64_t PollTimeoutMs() const override { return in_flight_.empty() ? -1 : 100; }
+    int64_t PollTimeoutMs() const override { return InFlight() == 0 ? -1 : 100; }
     void Abandon() override;
     void SetProbing(bool probing) override { probing_ = probing; }
     bool Broken() const override { return fatal_; }
@@ -113,18 +120,27 @@ class KafkaDriver final : public Driver {
                          void *opaque);
     void AddLog(std::string line);
     void PurgeIfStalled();
+    void Produce(std::vector<Message> &batch);
+    void ReleaseHeld();
+    void HandBackHeld();
     std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
     TopicAnswer TopicExistsNow(const std::string &topic, std::map<std::string, TopicAnswer> &asked);
+    void KnowTopic(const std::string &topic);
 
     rd_kafka_t *rk_ = nullptr;
     rd_kafka_queue_t *main_queue_ = nullptr;
-    rd_kafka_topic_t *default_topic_ = nullptr;  // kept so its metadata is fetched at start
+    // A handle for every topic produced to, made before its first message (see KnowTopic).
+    std::map<std::string, rd_kafka_topic_t *> topics_;
     int pipe_[2] = {-1, -1};
     std::string source_;
     CloudEventsMode mode_ = CloudEventsMode::Binary;
     size_t max_in_flight_;
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
+    // Submitted but not handed to librdkafka yet (see Submit), in submission order.
+    std::vector<Message> held_;
+    int64_t held_since_ms_ = 0;  // when the oldest of held_ was submitted
+    int64_t ack_ms_ = 0;         // how long the last acknowledged message took
     int64_t message_timeout_ms_ = 0;
     int64_t all_down_since_ms_ = 0;  // when librdkafka said all brokers are down; 0 = not since
     int64_t purged_ms_ = 0;          // the last purge; its reports may take a few polls
@@ -246,10 +262,9 @@ bool KafkaDriver::Init(const KafkaDriverOptions &options, std::string *error) {
     rd_kafka_set_log_queue(rk_, nullptr);  // logs to the main queue, served by Poll
     main_queue_ = rd_kafka_queue_get_main(rk_);
     rd_kafka_queue_io_event_enable(main_queue_, pipe_[1], "1", 1);
-    // The destination's default topic is looked up now (creating its handle sends the metadata
-    // request), not when its first message waits for it.
+    // The destination's default topic is looked up now, not when its first message waits for it.
     if (!options.config.default_topic.empty())
-        default_topic_ = rd_kafka_topic_new(rk_, options.config.default_topic.c_str(), nullptr);
+        KnowTopic(options.config.default_topic);
     return true;
 }
 
@@ -260,8 +275,8 @@ KafkaDriver::~KafkaDriver() {
                                 RD_KAFKA_PURGE_F_NON_BLOCKING);
         rd_kafka_queue_io_event_enable(main_queue_, -1, nullptr, 0);
         rd_kafka_queue_destroy(main_queue_);
-        if (default_topic_)
-            rd_kafka_topic_destroy(default_topic_);
+        for (const auto &[name, rkt] : topics_)
+            rd_kafka_topic_destroy(rkt);
         rd_kafka_poll(rk_, 0);
         rd_kafka_destroy(rk_);
     }
@@ -315,6 +330,25 @@ KafkaDriver::TopicAnswer KafkaDriver::TopicExistsNow(const std::string &topic,
     }
     asked.emplace(topic, answer);
     return answer;
+}
+
+// A topic librdkafka has no handle for yet is looked up now. rd_kafka_producev() creates the
+// handle it needs without asking the cluster about the topic: its first messages would wait in
+// the unassigned queue until librdkafka's one-second timer notices the unknown topic (up to a
+// second). rd_kafka_topic_new() sends the metadata request at once. The handle is kept (it keeps
+// librdkafka's topic) until the producer goes.
+void KafkaDriver::KnowTopic(const std::string &topic) {
+    if (topics_.count(topic) != 0)
+        return;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk_, topic.c_str(), nullptr);
+    if (rkt == nullptr)
+        return;  // an invalid name: rd_kafka_producev() reports it for the message
+    try {
+        topics_.emplace(topic, rkt);
+    } catch (...) {
+        rd_kafka_topic_destroy(rkt);
+        throw;
+    }
 }
 
 void KafkaDriver::AddLog(std::string line) {
@@ -389,7 +423,53 @@ int KafkaDriver::OnConnect(int fd, const struct sockaddr *address, int length, c
     }
 }
 
+// A batch goes to librdkafka at once unless many messages are out already and acknowledgements
+// are slow (kHoldFrom, kHoldAckMs); then it waits here until those are reported. With the
+// idempotent producer librdkafka sends a partition's next request only once fewer than five of its
+// messages are in flight, but it sets its broker thread's next wake-up from linger.ms before it
+// checks that: while a partition's request waits for its acknowledgement and more messages wait
+// behind it, the thread wakes up at once, again and again (librdkafka 2.0.2,
+// rd_kafka_toppar_producer_serve). With acknowledgements taking tens of milliseconds that was a
+// core spinning for the whole drain. Held here, the messages go out when the previous ones are
+// reported, which is when librdkafka could send them anyway, and in requests as large.
 void KafkaDriver::Submit(std::vector<Message> batch) {
+    if (batch.empty())
+        return;
+    if (held_.empty() && (in_flight_.size() < kHoldFrom || ack_ms_ < kHoldAckMs)) {
+        Produce(batch);
+        return;
+    }
+    if (held_.empty())
+        held_since_ms_ = MonotonicMs();
+    held_.reserve(held_.size() + batch.size());
+    for (Message &m : batch)
+        held_.push_back(std::move(m));
+    ReleaseHeld();  // the ones out may have been reported meanwhile
+}
+
+// Hands the held messages to librdkafka once few enough are out. Not held for longer than a
+// quarter of message.timeout.ms, so that a message's delivery is still decided well within its
+// lease (see Init) when the ones before it take that long.
+void KafkaDriver::ReleaseHeld() {
+    if (held_.empty() ||
+        (in_flight_.size() >= kHoldFrom &&
+         MonotonicMs() - held_since_ms_ < std::max<int64_t>(100, message_timeout_ms_ / 4)))
+        return;
+    std::vector<Message> held;
+    held.swap(held_);
+    Produce(held);
+}
+
+// Held messages were never sent: they come back as deferred with the messages in flight that
+// are purged (see PurgeIfStalled and Abandon).
+void KafkaDriver::HandBackHeld() {
+    for (const Message &m : held_)
+        immediate_.push_back(Outcome{m.id, m.lease_token, OutcomeKind::Defer,
+                                     "not sent: handed back with the messages in flight", -1});
+    held_.clear();
+}
+
+void KafkaDriver::Produce(std::vector<Message> &batch) {
     std::map<std::string, TopicAnswer> asked;
     for (Message &m : batch) {
         auto refuse = [&](OutcomeKind kind, std::string error) {
@@ -399,6 +479,7 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
             refuse(OutcomeKind::Dead, "message has no topic");
             continue;
         }
+        KnowTopic(m.topic);
         KafkaRecord record = BuildKafkaRecord(m, source_, mode_);
         rd_kafka_headers_t *headers = rd_kafka_headers_new(record.headers.size());
         for (const auto &[name, value] : record.headers)
@@ -463,9 +544,7 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
         refusal_.clear();
     }
 
-    for (Outcome &o : immediate_)
-        out.push_back(std::move(o));
-    immediate_.clear();
+    int64_t now = MonotonicMs();
     for (const Report &r : reports_) {
         auto it = in_flight_.find(r.seq);
         if (it == in_flight_.end())
@@ -492,6 +571,7 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
         else if (answer == TopicAnswer::NoAnswer)
             o.kind = OutcomeKind::Defer;
         if (o.kind == OutcomeKind::Delivered) {
+            ack_ms_ = now - it->second.submitted_ms;
             all_down_since_ms_ = 0;
             last_broker_error_.clear();
         }
@@ -525,6 +605,10 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
         in_flight_.erase(it);
     }
     reports_.clear();
+    ReleaseHeld();
+    for (Outcome &o : immediate_)
+        out.push_back(std::move(o));
+    immediate_.clear();
     if (record_failed_) {
         // A report was lost: the affected rows are found again when their leases lapse.
         AddLog("out of memory while recording delivery reports");
@@ -553,6 +637,7 @@ void KafkaDriver::PurgeIfStalled() {
     AddLog(down ? "all brokers down: handing back the messages in flight"
                 : "no delivery report within message.timeout.ms: handing back the messages in "
                   "flight");
+    HandBackHeld();
     rd_kafka_purge(
         rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT | RD_KAFKA_PURGE_F_NON_BLOCKING);
 }
@@ -560,6 +645,7 @@ void KafkaDriver::PurgeIfStalled() {
 void KafkaDriver::Abandon() {
     // The purge reports arrive through Poll as Defer; at shutdown the dispatcher hands those
     // rows back.
+    HandBackHeld();
     rd_kafka_purge(
         rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT | RD_KAFKA_PURGE_F_NON_BLOCKING);
 }

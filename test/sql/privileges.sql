@@ -10,7 +10,7 @@ CREATE ROLE outbox_regress_producer;
 CREATE ROLE outbox_regress_operator;
 CREATE ROLE outbox_regress_nobody;
 
--- GRANTs given by hand (outbox.grant_producer and grant_operator give more: sql/roles.sql).
+-- GRANTs given by hand (outbox.grant_producer and grant_operator give more: test/sql/roles.sql).
 GRANT USAGE ON SCHEMA outbox TO outbox_regress_producer;
 GRANT INSERT ON outbox.messages TO outbox_regress_producer;
 GRANT EXECUTE ON FUNCTION outbox.publish(text[], text, jsonb, text, jsonb) TO outbox_regress_producer;
