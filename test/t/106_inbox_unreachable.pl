@@ -15,11 +15,11 @@ my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 $broker->ctl('create events 2');
 my $node = outbox_node('unreachable');
-# A port nothing listens on: bound once by the test, then closed.
-my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1)
+# A port nothing listens on: held bound (not listening) by the test to its end, so a connection
+# is refused and no other server on the machine can take it meanwhile.
+my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp')
   or die "no free port: $!";
 my $closed = $probe->sockport;
-close $probe;
 
 $node->safe_psql('postgres', qq{
     CREATE TABLE applied (event_id uuid, n int);
