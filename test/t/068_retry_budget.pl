@@ -10,7 +10,6 @@ use strict;
 use warnings;
 use OutboxTest;
 use Test::More;
-use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 
 my $sink = webhook_sink();
@@ -38,16 +37,9 @@ cmp_ok($attempts, '>', 2, 'several attempts, far fewer than max_attempts (1000)'
 cmp_ok($times[-1] - $times[0], '>=', 1.9, 'the endpoint was tried for the whole budget (sink clock)')
   if @times;
 
-# A port nothing answers on: bound here without listening, so a connection to it is refused and
-# nothing else on the machine (another CI lane's servers, a connection's own ephemeral port) can
-# take it meanwhile; let go just before the sink starts on it.
-my $hold;
-sub hold_port {
-    $hold = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $_[0] // 0, Proto => 'tcp',
-        ReuseAddr => 1) or die "cannot bind a port to hold: $!";
-    return $hold->sockport;
-}
-my $port = hold_port();
+# A port nothing answers on, held by the test (refusing_port) until the sink starts there.
+my $hold = refusing_port();
+my $port = $hold->sockport;
 
 # 2. An outage three times the budget before any answer: no budget spent, delivered after it.
 my $down_url = "http://127.0.0.1:$port/later";
@@ -71,7 +63,7 @@ ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination
                                   AND first_failed_at IS NOT NULL}) eq '1' }, 30),
     'the first attempt failed (500, Retry-After 2 s)');
 $back->stop;   # the outage begins before the retry, 2 s later
-hold_port($port);
+$hold = refusing_port($port);
 my $outage_from = time;
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination = 'interrupted'
                                   AND last_error LIKE 'deferred%'}) eq '1' }, 30),

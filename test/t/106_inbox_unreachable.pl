@@ -6,7 +6,6 @@
 #   is known again, the error gone, and everything produced is applied once.
 use strict;
 use warnings;
-use IO::Socket::INET;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -15,10 +14,8 @@ my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 $broker->ctl('create events 2');
 my $node = outbox_node('unreachable');
-# A port nothing listens on: held bound (not listening) by the test to its end, so a connection
-# is refused and no other server on the machine can take it meanwhile.
-my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp')
-  or die "no free port: $!";
+# A port nothing listens on, held by the test to its end (refusing_port).
+my $probe = refusing_port();
 my $closed = $probe->sockport;
 
 $node->safe_psql('postgres', qq{
