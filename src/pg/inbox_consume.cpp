@@ -129,14 +129,19 @@ const char *const kInsertOffsetSql =
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 // The cluster cannot be reached: the stored high watermarks are stale, and a lag from them would
-// say nothing (subscriptions() shows NULL, unknown, for a NULL high watermark).
+// say nothing (subscriptions() shows NULL, unknown, for a NULL high watermark). Neither this nor
+// the error shown changes a subscription paused since this worker last read them (a pause is
+// picked up at the next poll; until then the consumer is still open): a paused subscription's
+// status stays what it was when it was paused.
 const char *const kForgetWatermarksSql =
-    "UPDATE outbox.inbox_offsets SET high_watermark = NULL"
-    " WHERE subscription = $1 AND high_watermark IS NOT NULL";
+    "UPDATE outbox.inbox_offsets AS o SET high_watermark = NULL"
+    " WHERE o.subscription = $1 AND o.high_watermark IS NOT NULL"
+    "   AND NOT EXISTS (SELECT FROM outbox.inbox_subscriptions AS s"
+    "                    WHERE s.name = $1 AND s.paused)";
 
 const char *const kShowErrorSql =
     "UPDATE outbox.inbox_subscriptions SET last_error = $2 WHERE name = $1"
-    "   AND last_error IS DISTINCT FROM $2";
+    "   AND last_error IS DISTINCT FROM $2 AND NOT paused";
 
 // The cursors open in this session (a handler's: the worker opens none).
 const char *const kOpenCursorsSql = "SELECT name FROM pg_catalog.pg_cursors";

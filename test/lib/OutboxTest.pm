@@ -19,7 +19,7 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(outbox_node wait_until kafka_broker webhook_sink check_server_log
                  worker_pids stats_row check_key_order queued produce dead_letter
-                 wait_for_cycles reload_and_wait);
+                 wait_for_cycles reload_and_wait refusing_port);
 
 my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/run_tests)";
 
@@ -47,6 +47,16 @@ sub outbox_node {
 }
 
 # Polls `check` (a sub returning true when done) every 100 ms for up to `timeout` seconds.
+# A socket bound to 127.0.0.1 (port $port, or one the kernel picks) without listening: a
+# connection to its port is refused, and while the test holds it no other server on the machine
+# (another CI lane's) can take the port, nor can a connection use it as its own. Close it to let
+# a server start there.
+sub refusing_port {
+    my ($port) = @_;
+    return IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port // 0, Proto => 'tcp',
+        ReuseAddr => 1) // die "cannot bind 127.0.0.1:" . ($port // 0) . ": $!";
+}
+
 sub wait_until {
     my ($check, $timeout, $what) = @_;
     my $deadline = time + ($timeout // 60);

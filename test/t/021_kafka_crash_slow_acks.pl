@@ -25,15 +25,6 @@ $node->safe_psql('postgres', qq{
 # fast path allowed before and well under its 200 ms now, with room for a loaded machine.
 $broker->ctl('rtt all 40');
 
-# Messages still queued; a very large number while the server restarts after a crash.
-sub queued {
-    my ($dest) = @_;
-    my $n = eval {
-        $node->safe_psql('postgres', "SELECT count(*) FROM outbox.messages WHERE destination = '$dest'");
-    };
-    return defined $n ? $n : 1e9;
-}
-
 # WAL bytes a delivered message took since $lsn, with $left of $n still queued.
 sub wal_per_message {
     my ($lsn, $left) = @_;
@@ -49,7 +40,7 @@ sub queue_batch {
         INSERT INTO outbox.messages (destination, key, payload)
         SELECT '$dest', 'warm-up', '{}' FROM generate_series(1, 100);
     });
-    ok(wait_until(sub { queued($dest) == 0 }, 60), "$dest: warm-up delivered");
+    ok(wait_until(sub { queued($node, $dest, restarting => 1) == 0 }, 60), "$dest: warm-up delivered");
     $node->safe_psql('postgres', qq{
         SELECT outbox.pause('$dest');
         INSERT INTO outbox.messages (destination, key, payload)
@@ -78,13 +69,13 @@ sub check_all_arrived {
 my $lsn = queue_batch('slow1');
 my $killed = 0;
 for my $below (int($n * 0.8), int($n * 0.4)) {
-    ok(wait_until(sub { queued('slow1') < $below }, 120), "slow1: drain passed $below remaining");
+    ok(wait_until(sub { queued($node, 'slow1', restarting => 1) < $below }, 120), "slow1: drain passed $below remaining");
     if (!$killed) {
-        my $wal = wal_per_message($lsn, queued('slow1'));
+        my $wal = wal_per_message($lsn, queued($node, 'slow1', restarting => 1));
         cmp_ok($wal, '<', 400, "slow1: $wal bytes of WAL a message: the fast path, no leases");
     }
     my ($pid) = worker_pids($node);
-    my $remaining = queued('slow1');
+    my $remaining = queued($node, 'slow1', restarting => 1);
     ok(kill('KILL', $pid), "slow1: worker $pid killed with SIGKILL at $remaining remaining");
     $killed++;
     # The postmaster restarts everything after a backend crash; wait for a new worker.
@@ -92,17 +83,17 @@ for my $below (int($n * 0.8), int($n * 0.4)) {
         my @p = eval { worker_pids($node) };
         @p && $p[0] != $pid }, 60), 'slow1: a new worker took over');
 }
-ok(wait_until(sub { queued('slow1') == 0 }, 180), 'slow1: drained after two kills');
+ok(wait_until(sub { queued($node, 'slow1', restarting => 1) == 0 }, 180), 'slow1: drained after two kills');
 check_all_arrived('slow1');
 
 # 2. Immediate stop (a server crash) while a fast batch holds sent messages, then start again.
 $lsn = queue_batch('slow2');
-ok(wait_until(sub { queued('slow2') < int($n * 0.7) }, 120), 'slow2: drain under way');
-my $wal = wal_per_message($lsn, queued('slow2'));
+ok(wait_until(sub { queued($node, 'slow2', restarting => 1) < int($n * 0.7) }, 120), 'slow2: drain under way');
+my $wal = wal_per_message($lsn, queued($node, 'slow2', restarting => 1));
 cmp_ok($wal, '<', 400, "slow2: $wal bytes of WAL a message: the fast path, no leases");
 $node->stop('immediate');
 $node->start;
-ok(wait_until(sub { queued('slow2') == 0 }, 180), 'slow2: drained after an immediate stop');
+ok(wait_until(sub { queued($node, 'slow2', restarting => 1) == 0 }, 180), 'slow2: drained after an immediate stop');
 check_all_arrived('slow2');
 
 $broker->ctl('rtt all 0');

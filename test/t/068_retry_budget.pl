@@ -37,10 +37,9 @@ cmp_ok($attempts, '>', 2, 'several attempts, far fewer than max_attempts (1000)'
 cmp_ok($times[-1] - $times[0], '>=', 1.9, 'the endpoint was tried for the whole budget (sink clock)')
   if @times;
 
-# A free port: a sink that is stopped at once.
-my $gone = webhook_sink();
-my $port = $gone->port;
-$gone->stop;
+# A port nothing answers on, held by the test (refusing_port) until the sink starts there.
+my $hold = refusing_port();
+my $port = $hold->sockport;
 
 # 2. An outage three times the budget before any answer: no budget spent, delivered after it.
 my $down_url = "http://127.0.0.1:$port/later";
@@ -55,6 +54,7 @@ is(sql(q{SELECT count(*) || ' ' || count(*) FILTER (WHERE attempts = 0 AND first
 # 3. Failed once, then an outage longer than the budget, then failing again: the outage is not
 # counted, so the message is retried (and delivered) instead of being dead-lettered.
 my $flaky_url = "http://127.0.0.1:$port/flaky;fail_first=1;fail_status=500;retry_after=2";
+close $hold;
 my $back = webhook_sink(port => $port);
 sql(qq{SELECT outbox.create_destination('interrupted', 'webhook', '{"url": "$flaky_url",
            "retry_budget": "5s", "retry_base": "1s", "retry_max": "2s"}');
@@ -63,12 +63,14 @@ ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination
                                   AND first_failed_at IS NOT NULL}) eq '1' }, 30),
     'the first attempt failed (500, Retry-After 2 s)');
 $back->stop;   # the outage begins before the retry, 2 s later
+$hold = refusing_port($port);
 my $outage_from = time;
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination = 'interrupted'
                                   AND last_error LIKE 'deferred%'}) eq '1' }, 30),
     'the retry found the endpoint unreachable (deferred)');
 sleep(0.2) while time < $outage_from + 8;   # the outage, longer than the budget: the scenario
 # The restarted sink answers the first request of each message with a 500 again.
+close $hold;
 $back = webhook_sink(port => $port);
 ok(wait_until(sub { sql(q{SELECT count(*) FROM outbox.messages WHERE destination IN ('outage', 'interrupted')}) eq '0' }, 60),
     'both messages are delivered once the endpoint is back');

@@ -267,7 +267,12 @@ diag(sprintf('p99 commit-to-broker latency at 1,000 msg/s: %.1f ms (%d records) 
     . 'while a handler slept 15 s, %.1f ms (%d) after', $before, $n_before, $during, $n_during, $after, $n_after));
 cmp_ok($overlap, '<', 15, 'the run with the handler fitted inside its 15 s');
 my $baseline = $before > $after ? $before : $after;
-cmp_ok($during, '<=', 1.2 * $baseline, 'the slow handler leaves the p99 within 1.2x of the runs without it');
+# 1.2x, or 100 ms more where that is wider: CI runs another major's files beside this one, and
+# that alone moved a phase's p99 from 57 to 112 ms once. A handler that held up delivery would
+# add seconds (the 15 s sleep), which either bound catches.
+my $bound = 1.2 * $baseline > $baseline + 100 ? 1.2 * $baseline : $baseline + 100;
+cmp_ok($during, '<=', $bound,
+    'the slow handler leaves the p99 within 1.2x (or 100 ms) of the runs without it');
 ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM slow_seen}) eq '1' }, 30),
     'the slow handler finished within its 30 s and its record was applied');
 

@@ -6,7 +6,6 @@
 #   is known again, the error gone, and everything produced is applied once.
 use strict;
 use warnings;
-use IO::Socket::INET;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -15,11 +14,9 @@ my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 $broker->ctl('create events 2');
 my $node = outbox_node('unreachable');
-# A port nothing listens on: bound once by the test, then closed.
-my $probe = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1)
-  or die "no free port: $!";
+# A port nothing listens on, held by the test to its end (refusing_port).
+my $probe = refusing_port();
 my $closed = $probe->sockport;
-close $probe;
 
 $node->safe_psql('postgres', qq{
     CREATE TABLE applied (event_id uuid, n int);
