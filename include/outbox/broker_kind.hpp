@@ -79,6 +79,9 @@ struct DriverContext {
     std::string destination;  // the destination's name: log lines, the CloudEvents type fallback
     std::string source;       // the CloudEvents source: "/outbox/<database>"
     std::string client_name;  // the name a broker shows for the connection: "outbox-<db>-<name>"
+    // The delivery worker's number within its database (0 for the first): what tells apart the
+    // connections of two workers where a broker wants a unique client id (mqtt).
+    int64_t worker_index = 0;
     int64_t lease_timeout_ms = 30000;
     // Messages a driver keeps in flight when its config says nothing: twice outbox.batch_size
     // (InFlightWindow).

@@ -9,6 +9,8 @@
 
 #include "outbox/brokers/amqp/kind.hpp"
 #include "outbox/brokers/kafka/kind.hpp"
+// mqtt kind
+#include "outbox/brokers/mqtt/kind.hpp"
 #include "outbox/brokers/nats/kind.hpp"
 #include "outbox/brokers/webhook/kind.hpp"
 
@@ -18,7 +20,10 @@ const std::vector<const BrokerKind *> &BrokerKinds() {
     // Built on first use, never destroyed: no global with a destructor (a static vector's would
     // run at exit, after a helper's threads may still look a kind up).
     static const std::vector<const BrokerKind *> *const kinds =
-        new std::vector<const BrokerKind *>{&kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind};
+        new std::vector<const BrokerKind *>{
+            &kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
+            &kMqttKind,  // mqtt kind
+        };
     return *kinds;
 }
 

@@ -37,11 +37,12 @@ DriverProcessOptions CurrentDriverProcessOptions() {
 }
 
 DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &database,
-                                const DispatchSettings &settings) {
+                                const DispatchSettings &settings, int worker_index) {
     DriverContext context;
     context.destination = spec.name;
     context.source = "/outbox/" + database;
     context.client_name = "outbox-" + database + "-" + spec.name;
+    context.worker_index = worker_index;
     context.lease_timeout_ms = settings.lease_timeout_ms;
     context.default_in_flight = InFlightWindow(settings.batch_size);
     // An answer due well within the lease.
@@ -54,8 +55,8 @@ DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &
 
 std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpec &spec,
                                     const std::string &database, const DispatchSettings &settings,
-                                    std::string *error) {
-    DriverContext context = MakeDriverContext(spec, database, settings);
+                                    std::string *error, int worker_index) {
+    DriverContext context = MakeDriverContext(spec, database, settings, worker_index);
     return process->Open(spec.config.kind->name, spec.name,
                          protocol::EncodeOpenOptions(spec.config_json, context), error);
 }

@@ -206,7 +206,8 @@ Worker::Worker(WorkerSlot *slot, std::string database)
     paused_drivers = drivers_.get();
     dispatcher_ = std::make_unique<Dispatcher>(
         [this](const DestinationSpec &spec, std::string *error) {
-            return BuildDriver(drivers_.get(), spec, database_, dispatcher_->Settings(), error);
+            return BuildDriver(drivers_.get(), spec, database_, dispatcher_->Settings(), error,
+                               slot_->worker_index);
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
     dispatcher_->SetPollHook([this] { drivers_->Service(); });

@@ -236,6 +236,7 @@ void VisitDriverContext(Context &c, V &&v) {
     v("destination", c.destination);
     v("source", c.source);
     v("client_name", c.client_name);
+    v("worker_index", c.worker_index);
     v("lease_timeout_ms", c.lease_timeout_ms);
     v("default_in_flight", c.default_in_flight);
     v("answer_timeout_ms", c.answer_timeout_ms);
