@@ -22,8 +22,10 @@ sub produced_ids {
 
 # kill -9 of the worker twice mid-drain, then an immediate stop of the server mid-drain:
 # nothing lost, duplicates reported.
+# Options: driver_kill => 1 kills outbox-driver (kill -9) once more mid-drain after the worker
+# kills (the helper's crash: the worker restarts it, the messages in flight are due again).
 sub crash {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_crash", conf => join("\n", 'log_statement = none',
@@ -60,7 +62,15 @@ sub crash {
         ok(wait_until(sub { my @p = eval { worker_pids($node) }; @p && $p[0] != $pid }, 60),
             'a new worker took over');
     }
-    ok(wait_until(sub { queued($node, 'crash1', restarting => 1) == 0 }, 300), 'crash1: drained after two kills');
+    if ($o{driver_kill}) {
+        ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < 5000 }, 180), 'drain passed 5000 remaining');
+        my ($driver) = grep { $_ > 0 } split /\n/,
+          $node->safe_psql('postgres', 'SELECT coalesce(driver_pid, 0) FROM outbox.workers()');
+        my $remaining = queued($node, 'crash1', restarting => 1);
+        ok($driver && kill('KILL', $driver), "outbox-driver $driver killed with SIGKILL at $remaining remaining");
+    }
+    ok(wait_until(sub { queued($node, 'crash1', restarting => 1) == 0 }, 300),
+        'crash1: drained after ' . ($o{driver_kill} ? 'two worker kills and a driver kill' : 'two kills'));
     is($node->safe_psql('postgres', "SELECT count(*) FROM outbox.dead_letters"), '0',
         'crash1: nothing dead-lettered');
     my $r = fault_summary("${kind}_worker_kill", produced => produced_ids($node, 'crash1'),
@@ -86,8 +96,10 @@ sub crash {
 
 # The broker stopped for 20 s while producers commit 50 messages/s: nothing dead-lettered (with
 # max_attempts 2), no attempt spent, everything arrives once it is back.
+# Options: down => seconds the broker stays stopped (20 unless given).
 sub outage {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
+    my $down_s = $o{down} // 20;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_outage", conf => join("\n", 'log_statement = none',
@@ -98,7 +110,7 @@ sub outage {
         CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY);
         CREATE SEQUENCE n_seq;
     });
-    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => 40, script => q{
+    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => 20 + $down_s, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'flow', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
@@ -117,7 +129,7 @@ INSERT INTO produced SELECT * FROM m;
     my $during = stats_row($node, 'flow');
     diag("last_error during the outage: $during->{last_error}");
     unlike($during->{last_error}, qr/guest:guest/, 'last_error does not show the credentials');
-    sleep(20 - (time - $down_at)) if time - $down_at < 20;   # the outage's length: the scenario
+    sleep($down_s - (time - $down_at)) if time - $down_at < $down_s;   # the outage's length: the scenario
     $server->up;
     diag(sprintf('%s started again after %.1f s', $server_kind, time - $down_at));
     ok($pgbench->finish, 'the producers ran throughout') or diag(${ $pgbench->{outbox_err} });
@@ -132,7 +144,7 @@ INSERT INTO produced SELECT * FROM m;
     is($s->{failed_total}, 0, 'no attempt was spent on the outage');
     cmp_ok($s->{deferred_total}, '>', 0, 'messages were deferred: ' . $s->{deferred_total});
     my $produced = produced_ids($node, 'flow');
-    my $r = fault_summary("${kind}_broker_stopped_20s", produced => $produced,
+    my $r = fault_summary("${kind}_broker_stopped_${down_s}s", produced => $produced,
         received => $server->event_ids($server->container('flow')));
     is($r->{distinct}, scalar(@$produced), 'all ' . scalar(@$produced) . ' messages arrived');
 
@@ -187,7 +199,7 @@ INSERT INTO produced SELECT * FROM m;
     }
     my $got = $server->received($server->container('ord'));
     my @in_order = $kind eq 'nats' ? sort { $a->{seq} <=> $b->{seq} } @$got : @$got;
-    my $id_header = $kind eq 'nats' ? 'ce-id' : 'cloudEvents:id';
+    my $id_header = $server->id_header;
     my (%first, %last, %late);
     for my $m (@in_order) {
         my $e = $m->{headers}{$id_header} // next;

@@ -518,14 +518,19 @@ sub fault_summary {
 package OutboxTest;
 
 push @EXPORT, qw(rabbitmq_node nats_node);
+push @EXPORT, qw(mosquitto_node);  # mqtt kind
 
 sub rabbitmq_node { return OutboxTest::BrokerNode->start('rabbitmq', @_) }
 sub nats_node { return OutboxTest::BrokerNode->start('nats', @_) }
+# mqtt kind: a mosquitto broker of the test's own (test/tools/mosquitto_node), checked by a
+# paho-mqtt subscriber (test/tools/mqtt_client.py).
+sub mosquitto_node { return OutboxTest::BrokerNode->start('mosquitto', @_) }
 
 package OutboxTest::BrokerNode;
 
 use IPC::Run;
 use JSON::PP;
+use Time::HiRes ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -540,6 +545,7 @@ sub start {
     my $work = PostgreSQL::Test::Utils::tempdir();
     my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ' : 'OUTBOX_SHARED_NATS' };
     $shared = undef if @{ $opts{args} // [] };
+    $shared = undef if $kind eq 'mosquitto';  # mqtt kind: each file runs its own broker
     my $self = bless { kind => $kind, dir => $shared // "$work/$kind", work => $work,
         shared => defined $shared, args => $opts{args} // [] }, $class;
     $self->up unless $self->{shared};
@@ -611,6 +617,7 @@ sub nats_delete_stream {
 # every message received, repeats included (hashes as in broker_client.py).
 sub received {
     my ($self, $name, %o) = @_;
+    return $self->mqtt_received($name, %o) if $self->{kind} eq 'mosquitto';  # mqtt kind
     my $file = "$self->{work}/received-$name.jsonl";
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
         : ('nats-drain', '--stream', $name), '--out', $file, '--idle', $o{idle} // 0.5);
@@ -626,7 +633,7 @@ sub received {
 # The event ids received (cloudEvents:id / ce-id), repeats included.
 sub event_ids {
     my ($self, $name) = @_;
-    my $key = $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';
+    my $key = $self->id_header;
     return [ map { $_->{headers}{$key} // () } @{ $self->received($name) } ];
 }
 
@@ -636,6 +643,7 @@ sub event_ids {
 sub prepare {
     my ($self, $dest, %extra) = @_;
     my %config;
+    return $self->mqtt_prepare($dest, %extra) if $self->{kind} eq 'mosquitto';  # mqtt kind
     if ($self->{kind} eq 'rabbitmq') {
         $self->amqp_setup(exchange => 'outbox', queue => $dest, bind => [$dest]);
         %config = (url => $self->url, exchange => 'outbox', routing_key => $dest);
@@ -649,15 +657,27 @@ sub prepare {
 # Where destination $dest's messages are read back (see prepare).
 sub container {
     my ($self, $dest) = @_;
+    return $dest if $self->{kind} eq 'mosquitto';  # mqtt kind
     return $self->{kind} eq 'rabbitmq' ? $dest : uc $dest;
 }
 
 # The destination kind this server is for.
-sub destination_kind { $_[0]{kind} eq 'rabbitmq' ? 'amqp' : 'nats' }
+sub destination_kind {
+    return 'mqtt' if $_[0]{kind} eq 'mosquitto';  # mqtt kind
+    $_[0]{kind} eq 'rabbitmq' ? 'amqp' : 'nats'
+}
+
+# The header (user property, for mqtt) that carries the event id: the CloudEvents id.
+sub id_header {
+    my ($self) = @_;
+    return 'id' if $self->{kind} eq 'mosquitto';  # mqtt kind
+    return $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';
+}
 
 # Messages the server holds in a queue / stream now.
 sub count {
     my ($self, $name) = @_;
+    return scalar(@{ $self->mqtt_received($name) }) if $self->{kind} eq 'mosquitto';  # mqtt kind
     my $n = $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-count', '--queue', $name)
         : ('nats-count', '--stream', $name));
     chomp $n;
@@ -669,9 +689,65 @@ sub count {
 sub stop {
     my ($self) = @_;
     return if $self->{stopped} || $self->{shared};
+    $_->kill_kill for values %{ $self->{subscribers} // {} };  # mqtt kind
     eval { $self->tool('kill') };
     $self->{stopped} = 1;
 }
+
+# ---- mqtt kind ------------------------------------------------------------------------------
+# A persistent-session paho-mqtt subscriber on "$dest/#" (QoS 1), started before anything is
+# published to it and running until the broker node stops, through broker restarts; and the
+# destination's config: the broker at 127.0.0.1, default topic "$dest/msg", %extra merged in.
+# $extra{subscriber} (user => U, password => P) authenticates the subscriber.
+sub mqtt_prepare {
+    my ($self, $dest, %extra) = @_;
+    my $auth = delete $extra{subscriber};
+    $self->mqtt_subscribe($dest, "$dest/#", $auth);
+    my %config = (host => '127.0.0.1', port => $self->{port} + 0, topic => "$dest/msg");
+    return JSON::PP->new->canonical->encode({ %config, %extra });
+}
+
+sub mqtt_subscribe {
+    my ($self, $name, $filter, $auth) = @_;
+    my $file = "$self->{work}/mqtt-$name.jsonl";
+    unlink "$file.ready";
+    $self->{subscribers}{$name} = IPC::Run::start(['/usr/bin/python3',
+            "$root/test/tools/mqtt_client.py", 'subscribe', '--port', $self->{port},
+            '--topic', $filter, '--id', "verify-$name", '--out', $file,
+            ($auth ? ('--user', $auth->{user}, '--password', $auth->{password}) : ())],
+        '<', \undef, '>>', "$file.log", '2>>', "$file.log");
+    for (1 .. 300) {
+        return if -e "$file.ready";
+        Time::HiRes::sleep(0.1);
+    }
+    die "mqtt_client.py subscribe $filter did not subscribe; see $file.log";
+}
+
+# Everything the subscriber of $name received, repeats included, once it has received nothing
+# more for $o{idle} seconds (0.5 unless given).
+sub mqtt_received {
+    my ($self, $name, %o) = @_;
+    my $file = "$self->{work}/mqtt-$name.jsonl";
+    my $idle = $o{idle} // 0.5;
+    my ($size, $since) = (-1, Time::HiRes::time());
+    for (;;) {
+        my $now_size = -s $file // 0;
+        if ($now_size != $size) {
+            ($size, $since) = ($now_size, Time::HiRes::time());
+        } elsif (Time::HiRes::time() - $since >= $idle) {
+            last;
+        }
+        Time::HiRes::sleep(0.1);
+    }
+    my @got;
+    open my $fh, '<', $file or return [];
+    while (my $line = <$fh>) {
+        push @got, decode_json($line) if $line =~ /\n\z/;
+    }
+    close $fh;
+    return \@got;
+}
+# ---- end of the mqtt kind -------------------------------------------------------------------
 
 sub DESTROY { my $self = shift; $self->stop; }
 

@@ -6,6 +6,8 @@
 #   :'kafka'        the test broker's bootstrap list
 #   :'webhook_url'  the webhook sink's base URL (a path such as /audit;status=422 answers 422)
 #   :'amqp_url', :'nats_url'  a RabbitMQ URL and a NATS server where nothing listens
+#   :'mqtt_host'    an MQTT broker's host (mqtt kind: 127.0.0.1; port 1883, where nothing
+#                   listens in the tests)
 # Markers, as a block's first line:
 #   -- a moment later     wait until the database's queues are settled (nothing pending or in
 #                         flight, every subscription caught up) before running the block
@@ -63,6 +65,7 @@ my $sink = webhook_sink();
 # where nothing listens (an outage, which is all the examples need).
 my %vars = (kafka => $broker->bootstrap, webhook_url => 'http://127.0.0.1:' . $sink->port,
     amqp_url => 'amqp://outbox:change-me@127.0.0.1:1/shop', nats_url => 'nats://127.0.0.1:1');
+$vars{mqtt_host} = '127.0.0.1';  # mqtt kind
 my $node = outbox_node('docs', extension => 0,
     conf => "outbox.databases = '" . join(', ', @dbs) . "'\nlog_statement = none");
 

@@ -1,0 +1,11 @@
+# Outage for the mqtt kind (BrokerScenarios::outage): mosquitto is stopped for 30 s while
+# producers commit 50 messages/s; nothing is dead-lettered, no attempt is spent, everything
+# arrives once it is back (the verifying subscriber's persistent session keeps what arrives
+# while it reconnects).
+use strict;
+use warnings;
+use BrokerScenarios;
+use Test::More;
+
+BrokerScenarios::outage('mosquitto', down => 30);
+done_testing();
