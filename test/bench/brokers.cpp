@@ -23,6 +23,9 @@
 #include <amqp_tcp_socket.h>
 #include <libpq-fe.h>
 #include <nats/nats.h>
+// mqtt kind
+#include <mosquitto.h>
+#include <mqtt_protocol.h>
 
 #include <algorithm>
 #include <atomic>
@@ -82,8 +85,8 @@ Options Parse(int argc, char **argv) {
         else if (a == "--window") o.window = std::atol(v.c_str());
         else Die("unknown option " + a);
     }
-    if (o.kind != "amqp" && o.kind != "nats")
-        Die("--kind must be amqp or nats");
+    if (o.kind != "amqp" && o.kind != "nats" && o.kind != "mqtt")
+        Die("--kind must be amqp, nats or mqtt");
     return o;
 }
 
@@ -269,6 +272,76 @@ void NatsPublishOne(jsCtx *js, const std::string &subject, const std::string &id
 }
 
 // ---------------------------------------------------------------------------------------------
+// MQTT 5 (libmosquitto), mqtt kind: --url mqtt://host:port; T is the topic. The consumer is a
+// QoS 1 subscription that reads the "id" user property; the direct publisher publishes QoS 1
+// with the same user property, at most W awaiting their PUBACK.
+// ---------------------------------------------------------------------------------------------
+std::atomic<long> mqtt_acked{0};
+std::atomic<bool> mqtt_connected{false};
+
+struct mosquitto *MqttConnect(const std::string &url, const char *id, void *closure) {
+    std::string rest = url.substr(url.find("://") == std::string::npos ? 0 : url.find("://") + 3);
+    size_t colon = rest.rfind(':');
+    std::string host = rest.substr(0, colon);
+    int port = colon == std::string::npos ? 1883 : std::atoi(rest.c_str() + colon + 1);
+    mosquitto_lib_init();
+    struct mosquitto *m = mosquitto_new(id, true, closure);
+    mosquitto_int_option(m, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
+    mosquitto_int_option(m, MOSQ_OPT_SEND_MAXIMUM, 1000);
+    mosquitto_int_option(m, MOSQ_OPT_TCP_NODELAY, 1);
+    mosquitto_connect_v5_callback_set(m, [](struct mosquitto *, void *, int rc, int, const mosquitto_property *) {
+        if (rc == 0)
+            mqtt_connected.store(true);
+    });
+    mosquitto_publish_v5_callback_set(m, [](struct mosquitto *, void *, int, int, const mosquitto_property *) {
+        mqtt_acked.fetch_add(1);
+    });
+    if (mosquitto_connect_bind_v5(m, host.c_str(), port, 30, nullptr, nullptr) != MOSQ_ERR_SUCCESS)
+        Die("cannot connect to the MQTT broker");
+    if (mosquitto_loop_start(m) != MOSQ_ERR_SUCCESS)
+        Die("mosquitto_loop_start failed");
+    while (!mqtt_connected.load())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return m;
+}
+
+void OnMqttMessage(struct mosquitto *, void *closure, const struct mosquitto_message *,
+                   const mosquitto_property *props) {
+    int64_t t = NowNs();
+    char *name = nullptr, *value = nullptr;
+    for (const mosquitto_property *p = props; p != nullptr; p = mosquitto_property_next(p)) {
+        if (mosquitto_property_identifier(p) != MQTT_PROP_USER_PROPERTY)
+            continue;
+        if (mosquitto_property_read_string_pair(p, MQTT_PROP_USER_PROPERTY, &name, &value, false) != nullptr) {
+            if (std::strcmp(name, "id") == 0)
+                static_cast<Times *>(closure)->Arrived(value, t);
+            free(name);
+            free(value);
+        }
+    }
+}
+
+struct mosquitto *MqttSubscribe(const std::string &url, const std::string &topic, Times *times) {
+    struct mosquitto *m = MqttConnect(url, nullptr, times);
+    mosquitto_message_v5_callback_set(m, OnMqttMessage);
+    if (mosquitto_subscribe_v5(m, nullptr, topic.c_str(), 1, 0, nullptr) != MOSQ_ERR_SUCCESS)
+        Die("mqtt subscribe failed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return m;
+}
+
+void MqttPublishOne(struct mosquitto *m, const std::string &topic, const std::string &id,
+                    const std::string &body) {
+    mosquitto_property *props = nullptr;
+    mosquitto_property_add_string_pair(&props, MQTT_PROP_USER_PROPERTY, "id", id.c_str());
+    if (mosquitto_publish_v5(m, nullptr, topic.c_str(), static_cast<int>(body.size()), body.data(), 1,
+                             false, props) != MOSQ_ERR_SUCCESS)
+        Die("mqtt publish failed");
+    mosquitto_property_free_all(&props);
+}
+// ---- end of the mqtt kind -------------------------------------------------------------------
+
+// ---------------------------------------------------------------------------------------------
 // The relay's producers: paced single-row transactions.
 // ---------------------------------------------------------------------------------------------
 void RelayProducer(const Options &o, int index, int64_t start_ns, std::atomic<long> *next,
@@ -312,7 +385,10 @@ int Latency(const Options &o) {
     std::thread consumer;
     natsConnection *sub_nc = nullptr;
     natsSubscription *sub = nullptr;
-    if (o.kind == "amqp") {
+    struct mosquitto *mqtt_sub = nullptr;  // mqtt kind
+    if (o.kind == "mqtt") {
+        mqtt_sub = MqttSubscribe(o.url, o.target, &times);
+    } else if (o.kind == "amqp") {
         consumer = std::thread(AmqpConsume, o.url, o.target, &times, &stop, &ready);
         while (!ready.load())
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -335,8 +411,12 @@ int Latency(const Options &o) {
         amqp_connection_state_t c = nullptr;
         natsConnection *nc = nullptr;
         jsCtx *js = nullptr;
+        struct mosquitto *mq = nullptr;  // mqtt kind
         uint64_t confirmed = 0;
-        if (o.kind == "amqp") {
+        if (o.kind == "mqtt") {
+            mqtt_connected.store(false);
+            mq = MqttConnect(o.url, nullptr, nullptr);
+        } else if (o.kind == "amqp") {
             c = AmqpConnect(o.url);
             amqp_confirm_select(c, 1);
             if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
@@ -359,12 +439,20 @@ int Latency(const Options &o) {
             std::string id = IdFor(n);
             if (static_cast<double>(due - start) / 1e9 >= o.warmup)
                 times.Sent(id, NowNs());
-            if (c != nullptr)
+            if (mq != nullptr)
+                MqttPublishOne(mq, o.target, id, "{\"bench\": true}");
+            else if (c != nullptr)
                 AmqpPublishOne(c, o.target, id, "{\"bench\": true}");
             else
                 NatsPublishOne(js, o.target, id, "{\"bench\": true}");
         }
-        if (c != nullptr) {
+        if (mq != nullptr) {
+            while (mqtt_acked.load() < total)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            mosquitto_disconnect(mq);
+            mosquitto_loop_stop(mq, false);
+            mosquitto_destroy(mq);
+        } else if (c != nullptr) {
             while (confirmed < static_cast<uint64_t>(total))
                 AmqpReadConfirms(c, &confirmed, true);
             amqp_connection_close(c, AMQP_REPLY_SUCCESS);
@@ -396,6 +484,11 @@ int Latency(const Options &o) {
     stop.store(true);
     if (consumer.joinable())
         consumer.join();
+    if (mqtt_sub != nullptr) {
+        mosquitto_disconnect(mqtt_sub);
+        mosquitto_loop_stop(mqtt_sub, false);
+        mosquitto_destroy(mqtt_sub);
+    }
     if (sub != nullptr) {
         natsSubscription_Unsubscribe(sub);
         natsSubscription_Destroy(sub);
@@ -424,7 +517,20 @@ int Latency(const Options &o) {
 int Publish(const Options &o) {
     std::string body = "{\"bench\": true, \"pad\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
     int64_t t0 = NowNs();
-    if (o.kind == "amqp") {
+    if (o.kind == "mqtt") {  // mqtt kind
+        struct mosquitto *m = MqttConnect(o.url, nullptr, nullptr);
+        t0 = NowNs();
+        for (long n = 0; n < o.count; n++) {
+            while (n - mqtt_acked.load() >= o.window)
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+            MqttPublishOne(m, o.target, IdFor(n), body);
+        }
+        while (mqtt_acked.load() < o.count)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        mosquitto_disconnect(m);
+        mosquitto_loop_stop(m, false);
+        mosquitto_destroy(m);
+    } else if (o.kind == "amqp") {
         amqp_connection_state_t c = AmqpConnect(o.url);
         amqp_confirm_select(c, 1);
         if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
