@@ -22,15 +22,16 @@ sub produced_ids {
 
 # kill -9 of the worker twice mid-drain, then an immediate stop of the server mid-drain:
 # nothing lost, duplicates reported.
-# Options: driver_kill => 1 kills outbox-driver (kill -9) once more mid-drain after the worker
-# kills (the helper's crash: the worker restarts it, the messages in flight are due again).
+# Options: n => messages per phase (30000 unless given; the kill points scale with it);
+# driver_kill => 1 first kills outbox-driver (kill -9) mid-drain, before the worker kills (the
+# helper's crash: the worker restarts it, the messages in flight are due again).
 sub crash {
     my ($server_kind, %o) = @_;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_crash", conf => join("\n", 'log_statement = none',
         'restart_after_crash = on', "outbox.lease_timeout = '5s'", 'outbox.batch_size = 200'));
-    my $n = 30000;
+    my $n = $o{n} // 30000;
     $node->safe_psql('postgres', 'CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY)');
     for my $dest ('crash1', 'crash2') {
         my $config = $server->prepare($dest);
@@ -53,7 +54,15 @@ sub crash {
     # 1. kill -9 the worker twice mid-drain.
     $queue_batch->('crash1');
     my $killed = 0;
-    for my $below (20000, 10000) {
+    if ($o{driver_kill}) {
+        my $below = int($n * 5 / 6);
+        ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < $below }, 180), "drain passed $below remaining");
+        my ($driver) = grep { $_ > 0 } split /\n/,
+          $node->safe_psql('postgres', 'SELECT coalesce(driver_pid, 0) FROM outbox.workers()');
+        my $remaining = queued($node, 'crash1', restarting => 1);
+        ok($driver && kill('KILL', $driver), "outbox-driver $driver killed with SIGKILL at $remaining remaining");
+    }
+    for my $below (int($n * 2 / 3), int($n / 3)) {
         ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < $below }, 180), "drain passed $below remaining");
         my ($pid) = worker_pids($node);
         my $remaining = queued($node, 'crash1', restarting => 1);
@@ -62,24 +71,17 @@ sub crash {
         ok(wait_until(sub { my @p = eval { worker_pids($node) }; @p && $p[0] != $pid }, 60),
             'a new worker took over');
     }
-    if ($o{driver_kill}) {
-        ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < 5000 }, 180), 'drain passed 5000 remaining');
-        my ($driver) = grep { $_ > 0 } split /\n/,
-          $node->safe_psql('postgres', 'SELECT coalesce(driver_pid, 0) FROM outbox.workers()');
-        my $remaining = queued($node, 'crash1', restarting => 1);
-        ok($driver && kill('KILL', $driver), "outbox-driver $driver killed with SIGKILL at $remaining remaining");
-    }
     ok(wait_until(sub { queued($node, 'crash1', restarting => 1) == 0 }, 300),
-        'crash1: drained after ' . ($o{driver_kill} ? 'two worker kills and a driver kill' : 'two kills'));
+        'crash1: drained after ' . ($o{driver_kill} ? 'a driver kill and two worker kills' : 'two kills'));
     is($node->safe_psql('postgres', "SELECT count(*) FROM outbox.dead_letters"), '0',
         'crash1: nothing dead-lettered');
-    my $r = fault_summary("${kind}_worker_kill", produced => produced_ids($node, 'crash1'),
+    my $r = fault_summary($o{driver_kill} ? "${kind}_driver_and_worker_kill" : "${kind}_worker_kill", produced => produced_ids($node, 'crash1'),
         received => $server->event_ids($server->container('crash1')));
     is($r->{distinct}, $n, "crash1: all $n event ids arrived");
 
     # 2. Immediate stop (a server crash) mid-drain, then start again.
     $queue_batch->('crash2');
-    ok(wait_until(sub { queued($node, 'crash2', restarting => 1) < 20000 }, 180), 'crash2: drain under way');
+    ok(wait_until(sub { queued($node, 'crash2', restarting => 1) < int($n * 2 / 3) }, 180), 'crash2: drain under way');
     $node->stop('immediate');
     $node->start;
     ok(wait_until(sub { queued($node, 'crash2', restarting => 1) == 0 }, 300), 'crash2: drained after an immediate stop');

@@ -1,4 +1,4 @@
-# MQTT 5 delivery end to end (issue 42): messages from 8 concurrent producer sessions (10,000;
+# MQTT 5 delivery end to end (issue 42): messages from 8 concurrent producer sessions (5,000;
 # 100,000 with OUTBOX_TEST_FULL=1) arrive at a persistent-session QoS 1 subscriber (paho-mqtt,
 # an independent client) exactly as produced, each once, with the properties a consumer relies
 # on: the CloudEvents MQTT binding's user properties (id = event_id, specversion, source, type,
@@ -15,7 +15,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $full = ($ENV{OUTBOX_TEST_FULL} // '') eq '1';
-my $per_client = $full ? 12500 : 1250;
+my $per_client = $full ? 12500 : 625;
 my $total = 8 * $per_client;
 
 my $mqtt = mosquitto_node();
