@@ -90,8 +90,13 @@ for my $m (@$got) {
     push @wrong, "$e: expiry" if defined $m->{expiry};
 }
 is(scalar(grep { $sent{$_} } keys %seen), $total, 'every event id arrived at the subscriber');
-my $dups = grep { $seen{$_} > 1 } keys %seen;
-is($dups, 0, 'none arrived twice');
+# A copy the broker sends again to the verifier after the verifier's own reconnect carries DUP;
+# the relay sent a message twice only if a copy without DUP came twice.
+my %fresh;
+$fresh{ $_->{headers}{id} // '' }++ for grep { !$_->{dup} } @$got;
+my $redelivered = grep { $_->{dup} } @$got;
+diag("copies the broker sent the verifier again (DUP): $redelivered") if $redelivered;
+is(scalar(grep { $fresh{$_} > 1 } keys %fresh), 0, 'none arrived twice (but redeliveries to the verifier)');
 is(scalar(@wrong), 0, 'every message has the right topic, payload and properties')
   or diag(join("\n", @wrong[0 .. ($#wrong < 9 ? $#wrong : 9)]));
 

@@ -61,7 +61,7 @@ def subscribe(a):
             "body": text,
         }
         with lock:
-            out.write(json.dumps(rec, sort_keys=True) + "\n")
+            out.write(json.dumps(rec) + "\n")
 
     client = mqtt.Client(client_id=a.id, protocol=mqtt.MQTTv5)
     if a.user:
@@ -75,7 +75,10 @@ def subscribe(a):
     props.SessionExpiryInterval = 86400
     while True:
         try:
-            client.connect("127.0.0.1", a.port, keepalive=10, clean_start=False, properties=props)
+            # A long keep alive: a busy verifier (a backlog of 100,000) must not miss its own
+            # PINGREQ and reconnect, which would have the broker send again what it had not
+            # acknowledged yet (copies with DUP set that the relay never sent twice).
+            client.connect("127.0.0.1", a.port, keepalive=300, clean_start=False, properties=props)
             break
         except OSError:
             time.sleep(0.2)
