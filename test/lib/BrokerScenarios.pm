@@ -21,14 +21,15 @@ sub produced_ids {
 }
 
 # kill -9 of the worker twice mid-drain, then an immediate stop of the server mid-drain:
-# nothing lost, duplicates reported.
+# nothing lost, duplicates reported. Options: n (messages per phase, 30,000), kill_driver (also
+# kill -9 the worker's outbox-driver between the two worker kills).
 sub crash {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_crash", conf => join("\n", 'log_statement = none',
         'restart_after_crash = on', "outbox.lease_timeout = '5s'", 'outbox.batch_size = 200'));
-    my $n = 30000;
+    my $n = $o{n} // 30000;
     $node->safe_psql('postgres', 'CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY)');
     for my $dest ('crash1', 'crash2') {
         my $config = $server->prepare($dest);
@@ -51,8 +52,22 @@ sub crash {
     # 1. kill -9 the worker twice mid-drain.
     $queue_batch->('crash1');
     my $killed = 0;
-    for my $below (20000, 10000) {
+    my @kills = $o{kill_driver}
+      ? ([ worker => int($n * 3 / 4) ], [ driver => int($n / 2) ], [ worker => int($n / 4) ])
+      : ([ worker => int($n * 2 / 3) ], [ worker => int($n / 3) ]);
+    for my $kill (@kills) {
+        my ($what, $below) = @$kill;
         ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < $below }, 180), "drain passed $below remaining");
+        if ($what eq 'driver') {
+            my ($wpid, $dpid) = split /\|/, $node->safe_psql('postgres',
+                'SELECT pid || \'|\' || coalesce(driver_pid, 0) FROM outbox.workers() LIMIT 1');
+            my $remaining = queued($node, 'crash1', restarting => 1);
+            ok($dpid > 0 && kill('KILL', $dpid), "outbox-driver $dpid killed with SIGKILL at $remaining remaining");
+            ok(wait_until(sub {
+                my $d = $node->safe_psql('postgres', "SELECT coalesce(driver_pid, 0) FROM outbox.workers() WHERE pid = $wpid");
+                $d ne '' && $d != 0 && $d != $dpid }, 60), 'the worker started a new outbox-driver');
+            next;
+        }
         my ($pid) = worker_pids($node);
         my $remaining = queued($node, 'crash1', restarting => 1);
         ok(kill('KILL', $pid), "worker $pid killed with SIGKILL at $remaining remaining");
@@ -69,7 +84,7 @@ sub crash {
 
     # 2. Immediate stop (a server crash) mid-drain, then start again.
     $queue_batch->('crash2');
-    ok(wait_until(sub { queued($node, 'crash2', restarting => 1) < 20000 }, 180), 'crash2: drain under way');
+    ok(wait_until(sub { queued($node, 'crash2', restarting => 1) < int($n * 2 / 3) }, 180), 'crash2: drain under way');
     $node->stop('immediate');
     $node->start;
     ok(wait_until(sub { queued($node, 'crash2', restarting => 1) == 0 }, 300), 'crash2: drained after an immediate stop');
@@ -85,9 +100,11 @@ sub crash {
 }
 
 # The broker stopped for 20 s while producers commit 50 messages/s: nothing dead-lettered (with
-# max_attempts 2), no attempt spent, everything arrives once it is back.
+# max_attempts 2), no attempt spent, everything arrives once it is back. Options: down (the
+# outage's seconds, 20), seconds (the producers', 40).
 sub outage {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
+    my $down_for = $o{down} // 20;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_outage", conf => join("\n", 'log_statement = none',
@@ -98,7 +115,7 @@ sub outage {
         CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY);
         CREATE SEQUENCE n_seq;
     });
-    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => 40, script => q{
+    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => $o{seconds} // 40, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'flow', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
@@ -116,8 +133,8 @@ INSERT INTO produced SELECT * FROM m;
       or diag(explain(stats_row($node, 'flow')));
     my $during = stats_row($node, 'flow');
     diag("last_error during the outage: $during->{last_error}");
-    unlike($during->{last_error}, qr/guest:guest/, 'last_error does not show the credentials');
-    sleep(20 - (time - $down_at)) if time - $down_at < 20;   # the outage's length: the scenario
+    unlike($during->{last_error}, qr/guest:guest|outbox-secret/, 'last_error does not show the credentials');
+    sleep($down_for - (time - $down_at)) if time - $down_at < $down_for;   # the outage's length: the scenario
     $server->up;
     diag(sprintf('%s started again after %.1f s', $server_kind, time - $down_at));
     ok($pgbench->finish, 'the producers ran throughout') or diag(${ $pgbench->{outbox_err} });
@@ -142,9 +159,11 @@ INSERT INTO produced SELECT * FROM m;
 }
 
 # Per-key ordering while the broker is restarted twice under production: for every key, first
-# arrivals are in id order, and nothing is lost.
+# arrivals are in id order, and nothing is lost. Options: seconds (the producers', 40; the two
+# restarts are spread over them).
 sub ordering {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
+    my $seconds = $o{seconds} // 40;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_ordering", conf => join("\n", 'log_statement = none',
@@ -156,7 +175,7 @@ sub ordering {
         CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY, id bigint, key text);
         CREATE SEQUENCE n_seq;
     });
-    my $pgbench = start_pgbench($node, clients => 4, rate => 200, seconds => 40, script => q{
+    my $pgbench = start_pgbench($node, clients => 4, rate => 200, seconds => $seconds, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'ord', 'k' || (n % 50), jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
@@ -166,10 +185,10 @@ INSERT INTO produced SELECT * FROM m;
     # The restarts spread over the producers' 40 s: 6 s of production, 3 s down, twice (the
     # scenario's schedule, not waits).
     for my $round (1, 2) {
-        sleep 6;
+        sleep 6 * $seconds / 40;
         $server->down;
         diag("$server_kind stopped (round $round)");
-        sleep 3;
+        sleep 3 * $seconds / 40;
         $server->up;
         diag("$server_kind started (round $round)");
     }
@@ -187,7 +206,7 @@ INSERT INTO produced SELECT * FROM m;
     }
     my $got = $server->received($server->container('ord'));
     my @in_order = $kind eq 'nats' ? sort { $a->{seq} <=> $b->{seq} } @$got : @$got;
-    my $id_header = $kind eq 'nats' ? 'ce-id' : 'cloudEvents:id';
+    my $id_header = $server->id_header;
     my (%first, %last, %late);
     for my $m (@in_order) {
         my $e = $m->{headers}{$id_header} // next;
