@@ -13,7 +13,7 @@ use Test::More;
 
 # A server of its own: proto-max-bulk-len is at its minimum (1 MB).
 my $redis = redis_node(args => ['--proto-max-bulk-len', '1mb']);
-my $node = outbox_node('redis_failures');
+my $node = outbox_node('redis_failures', conf => "outbox.max_payload_bytes = 4194304\n");
 my $server = $redis->url;
 $redis->redis_client('exec', 'SET', 'allowed.string', 'x');
 $node->safe_psql('postgres', qq{
