@@ -149,7 +149,7 @@ INSERT INTO produced SELECT * FROM m;
     is($s->{failed_total}, 0, 'no attempt was spent on the outage');
     cmp_ok($s->{deferred_total}, '>', 0, 'messages were deferred: ' . $s->{deferred_total});
     my $produced = produced_ids($node, 'flow');
-    my $r = fault_summary("${kind}_broker_stopped_20s", produced => $produced,
+    my $r = fault_summary("${kind}_broker_stopped_${down_for}s", produced => $produced,
         received => $server->event_ids($server->container('flow')));
     is($r->{distinct}, scalar(@$produced), 'all ' . scalar(@$produced) . ' messages arrived');
 
