@@ -673,7 +673,9 @@ sub prepare {
     my ($self, $dest, %extra) = @_;
     my %config;
     if ($self->{kind} eq 'redis') {
-        # The ACL user of redis_node (AUTH), allowed on the tests' stream names.
+        # A stream of its own (the shared server outlives a file run twice), and the ACL user of
+        # redis_node (AUTH), allowed on the tests' stream names.
+        $self->redis_client('exec', 'DEL', $dest);
         %config = (server => $self->url, stream => $dest, user => 'outbox',
             password => 'outbox-secret');
     } elsif ($self->{kind} eq 'rabbitmq') {
