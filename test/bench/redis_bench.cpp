@@ -59,18 +59,30 @@ Options Parse(int argc, char **argv) {
     o.cmd = argv[1];
     for (int i = 2; i + 1 < argc; i += 2) {
         std::string a = argv[i], v = argv[i + 1];
-        if (a == "--mode") o.mode = v;
-        else if (a == "--port") o.port = std::atoi(v.c_str());
-        else if (a == "--stream") o.stream = v;
-        else if (a == "--conninfo") o.conninfo = v;
-        else if (a == "--destination") o.destination = v;
-        else if (a == "--rate") o.rate = std::atof(v.c_str());
-        else if (a == "--duration") o.duration = std::atof(v.c_str());
-        else if (a == "--warmup") o.warmup = std::atof(v.c_str());
-        else if (a == "--connections") o.connections = std::atoi(v.c_str());
-        else if (a == "--count") o.count = std::atol(v.c_str());
-        else if (a == "--window") o.window = std::atol(v.c_str());
-        else Die("unknown option " + a);
+        if (a == "--mode")
+            o.mode = v;
+        else if (a == "--port")
+            o.port = std::atoi(v.c_str());
+        else if (a == "--stream")
+            o.stream = v;
+        else if (a == "--conninfo")
+            o.conninfo = v;
+        else if (a == "--destination")
+            o.destination = v;
+        else if (a == "--rate")
+            o.rate = std::atof(v.c_str());
+        else if (a == "--duration")
+            o.duration = std::atof(v.c_str());
+        else if (a == "--warmup")
+            o.warmup = std::atof(v.c_str());
+        else if (a == "--connections")
+            o.connections = std::atoi(v.c_str());
+        else if (a == "--count")
+            o.count = std::atol(v.c_str());
+        else if (a == "--window")
+            o.window = std::atol(v.c_str());
+        else
+            Die("unknown option " + a);
     }
     return o;
 }
@@ -85,10 +97,25 @@ redisContext *Connect(int port) {
 // The entry the relay sends for a message of the bench (driver.cpp, RedisEntryFields).
 void AppendXadd(redisContext *c, const std::string &stream, const std::string &id,
                 const std::string &payload) {
-    const char *argv[] = {"XADD", stream.c_str(), "*", "payload", payload.c_str(),
-                          "key", "k", "ce_specversion", "1.0", "ce_id", id.c_str(),
-                          "ce_source", "/outbox/bench", "ce_type", stream.c_str(), "ce_time",
-                          "2026-01-01T00:00:00.000Z", "ce_datacontenttype", "application/json"};
+    const char *argv[] = {"XADD",
+                          stream.c_str(),
+                          "*",
+                          "payload",
+                          payload.c_str(),
+                          "key",
+                          "k",
+                          "ce_specversion",
+                          "1.0",
+                          "ce_id",
+                          id.c_str(),
+                          "ce_source",
+                          "/outbox/bench",
+                          "ce_type",
+                          stream.c_str(),
+                          "ce_time",
+                          "2026-01-01T00:00:00.000Z",
+                          "ce_datacontenttype",
+                          "application/json"};
     int argc = sizeof argv / sizeof argv[0];
     if (redisAppendCommandArgv(c, argc, argv, nullptr) != REDIS_OK)
         Die("append failed");
@@ -285,7 +312,8 @@ int Latency(const Options &o) {
     }
     std::sort(lat.begin(), lat.end());
     auto q = [&](double p) {
-        return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
+        return lat.empty() ? 0.0
+                           : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
     };
     double seconds = (sent_end - start) / 1e9;
     std::printf("sent=%zu received=%zu missing=%zu rate=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f\n",

@@ -66,7 +66,8 @@ TEST(RedisConfigTest, ValidConfigParsesIntoFields) {
     EXPECT_EQ(c.ack_timeout_ms, 3000);
     EXPECT_EQ(c.connect_timeout_ms, 2000);
     EXPECT_EQ(check.config.ordering, Ordering::Key);
-    EXPECT_EQ(kRedisKind.driver->hosts(check.config), std::vector<std::string>{"cache.example.com"});
+    EXPECT_EQ(kRedisKind.driver->hosts(check.config),
+              std::vector<std::string>{"cache.example.com"});
 }
 
 TEST(RedisConfigTest, Defaults) {
@@ -101,7 +102,8 @@ TEST(RedisConfigTest, ProblemsAllAtOnceWithoutSecrets) {
                            "control characters"));
     EXPECT_TRUE(HasProblem(check, "\"password\" must be a non-empty string"));
     EXPECT_TRUE(HasProblem(check, "\"database\" must be an integer between 0 and 65535"));
-    EXPECT_TRUE(HasProblem(check, "\"maxlen\" must be an integer between 1 and 4611686018427387904"));
+    EXPECT_TRUE(
+        HasProblem(check, "\"maxlen\" must be an integer between 1 and 4611686018427387904"));
     EXPECT_TRUE(HasProblem(check, "\"wait\".\"replicas\" must be an integer between 1 and 100"));
     EXPECT_TRUE(HasProblem(check,
                            "\"wait\".\"timeout\" must be a duration between 1ms and 1min (a "
@@ -110,7 +112,8 @@ TEST(RedisConfigTest, ProblemsAllAtOnceWithoutSecrets) {
     EXPECT_TRUE(HasProblem(check, "\"max_in_flight\" must be an integer between 1 and 10000"));
     EXPECT_TRUE(HasProblem(check, "unknown key \"topic\" for a redis destination"));
     EXPECT_TRUE(HasProblem(check, "unknown key \"bogus\" for a redis destination"));
-    EXPECT_TRUE(HasProblem(check, "\"cert_file\" and \"key_file\" go together: set both or neither"));
+    EXPECT_TRUE(
+        HasProblem(check, "\"cert_file\" and \"key_file\" go together: set both or neither"));
     EXPECT_EQ(check.hints.size(), 1u);
     EXPECT_GE(check.problems.size(), 14u) << all;
 }
@@ -177,8 +180,9 @@ TEST(RedisConfigTest, Streams) {
 }
 
 TEST(RedisClassifyTest, ErrorReplies) {
-    EXPECT_EQ(ClassifyRedisError("WRONGTYPE Operation against a key holding the wrong kind of value"),
-              OutcomeKind::Dead);
+    EXPECT_EQ(
+        ClassifyRedisError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        OutcomeKind::Dead);
     EXPECT_EQ(ClassifyRedisError("NOPERM this user has no permissions to access one of the keys"),
               OutcomeKind::Dead);
     EXPECT_EQ(ClassifyRedisError("ERR Protocol error: invalid bulk length"), OutcomeKind::Dead);
@@ -188,9 +192,10 @@ TEST(RedisClassifyTest, ErrorReplies) {
               OutcomeKind::Retry);
     for (const char *outage :
          {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script",
-          "MASTERDOWN Link with MASTER is down", "READONLY You can't write against a read only replica.",
-          "NOAUTH Authentication required.", "WRONGPASS invalid username-password pair",
-          "TRYAGAIN", "CLUSTERDOWN The cluster is down"})
+          "MASTERDOWN Link with MASTER is down",
+          "READONLY You can't write against a read only replica.",
+          "NOAUTH Authentication required.", "WRONGPASS invalid username-password pair", "TRYAGAIN",
+          "CLUSTERDOWN The cluster is down"})
         EXPECT_EQ(ClassifyRedisError(outage), OutcomeKind::Defer) << outage;
     EXPECT_EQ(ClassifyRedisError("ERR something new"), OutcomeKind::Retry);
     EXPECT_EQ(ClassifyRedisError(""), OutcomeKind::Retry);
@@ -207,7 +212,8 @@ TEST(RedisEntryTest, FieldsInOrder) {
     m.topic = "orders";
     m.key = "k1";
     m.payload = R"({"n":1})";
-    m.headers = {{"x-a", "1"}, {"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}};
+    m.headers = {{"x-a", "1"},
+                 {"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}};
     m.created_at_ms = 1700000000123;
     auto fields = RedisEntryFields(m, "/outbox/db", "fallback");
     std::vector<std::string> names;
@@ -217,8 +223,9 @@ TEST(RedisEntryTest, FieldsInOrder) {
                                                "ce_id", "ce_source", "ce_type", "ce_time",
                                                "ce_datacontenttype", "ce_traceparent"}));
     EXPECT_EQ(fields[0].second, R"({"n":1})");
-    EXPECT_EQ(fields[2].second,
-              R"({"x-a":"1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})");
+    EXPECT_EQ(
+        fields[2].second,
+        R"({"x-a":"1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})");
     EXPECT_EQ(fields[4].second, m.event_id);
     EXPECT_EQ(fields[5].second, "/outbox/db");
     EXPECT_EQ(fields[6].second, "orders");

@@ -47,8 +47,8 @@ OutcomeKind ClassifyRedisError(std::string_view error) {
 // Whether the connection is remade after such an error (see classify.hpp).
 bool RedisErrorDropsConnection(std::string_view error) {
     std::string_view code = Code(error);
-    return code == "NOAUTH" || code == "WRONGPASS" || code == "READONLY" ||
-           code == "MASTERDOWN" || (code == "ERR" && error.find("Protocol error") != error.npos);
+    return code == "NOAUTH" || code == "WRONGPASS" || code == "READONLY" || code == "MASTERDOWN" ||
+           (code == "ERR" && error.find("Protocol error") != error.npos);
 }
 
 }  // namespace outbox

@@ -30,7 +30,8 @@ constexpr RangeKey<RedisConfig> kRedisRangeKeys[] = {
 };
 
 constexpr RangeKey<RedisConfig> kWaitRangeKeys[] = {
-    {"replicas", RangeType::Integer, 1, 100, "", "\"wait\".\"replicas\" must be an integer between 1 and 100",
+    {"replicas", RangeType::Integer, 1, 100, "",
+     "\"wait\".\"replicas\" must be an integer between 1 and 100",
      [](RedisConfig &c, int64_t v) { c.wait_replicas = static_cast<int>(v); }},
     {"timeout", RangeType::Duration, 1, kMsPerMinute, "1ms and 1min",
      "\"wait\".\"timeout\" must be a duration between 1ms and 1min (a number of milliseconds "

@@ -22,9 +22,9 @@ struct RedisConfig : KindSettings {
     std::string ca_file;
     std::string cert_file;
     std::string key_file;
-    int64_t maxlen = 0;          // XADD MAXLEN ~ N; 0: none
-    bool create_stream = true;   // false: XADD NOMKSTREAM (a missing stream dead-letters)
-    int wait_replicas = 0;       // WAIT numreplicas after each pipelined batch; 0: none
+    int64_t maxlen = 0;         // XADD MAXLEN ~ N; 0: none
+    bool create_stream = true;  // false: XADD NOMKSTREAM (a missing stream dead-letters)
+    int wait_replicas = 0;      // WAIT numreplicas after each pipelined batch; 0: none
     int64_t wait_timeout_ms = 1000;
     int max_in_flight = 0;       // XADDs awaiting their reply; 0: the worker's default
     int64_t ack_timeout_ms = 0;  // reply wait; 0: the worker's default (below the lease)
