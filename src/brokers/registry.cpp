@@ -12,6 +12,8 @@
 // mqtt kind
 #include "outbox/brokers/mqtt/kind.hpp"
 #include "outbox/brokers/nats/kind.hpp"
+// redis (issue 42)
+#include "outbox/brokers/redis/kind.hpp"
 #include "outbox/brokers/webhook/kind.hpp"
 
 namespace outbox {
@@ -22,6 +24,7 @@ const std::vector<const BrokerKind *> &BrokerKinds() {
     static const std::vector<const BrokerKind *> *const kinds =
         new std::vector<const BrokerKind *>{
             &kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
+            &kRedisKind,  // redis (issue 42)
             &kMqttKind,  // mqtt kind
         };
     return *kinds;

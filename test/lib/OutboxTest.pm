@@ -518,6 +518,9 @@ sub fault_summary {
 package OutboxTest;
 
 push @EXPORT, qw(rabbitmq_node nats_node);
+# redis (issue 42): test/tools/redis_node, checked with redis-py (test/tools/redis_client.py).
+push @EXPORT, qw(redis_node);
+sub redis_node { return OutboxTest::BrokerNode->start('redis', @_) }
 push @EXPORT, qw(mosquitto_node);  # mqtt kind
 
 sub rabbitmq_node { return OutboxTest::BrokerNode->start('rabbitmq', @_) }
@@ -543,7 +546,7 @@ my $venv_python = ($ENV{OUTBOX_TEST_VENV} // '/var/cache/outbox-test/venv') . '/
 sub start {
     my ($class, $kind, %opts) = @_;
     my $work = PostgreSQL::Test::Utils::tempdir();
-    my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ' : 'OUTBOX_SHARED_NATS' };
+    my $shared = $ENV{ 'OUTBOX_SHARED_' . uc $kind };
     $shared = undef if @{ $opts{args} // [] };
     $shared = undef if $kind eq 'mosquitto';  # mqtt kind: each file runs its own broker
     my $self = bless { kind => $kind, dir => $shared // "$work/$kind", work => $work,
@@ -571,8 +574,19 @@ sub dir { $_[0]{dir} }
 # The destination address: amqp://guest:guest@127.0.0.1:P (vhost "/") or nats://127.0.0.1:P.
 sub url {
     my ($self) = @_;
+    return "127.0.0.1:$self->{port}" if $self->{kind} eq 'redis';    # redis: "server"
     return $self->{kind} eq 'rabbitmq' ? "amqp://guest:guest\@127.0.0.1:$self->{port}"
       : "nats://127.0.0.1:$self->{port}";
+}
+
+# redis (issue 42): test/tools/redis_client.py (redis-py) with the test venv's python.
+sub redis_client {
+    my ($self, $cmd, @args) = @_;
+    my ($out, $err) = ('', '');
+    IPC::Run::run([$venv_python, "$root/test/tools/redis_client.py", $cmd, '--port', $self->{port},
+            @args], '>', \$out, '2>', \$err, IPC::Run::timeout(300))
+      or die "redis_client.py $cmd @args failed: $err";
+    return $out;
 }
 
 # Start (again): same port, same data.
@@ -619,6 +633,8 @@ sub received {
     my ($self, $name, %o) = @_;
     return $self->mqtt_received($name, %o) if $self->{kind} eq 'mosquitto';  # mqtt kind
     my $file = "$self->{work}/received-$name.jsonl";
+    # redis: the entries of the stream, in stream order, their fields as "headers".
+    return $self->redis_received($name, $file) if $self->{kind} eq 'redis';
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
         : ('nats-drain', '--stream', $name), '--out', $file, '--idle', $o{idle} // 0.5);
     my @got;
@@ -630,7 +646,30 @@ sub received {
     return \@got;
 }
 
-# The event ids received (cloudEvents:id / ce-id), repeats included.
+sub redis_received {
+    my ($self, $name, $file) = @_;
+    $self->redis_client('drain', '--stream', $name, '--out', $file);
+    # JSON::XS (test/install_deps) when there: JSON::PP takes half a minute for 30,000 entries.
+    my $decode = eval { require JSON::XS; \&JSON::XS::decode_json } // \&decode_json;
+    my @got;
+    open my $fh, '<', $file or return [];
+    while (my $line = <$fh>) {
+        my $m = $decode->($line);
+        $m->{headers} = $m->{fields};
+        push @got, $m;
+    }
+    close $fh;
+    return \@got;
+}
+
+# The header (redis: field) that carries the event id.
+sub id_header {
+    my ($self) = @_;
+    return { rabbitmq => 'cloudEvents:id', nats => 'ce-id', redis => 'ce_id',
+        mosquitto => 'id' }->{ $self->{kind} };  # mqtt: the user property
+}
+
+# The event ids received (cloudEvents:id / ce-id / ce_id), repeats included.
 sub event_ids {
     my ($self, $name) = @_;
     my $key = $self->id_header;
@@ -644,7 +683,13 @@ sub prepare {
     my ($self, $dest, %extra) = @_;
     my %config;
     return $self->mqtt_prepare($dest, %extra) if $self->{kind} eq 'mosquitto';  # mqtt kind
-    if ($self->{kind} eq 'rabbitmq') {
+    if ($self->{kind} eq 'redis') {
+        # A stream of its own (the shared server outlives a file run twice), and the ACL user of
+        # redis_node (AUTH), allowed on the tests' stream names.
+        $self->redis_client('exec', 'DEL', $dest);
+        %config = (server => $self->url, stream => $dest, user => 'outbox',
+            password => 'outbox-secret');
+    } elsif ($self->{kind} eq 'rabbitmq') {
         $self->amqp_setup(exchange => 'outbox', queue => $dest, bind => [$dest]);
         %config = (url => $self->url, exchange => 'outbox', routing_key => $dest);
     } else {
@@ -658,26 +703,23 @@ sub prepare {
 sub container {
     my ($self, $dest) = @_;
     return $dest if $self->{kind} eq 'mosquitto';  # mqtt kind
-    return $self->{kind} eq 'rabbitmq' ? $dest : uc $dest;
+    return $self->{kind} eq 'nats' ? uc $dest : $dest;
 }
 
 # The destination kind this server is for.
 sub destination_kind {
-    return 'mqtt' if $_[0]{kind} eq 'mosquitto';  # mqtt kind
-    $_[0]{kind} eq 'rabbitmq' ? 'amqp' : 'nats'
-}
-
-# The header (user property, for mqtt) that carries the event id: the CloudEvents id.
-sub id_header {
-    my ($self) = @_;
-    return 'id' if $self->{kind} eq 'mosquitto';  # mqtt kind
-    return $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';
+    { rabbitmq => 'amqp', nats => 'nats', redis => 'redis', mosquitto => 'mqtt' }->{ $_[0]{kind} }
 }
 
 # Messages the server holds in a queue / stream now.
 sub count {
     my ($self, $name) = @_;
     return scalar(@{ $self->mqtt_received($name) }) if $self->{kind} eq 'mosquitto';  # mqtt kind
+    if ($self->{kind} eq 'redis') {
+        my $n = $self->redis_client('count', '--stream', $name);
+        chomp $n;
+        return $n;
+    }
     my $n = $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-count', '--queue', $name)
         : ('nats-count', '--stream', $name));
     chomp $n;

@@ -6,6 +6,7 @@
 #   :'kafka'        the test broker's bootstrap list
 #   :'webhook_url'  the webhook sink's base URL (a path such as /audit;status=422 answers 422)
 #   :'amqp_url', :'nats_url'  a RabbitMQ URL and a NATS server where nothing listens
+#   :'redis_server'           a Redis server where nothing listens
 #   :'mqtt_host'    an MQTT broker's host (mqtt kind: 127.0.0.1; port 1883, where nothing
 #                   listens in the tests)
 # Markers, as a block's first line:
@@ -64,7 +65,9 @@ my $sink = webhook_sink();
 # RabbitMQ and NATS are not run: their examples define destinations, which connect to a port
 # where nothing listens (an outage, which is all the examples need).
 my %vars = (kafka => $broker->bootstrap, webhook_url => 'http://127.0.0.1:' . $sink->port,
-    amqp_url => 'amqp://outbox:change-me@127.0.0.1:1/shop', nats_url => 'nats://127.0.0.1:1');
+    amqp_url => 'amqp://outbox:change-me@127.0.0.1:1/shop', nats_url => 'nats://127.0.0.1:1',
+    redis_server => '127.0.0.1:1',    # redis (issue 42): nothing listens, like the two above
+);
 $vars{mqtt_host} = '127.0.0.1';  # mqtt kind
 my $node = outbox_node('docs', extension => 0,
     conf => "outbox.databases = '" . join(', ', @dbs) . "'\nlog_statement = none");

@@ -8,5 +8,6 @@ use warnings;
 use BrokerScenarios;
 use Test::More;
 
-BrokerScenarios::outage('mosquitto', down => ($ENV{OUTBOX_TEST_FULL} // '') eq '1' ? 30 : 15);
+my $down = ($ENV{OUTBOX_TEST_FULL} // '') eq '1' ? 30 : 15;
+BrokerScenarios::outage('mosquitto', down => $down, seconds => $down + 20);
 done_testing();
