@@ -1,7 +1,7 @@
-// The producer path: the check every INSERT into outbox.messages passes, the UUIDv7 default for
-// event_id, and the wake-up of the workers when a producing transaction commits.
+// The check every INSERT into outbox.messages passes (the BEFORE INSERT row trigger
+// outbox._messages_check): it refuses what cannot be delivered and fills in what the relay
+// owns. The rest of the producer path is src/pg/producer.cpp.
 #include <cstring>
-#include <ctime>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -11,7 +11,6 @@
 #include "outbox/headers.hpp"
 #include "outbox/quote.hpp"
 #include "outbox/trace_context.hpp"
-#include "outbox/uuid7.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -33,7 +32,6 @@ extern "C" {
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-#include "utils/uuid.h"
 }
 
 #include "outbox/pg/compat.hpp"
@@ -41,87 +39,17 @@ extern "C" {
 #include "outbox/pg/key_order.hpp"
 #include "outbox/pg/producer.hpp"
 #include "outbox/pg/queue_counts.hpp"
-#include "outbox/pg/served.hpp"
 #include "outbox/pg/settings.hpp"
-#include "outbox/pg/shmem.hpp"
 
 extern "C" {
-PGDLLEXPORT Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS);
 PGDLLEXPORT Datum outbox_messages_check(PG_FUNCTION_ARGS);
-PGDLLEXPORT Datum outbox_wake(PG_FUNCTION_ARGS);
-PG_FUNCTION_INFO_V1(outbox_uuid_generate_v7);
 PG_FUNCTION_INFO_V1(outbox_messages_check);
-PG_FUNCTION_INFO_V1(outbox_wake);
 }
 
 namespace outbox::pg {
 
 constexpr int kMaxKeyBytes = 1024;  // keys are indexed for per-key ordering
 constexpr int64 kMaxScheduleAheadUs = 366LL * USECS_PER_DAY;
-
-// Set by the producer check (and by changes to outbox.destinations), consumed at the end of
-// the transaction.
-static bool wake_at_commit = false;
-static bool reload_at_commit = false;
-static bool inbox_at_commit = false;  // a subscription was created or changed
-// In this transaction the id sequence is known to be past this (KeepOwnRow).
-static int64 ids_below = PG_INT64_MIN;
-
-static void OnTransactionEvent(XactEvent event, void *) {
-    switch (event) {
-        case XACT_EVENT_COMMIT:
-            // Called after the commit is visible to other snapshots, so a woken worker sees
-            // the rows.
-            if (wake_at_commit || reload_at_commit)
-                WakeWorkers(MyDatabaseId, reload_at_commit);
-            if (inbox_at_commit)
-                SetInboxWanted(MyDatabaseId, true);
-            wake_at_commit = reload_at_commit = inbox_at_commit = false;
-            ids_below = PG_INT64_MIN;
-            break;
-        case XACT_EVENT_ABORT:
-        case XACT_EVENT_PREPARE:  // COMMIT PREPARED elsewhere is found by the poll
-        case XACT_EVENT_PARALLEL_ABORT:
-            wake_at_commit = reload_at_commit = inbox_at_commit = false;
-            ids_below = PG_INT64_MIN;
-            break;
-        default:
-            break;
-    }
-}
-
-void RegisterProducerCallbacks() {
-    RegisterXactCallback(OnTransactionEvent, nullptr);
-}
-
-void WakeAtCommit() {
-    if (!wake_at_commit)
-        NoteQueuedWhileNotServed();  // once per transaction at most: its check is a strcmp
-    wake_at_commit = true;
-}
-
-void ReloadAtCommit() {
-    reload_at_commit = true;
-}
-
-void WantInboxAtCommit() {
-    inbox_at_commit = true;
-}
-
-// UUIDv7 generation state of this process; the generator keeps values strictly increasing.
-static Uuid7Generator uuid_generator;
-
-void GenerateEventId(pg_uuid_t *out) {
-    uint8 random[10];
-    if (!pg_strong_random(random, sizeof random))
-        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                        errmsg("could not generate random bytes for a UUIDv7")));
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int64 unix_ms = int64(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
-    Uuid uuid = uuid_generator.Next(unix_ms, random);
-    memcpy(out->data, uuid.data(), UUID_LEN);
-}
 
 // Attribute numbers of outbox.messages, looked up once per table incarnation.
 struct MessageColumns {
@@ -630,13 +558,13 @@ static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c
     // The id must never meet a later producer's number (a dump's rows are restored before its
     // sequence): the sequence moves past it, with room for the rows that follow.
     constexpr int64 kIdRoom = 10000;
-    if (id >= ids_below) {
+    if (id >= IdsBelow()) {
         int64 next = nextval_internal(c.id_sequence, false);
         if (next <= id) {
             next = id + kIdRoom;
             DirectFunctionCall2(setval_oid, ObjectIdGetDatum(c.id_sequence), Int64GetDatum(next));
         }
-        ids_below = next;
+        SetIdsBelow(next);
     }
     text *dest_text = DatumGetTextPP(heap_getattr(tuple, c.destination, desc, &isnull));
     if (isnull)
@@ -695,20 +623,6 @@ static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c
 }  // namespace outbox::pg
 
 using namespace outbox::pg;
-
-// outbox.uuid_generate_v7(): the default of outbox.messages.event_id.
-Datum outbox_uuid_generate_v7(PG_FUNCTION_ARGS) {
-    auto *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-    GenerateEventId(uuid);
-    PG_RETURN_UUID_P(uuid);
-}
-
-// outbox.wake(): nudge the workers of this database.
-Datum outbox_wake(PG_FUNCTION_ARGS) {
-    WakeWorkers(MyDatabaseId, true);
-    ReloadAtCommit();
-    PG_RETURN_VOID();
-}
 
 static Datum CheckMessageRow(FunctionCallInfo fcinfo);
 
