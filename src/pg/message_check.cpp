@@ -620,6 +620,240 @@ static Datum KeepOwnRow(HeapTuple tuple, TupleDesc desc, const MessageColumns &c
                                                      replace_values, replace_nulls));
 }
 
+// The checks of a new row (CheckMessageRow), in the order they run. Written in C-style code
+// only: everything here may ereport.
+
+// The columns a checked row gets replaced (heap_modify_tuple_by_cols).
+struct Replacements {
+    int cols[8];
+    Datum values[8];
+    bool nulls[8];
+    int n;
+
+    void Set(int col, Datum value, bool null = false) {
+        cols[n] = col;
+        values[n] = value;
+        nulls[n++] = null;
+    }
+};
+
+// The row's destination, which must exist and be of a kind this module knows.
+static CachedDestination DestinationOf(HeapTuple tuple, TupleDesc desc, const MessageColumns &c) {
+    bool isnull;
+    Datum destination = heap_getattr(tuple, c.destination, desc, &isnull);
+    if (isnull)
+        ereport(ERROR,
+                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no destination"),
+                 errhint("Set destination to the name of a destination created with "
+                         "outbox.create_destination().")));
+    text *dest_text = DatumGetTextPP(destination);
+    const char *dest_name = VARDATA_ANY(dest_text);
+    int dest_len = VARSIZE_ANY_EXHDR(dest_text);
+    const CachedDestination *found = LookupDestination(dest_name, dest_len);
+    char shown[outbox::kQuotedBufferSize];
+    if (found == nullptr)
+        outbox::QuoteText(std::string_view(dest_name, dest_len), shown);
+    if (found == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+                        errmsg("outbox destination %s does not exist", shown),
+                        errhint("Create it with outbox.create_destination(), or check the name "
+                                "against outbox.destinations.")));
+    CachedDestination dest = *found;
+    if (dest.kind == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("outbox destination \"%s\" has a kind this module does not know",
+                               dest.name),
+                        errhint("Update the outbox module, or drop the destination.")));
+    return dest;
+}
+
+// What a row carries that counts towards what it sends.
+struct RowSizes {
+    bool has_bytes, has_key, has_headers;
+    int64 payload;  // bytes as delivered
+    Datum key, headers;
+};
+
+// Exactly one payload (or a tombstone where the kind sends one), within the size limit.
+static void CheckPayload(HeapTuple tuple, TupleDesc desc, const MessageColumns &c,
+                         const outbox::BrokerKind &kind, RowSizes *sizes) {
+    bool isnull;
+    Datum payload = heap_getattr(tuple, c.payload, desc, &isnull);
+    bool has_json = !isnull;
+    Datum payload_bytes = heap_getattr(tuple, c.payload_bytes, desc, &isnull);
+    bool has_bytes = !isnull;
+    if (has_json && has_bytes)
+        ereport(ERROR, (errcode(ERRCODE_CHECK_VIOLATION),
+                        errmsg("outbox message has both payload and payload_bytes"),
+                        errhint("Set exactly one: payload for JSON, payload_bytes for binary "
+                                "formats.")));
+    // Neither: a tombstone (a Kafka record with a null value deletes the key from a compacted
+    // topic), which only such a kind can send and only for a key.
+    if (!has_json && !has_bytes && !(kind.tombstones && !heap_attisnull(tuple, c.key, desc))) {
+        if (kind.tombstones)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
+                     errdetail("A message to a %s destination without payload and "
+                               "payload_bytes is a tombstone, and a tombstone needs a key.",
+                               kind.title),
+                     errhint("Set payload (jsonb) or payload_bytes (bytea), or set key to "
+                             "send a tombstone for that key.")));
+        ereport(ERROR,
+                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
+                 errhint("Set payload (jsonb) or payload_bytes (bytea).")));
+    }
+    int64 limit = setting_max_payload_bytes;
+    int64 size = has_json    ? DeliveredJsonSize(payload)
+                 : has_bytes ? int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ
+                             : 0;
+    if (size > limit)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("outbox message payload is %lld bytes, over "
+                               "outbox.max_payload_bytes (%lld)",
+                               (long long)size, (long long)limit),
+                        errhint("Send a reference to the data instead, or have a superuser "
+                                "raise outbox.max_payload_bytes.")));
+    sizes->has_bytes = has_bytes;
+    sizes->payload = size;
+}
+
+static void CheckKey(HeapTuple tuple, TupleDesc desc, const MessageColumns &c, RowSizes *sizes) {
+    bool isnull;
+    sizes->key = heap_getattr(tuple, c.key, desc, &isnull);
+    sizes->has_key = !isnull;
+    if (sizes->has_key && toast_raw_datum_size(sizes->key) - VARHDRSZ > kMaxKeyBytes)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
+                        errhint("Use a shorter identifier, such as a hash of the key.")));
+}
+
+// A kind with a record limit (Kafka: message.max.bytes, librdkafka refuses more): a message
+// that cannot fit is refused now, not dead-lettered later.
+static void CheckRecordSize(const CachedDestination &dest, const RowSizes &sizes) {
+    if (dest.max_message_bytes <= 0)
+        return;
+    const outbox::BrokerKind &kind = *dest.kind;
+    const outbox::MessageLimit &limit_rule = kind.message_limit;
+    // Structured mode sends payload_bytes as base64 inside the event.
+    int64 value = dest.structured && sizes.has_bytes ? (sizes.payload + 2) / 3 * 4 : sizes.payload;
+    int64 record = value + limit_rule.overhead_bytes +
+                   (sizes.has_key ? int64(toast_raw_datum_size(sizes.key)) - VARHDRSZ : 0) +
+                   (sizes.has_headers ? int64(toast_raw_datum_size(sizes.headers)) - VARHDRSZ : 0);
+    if (record > dest.max_message_bytes)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("outbox message for %s destination \"%s\" is %lld bytes with its key "
+                        "and headers, over what it sends (%s %lld)",
+                        kind.name, dest.name, (long long)record, limit_rule.config_key,
+                        (long long)dest.max_message_bytes),
+                 errdetail("%lld bytes of that are kept for the headers outbox adds.",
+                           (long long)limit_rule.overhead_bytes),
+                 errhint("Send a reference to the data instead, or raise %s of the "
+                         "destination%s: SELECT outbox.alter_destination('%s', "
+                         "'{\"%s\": ...}');",
+                         limit_rule.config_key, limit_rule.raise_also, dest.name,
+                         limit_rule.config_key)));
+}
+
+// Some kinds need a topic (Kafka a topic, NATS a subject): the message's, else the
+// destination's default. (An AMQP routing key may be empty: a fanout exchange ignores it.) A
+// topic given must follow the kind's rule.
+static void CheckTopic(HeapTuple tuple, TupleDesc desc, const MessageColumns &c,
+                       const CachedDestination &dest, Replacements *replace) {
+    const outbox::BrokerKind &kind = *dest.kind;
+    bool isnull;
+    Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
+    if (isnull && kind.topic.required) {
+        if (!dest.has_topic)
+            ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                            errmsg("outbox message for %s destination \"%s\" has no %s", kind.name,
+                                   dest.name, kind.topic.noun),
+                            errhint("Set topic in the message, or give the destination a default: "
+                                    "SELECT outbox.alter_destination('%s', '{\"%s\": \"...\"}');",
+                                    dest.name, kind.topic.default_key)));
+        replace->Set(c.topic, CStringGetTextDatum(dest.topic));
+    } else if (!isnull) {
+        text *t = DatumGetTextPP(topic);
+        std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+        if (!kind.topic.valid(name)) {
+            char shown[outbox::kQuotedBufferSize];
+            outbox::QuoteText(name, shown);
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("outbox message topic %s is not valid for %s destination "
+                                   "\"%s\"",
+                                   shown, kind.name, dest.name),
+                            errdetail("%s", kind.topic.rule)));
+        }
+    }
+}
+
+// available_at (now when NULL, at most a year ahead) and expires_at (after available_at; the
+// destination's "ttl" when NULL). Returns available_at.
+static TimestampTz CheckSchedule(HeapTuple tuple, TupleDesc desc, const MessageColumns &c,
+                                 const CachedDestination &dest, TimestampTz now,
+                                 Replacements *replace) {
+    bool isnull;
+    TimestampTz available_at = now;
+    Datum available = heap_getattr(tuple, c.available_at, desc, &isnull);
+    if (isnull) {
+        replace->Set(c.available_at, TimestampTzGetDatum(now));
+    } else {
+        available_at = DatumGetTimestampTz(available);
+        if (available_at > now + kMaxScheduleAheadUs)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("outbox message available_at is more than a year ahead"),
+                            errdetail("available_at is %s.", timestamptz_to_str(available_at)),
+                            errhint("Schedule messages at most 366 days ahead.")));
+    }
+    Datum expires = heap_getattr(tuple, c.expires_at, desc, &isnull);
+    if (!isnull && DatumGetTimestampTz(expires) <= available_at)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outbox message expires_at is not after available_at"),
+                        errdetail("The message would expire before it could be delivered."),
+                        errhint("Leave expires_at NULL for messages that never expire (or take the "
+                                "destination's \"ttl\").")));
+    // "ttl": the destination's default lifetime, counted from when the message is due (a
+    // scheduled message gets the whole of it). The producer's own expires_at wins.
+    if (isnull && dest.ttl_ms > 0)
+        replace->Set(c.expires_at, TimestampTzGetDatum(available_at + dest.ttl_ms * 1000));
+    return available_at;
+}
+
+// After every check of the row itself: compaction, the queue's room, the key's turn and the
+// row's number.
+static void QueueRow(Relation rel, HeapTuple tuple, TupleDesc desc, const MessageColumns &c,
+                     const CachedDestination &dest, const RowSizes &sizes, TimestampTz available_at,
+                     Replacements *replace) {
+    // "compaction": "key": the key's older queued messages are superseded, before the row
+    // reserves room (it takes the place of what it supersedes) and before it is numbered (every
+    // row it can see then has a lower id). With "ordering": "key" the key's turn comes first:
+    // producers of a key then take turns, and each supersedes what the one before committed.
+    bool compacts = dest.compacting && sizes.has_key && c.compacts > 0;
+    int64 order_key = 0;
+    bool turn_taken = false;
+    if (compacts && dest.ordered) {
+        order_key = TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0);
+        turn_taken = true;
+    }
+    if (compacts) {
+        Supersede(rel, dest.name, sizes.key);
+        replace->Set(c.compacts, BoolGetDatum(true));
+    }
+
+    // Back-pressure, after the checks of the row itself: a refused row takes no lock and no
+    // number, and a row refused for another reason reserves no room.
+    ReserveQueueRow(RelationGetRelid(rel), dest.name, dest.max_pending, setting_max_pending);
+
+    // Last, after every check: a refused row takes no lock and no number. An ordered message is
+    // numbered only once it has its key's turn, so ids follow commit order within a key.
+    if (dest.ordered && sizes.has_key) {
+        if (!turn_taken)
+            order_key = TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0);
+        replace->Set(c.order_key, Int64GetDatum(order_key));
+    }
+    replace->Set(c.id, Int64GetDatum(nextval_internal(c.id_sequence, false)));
+}
+
 }  // namespace outbox::pg
 
 using namespace outbox::pg;
@@ -660,205 +894,27 @@ static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
         return KeepOwnRow(tuple, desc, c);
     CheckManagedColumnsUnset(tuple, desc, c);
 
-    Datum destination = heap_getattr(tuple, c.destination, desc, &isnull);
-    if (isnull)
-        ereport(ERROR,
-                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no destination"),
-                 errhint("Set destination to the name of a destination created with "
-                         "outbox.create_destination().")));
-    text *dest_text = DatumGetTextPP(destination);
-    const char *dest_name = VARDATA_ANY(dest_text);
-    int dest_len = VARSIZE_ANY_EXHDR(dest_text);
-    const CachedDestination *found = LookupDestination(dest_name, dest_len);
-    char shown[outbox::kQuotedBufferSize];
-    if (found == nullptr)
-        outbox::QuoteText(std::string_view(dest_name, dest_len), shown);
-    if (found == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
-                        errmsg("outbox destination %s does not exist", shown),
-                        errhint("Create it with outbox.create_destination(), or check the name "
-                                "against outbox.destinations.")));
-    CachedDestination dest = *found;
-    if (dest.kind == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("outbox destination \"%s\" has a kind this module does not know",
-                               dest.name),
-                        errhint("Update the outbox module, or drop the destination.")));
-    const outbox::BrokerKind &kind = *dest.kind;
-
-    // Exactly one payload, within the size limit.
-    Datum payload = heap_getattr(tuple, c.payload, desc, &isnull);
-    bool has_json = !isnull;
-    Datum payload_bytes = heap_getattr(tuple, c.payload_bytes, desc, &isnull);
-    bool has_bytes = !isnull;
-    if (has_json && has_bytes)
-        ereport(ERROR, (errcode(ERRCODE_CHECK_VIOLATION),
-                        errmsg("outbox message has both payload and payload_bytes"),
-                        errhint("Set exactly one: payload for JSON, payload_bytes for binary "
-                                "formats.")));
-    // Neither: a tombstone (a Kafka record with a null value deletes the key from a compacted
-    // topic), which only such a kind can send and only for a key.
-    if (!has_json && !has_bytes && !(kind.tombstones && !heap_attisnull(tuple, c.key, desc))) {
-        if (kind.tombstones)
-            ereport(ERROR,
-                    (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
-                     errdetail("A message to a %s destination without payload and "
-                               "payload_bytes is a tombstone, and a tombstone needs a key.",
-                               kind.title),
-                     errhint("Set payload (jsonb) or payload_bytes (bytea), or set key to "
-                             "send a tombstone for that key.")));
-        ereport(ERROR,
-                (errcode(ERRCODE_NOT_NULL_VIOLATION), errmsg("outbox message has no payload"),
-                 errhint("Set payload (jsonb) or payload_bytes (bytea).")));
-    }
-    int64 limit = setting_max_payload_bytes;
-    int64 size = has_json    ? DeliveredJsonSize(payload)
-                 : has_bytes ? int64(toast_raw_datum_size(payload_bytes)) - VARHDRSZ
-                             : 0;
-    if (size > limit)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("outbox message payload is %lld bytes, over "
-                               "outbox.max_payload_bytes (%lld)",
-                               (long long)size, (long long)limit),
-                        errhint("Send a reference to the data instead, or have a superuser "
-                                "raise outbox.max_payload_bytes.")));
-
-    Datum headers = heap_getattr(tuple, c.headers, desc, &isnull);
-    bool has_headers = !isnull;
-    if (has_headers)
-        CheckHeaders(headers);
-    Datum traced_headers = CaptureTraceContext(headers, has_headers);
-
-    Datum key = heap_getattr(tuple, c.key, desc, &isnull);
-    bool has_key = !isnull;
-    if (has_key && toast_raw_datum_size(key) - VARHDRSZ > kMaxKeyBytes)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("outbox message key is longer than %d bytes", kMaxKeyBytes),
-                        errhint("Use a shorter identifier, such as a hash of the key.")));
-
-    // A kind with a record limit (Kafka: message.max.bytes, librdkafka refuses more): a message
-    // that cannot fit is refused now, not dead-lettered later.
-    if (dest.max_message_bytes > 0) {
-        const outbox::MessageLimit &limit_rule = kind.message_limit;
-        // Structured mode sends payload_bytes as base64 inside the event.
-        int64 value = dest.structured && has_bytes ? (size + 2) / 3 * 4 : size;
-        int64 record = value + limit_rule.overhead_bytes +
-                       (has_key ? int64(toast_raw_datum_size(key)) - VARHDRSZ : 0) +
-                       (has_headers ? int64(toast_raw_datum_size(headers)) - VARHDRSZ : 0);
-        if (record > dest.max_message_bytes)
-            ereport(ERROR,
-                    (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                     errmsg("outbox message for %s destination \"%s\" is %lld bytes with its key "
-                            "and headers, over what it sends (%s %lld)",
-                            kind.name, dest.name, (long long)record, limit_rule.config_key,
-                            (long long)dest.max_message_bytes),
-                     errdetail("%lld bytes of that are kept for the headers outbox adds.",
-                               (long long)limit_rule.overhead_bytes),
-                     errhint("Send a reference to the data instead, or raise %s of the "
-                             "destination%s: SELECT outbox.alter_destination('%s', "
-                             "'{\"%s\": ...}');",
-                             limit_rule.config_key, limit_rule.raise_also, dest.name,
-                             limit_rule.config_key)));
-    }
+    CachedDestination dest = DestinationOf(tuple, desc, c);
+    RowSizes sizes = {};
+    CheckPayload(tuple, desc, c, *dest.kind, &sizes);
+    sizes.headers = heap_getattr(tuple, c.headers, desc, &isnull);
+    sizes.has_headers = !isnull;
+    if (sizes.has_headers)
+        CheckHeaders(sizes.headers);
+    Datum traced_headers = CaptureTraceContext(sizes.headers, sizes.has_headers);
+    CheckKey(tuple, desc, c, &sizes);
+    CheckRecordSize(dest, sizes);
 
     // Values to replace: the destination's default topic, a NULL available_at, id and
     // created_at, and the order key of an ordered message.
-    int replace_cols[8];
-    Datum replace_values[8];
-    bool replace_nulls[8] = {};
-    int nreplace = 0;
-    if (traced_headers != Datum(0)) {
-        replace_cols[nreplace] = c.headers;
-        replace_values[nreplace++] = traced_headers;
-    }
-
-    Datum topic = heap_getattr(tuple, c.topic, desc, &isnull);
-    // Some kinds need a topic (Kafka a topic, NATS a subject): the message's, else the
-    // destination's default. (An AMQP routing key may be empty: a fanout exchange ignores it.)
-    if (isnull && kind.topic.required) {
-        if (!dest.has_topic)
-            ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                            errmsg("outbox message for %s destination \"%s\" has no %s", kind.name,
-                                   dest.name, kind.topic.noun),
-                            errhint("Set topic in the message, or give the destination a default: "
-                                    "SELECT outbox.alter_destination('%s', '{\"%s\": \"...\"}');",
-                                    dest.name, kind.topic.default_key)));
-        replace_cols[nreplace] = c.topic;
-        replace_values[nreplace++] = CStringGetTextDatum(dest.topic);
-    } else if (!isnull) {
-        text *t = DatumGetTextPP(topic);
-        std::string_view name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-        if (!kind.topic.valid(name)) {
-            outbox::QuoteText(name, shown);
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("outbox message topic %s is not valid for %s destination "
-                                   "\"%s\"",
-                                   shown, kind.name, dest.name),
-                            errdetail("%s", kind.topic.rule)));
-        }
-    }
-
+    Replacements replace = {};
+    if (traced_headers != Datum(0))
+        replace.Set(c.headers, traced_headers);
+    CheckTopic(tuple, desc, c, dest, &replace);
     TimestampTz now = GetCurrentTransactionStartTimestamp();
-    TimestampTz available_at = now;
-    Datum available = heap_getattr(tuple, c.available_at, desc, &isnull);
-    if (isnull) {
-        replace_cols[nreplace] = c.available_at;
-        replace_values[nreplace++] = TimestampTzGetDatum(now);
-    } else {
-        available_at = DatumGetTimestampTz(available);
-        if (available_at > now + kMaxScheduleAheadUs)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("outbox message available_at is more than a year ahead"),
-                            errdetail("available_at is %s.", timestamptz_to_str(available_at)),
-                            errhint("Schedule messages at most 366 days ahead.")));
-    }
-    Datum expires = heap_getattr(tuple, c.expires_at, desc, &isnull);
-    if (!isnull && DatumGetTimestampTz(expires) <= available_at)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("outbox message expires_at is not after available_at"),
-                        errdetail("The message would expire before it could be delivered."),
-                        errhint("Leave expires_at NULL for messages that never expire (or take the "
-                                "destination's \"ttl\").")));
-    // "ttl": the destination's default lifetime, counted from when the message is due (a
-    // scheduled message gets the whole of it). The producer's own expires_at wins.
-    if (isnull && dest.ttl_ms > 0) {
-        replace_cols[nreplace] = c.expires_at;
-        replace_values[nreplace++] = TimestampTzGetDatum(available_at + dest.ttl_ms * 1000);
-    }
-
-    // "compaction": "key": the key's older queued messages are superseded, before the row
-    // reserves room (it takes the place of what it supersedes) and before it is numbered (every
-    // row it can see then has a lower id). With "ordering": "key" the key's turn comes first:
-    // producers of a key then take turns, and each supersedes what the one before committed.
-    bool compacts = dest.compacting && has_key && c.compacts > 0;
-    int64 order_key = 0;
-    bool turn_taken = false;
-    if (compacts && dest.ordered) {
-        order_key = TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0);
-        turn_taken = true;
-    }
-    if (compacts) {
-        Supersede(rel, dest.name, key);
-        replace_cols[nreplace] = c.compacts;
-        replace_values[nreplace++] = BoolGetDatum(true);
-    }
-
-    // Back-pressure, after the checks of the row itself: a refused row takes no lock and no
-    // number, and a row refused for another reason reserves no room.
-    ReserveQueueRow(RelationGetRelid(rel), dest.name, dest.max_pending, setting_max_pending);
-
-    // Last, after every check: a refused row takes no lock and no number. An ordered message is
-    // numbered only once it has its key's turn, so ids follow commit order within a key.
-    if (dest.ordered && has_key) {
-        if (!turn_taken)
-            order_key = TakeTurnFor(dest.name, tuple, desc, c, available_at, false, 0);
-        replace_cols[nreplace] = c.order_key;
-        replace_values[nreplace++] = Int64GetDatum(order_key);
-    }
-    replace_cols[nreplace] = c.id;
-    replace_values[nreplace++] = Int64GetDatum(nextval_internal(c.id_sequence, false));
-    replace_cols[nreplace] = c.created_at;
-    replace_values[nreplace++] = TimestampTzGetDatum(now);
+    TimestampTz available_at = CheckSchedule(tuple, desc, c, dest, now, &replace);
+    QueueRow(rel, tuple, desc, c, dest, sizes, available_at, &replace);
+    replace.Set(c.created_at, TimestampTzGetDatum(now));
 
     // Counted once inserted (outbox._messages_inserted, after the statement): a row that an ON
     // CONFLICT clause or a later trigger leaves out is not in the queue. A paused destination's
@@ -867,8 +923,8 @@ static Datum CheckMessageRow(FunctionCallInfo fcinfo) {
     if (!dest.paused)
         WakeAtCommit();
 
-    if (nreplace == 0)
+    if (replace.n == 0)
         return PointerGetDatum(tuple);
-    return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, nreplace, replace_cols,
-                                                     replace_values, replace_nulls));
+    return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, replace.n, replace.cols,
+                                                     replace.values, replace.nulls));
 }
