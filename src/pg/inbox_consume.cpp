@@ -44,6 +44,7 @@ extern "C" {
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/settings.hpp"
+#include "outbox/pg/spi.hpp"
 
 namespace outbox::pg {
 
@@ -152,10 +153,6 @@ SPIPlanPtr cursors_plan, load_plan, read_offset_plan, blocked_plan, dedup_plan, 
 
 constexpr const char *kUnreachable = "the cluster cannot be reached: ";
 
-Datum Text(const std::string &s) {
-    return PointerGetDatum(cstring_to_text_with_len(s.data(), int(s.size())));
-}
-
 Datum Bytea(const std::string &s) {
     bytea *b = static_cast<bytea *>(palloc(VARHDRSZ + s.size()));
     SET_VARSIZE(b, VARHDRSZ + s.size());
@@ -171,13 +168,6 @@ Datum UuidDatum(const Uuid &u) {
     pg_uuid_t *v = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     memcpy(v->data, u.data(), UUID_LEN);
     return UUIDPGetDatum(v);
-}
-
-Datum TimestampFromMs(int64_t ms) {
-    // Unix epoch milliseconds -> PostgreSQL's microseconds since 2000-01-01.
-    return TimestampTzGetDatum(TimestampTz(ms) * 1000 -
-                               TimestampTz(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
-                                   USECS_PER_DAY);
 }
 
 std::string SqlState(int code) {
@@ -235,7 +225,7 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
     s.shown_error = error;
     PgTry([&] {
         Oid types[2] = {TEXTOID, TEXTOID};
-        Datum args[2] = {Text(s.name), error.empty() ? Datum(0) : Text(error)};
+        Datum args[2] = {TextDatum(s.name), error.empty() ? Datum(0) : TextDatum(error)};
         char nulls[2] = {' ', error.empty() ? 'n' : ' '};
         int rc = SPI_execute_plan(KeptPlan(&show_error_plan, kShowErrorSql, 2, types), args, nulls,
                                   false, 0);
@@ -404,7 +394,7 @@ void InboxConsumer::Own(Subscription &s) {
             }
         PgTry([&] {
             Oid types[1] = {TEXTOID};
-            Datum args[1] = {Text(s.name)};
+            Datum args[1] = {TextDatum(s.name)};
             int rc =
                 SPI_execute_plan(KeptPlan(&forget_watermarks_plan, kForgetWatermarksSql, 1, types),
                                  args, nullptr, false, 0);
@@ -450,7 +440,8 @@ void InboxConsumer::Own(Subscription &s) {
         bool found = false;
         PgTry([&] {
             Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
-            Datum args[3] = {Text(s.name), Text(info.topic), Int32GetDatum(info.partition)};
+            Datum args[3] = {TextDatum(s.name), TextDatum(info.topic),
+                             Int32GetDatum(info.partition)};
             int rc = SPI_execute_plan(KeptPlan(&read_offset_plan, kReadOffsetSql, 3, types), args,
                                       nullptr, true, 1);
             if (rc != SPI_OK_SELECT)
@@ -492,7 +483,7 @@ void InboxConsumer::Own(Subscription &s) {
         bool still = true;
         PgTry([&] {
             Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
-            Datum args[3] = {Text(s.name), Text(p.topic), Int32GetDatum(p.partition)};
+            Datum args[3] = {TextDatum(s.name), TextDatum(p.topic), Int32GetDatum(p.partition)};
             int rc = SPI_execute_plan(KeptPlan(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
                                       true, 1);
             if (rc != SPI_OK_SELECT || SPI_processed != 1)
@@ -527,7 +518,7 @@ bool Dedup(const std::string &subscription, const Uuid &event_id, const std::str
            int32_t partition, int64_t offset) {
     return PgTry([&] {
         Oid types[5] = {TEXTOID, UUIDOID, TEXTOID, INT4OID, INT8OID};
-        Datum args[5] = {Text(subscription), UuidDatum(event_id), Text(topic),
+        Datum args[5] = {TextDatum(subscription), UuidDatum(event_id), TextDatum(topic),
                          Int32GetDatum(partition), Int64GetDatum(offset)};
         int rc =
             SPI_execute_plan(KeptPlan(&dedup_plan, kDedupSql, 5, types), args, nullptr, false, 0);
@@ -662,12 +653,12 @@ std::vector<bool> DedupBatch(const std::string &subscription, const std::vector<
         Datum *o = static_cast<Datum *>(palloc(sizeof(Datum) * n));
         for (int k = 0; k < n; k++) {
             e[k] = UuidDatum(ids[k]);
-            t[k] = Text(records[k]->topic);
+            t[k] = TextDatum(records[k]->topic);
             p[k] = Int32GetDatum(records[k]->partition);
             o[k] = Int64GetDatum(records[k]->offset);
         }
         Datum args[5] = {
-            Text(subscription),
+            TextDatum(subscription),
             PointerGetDatum(construct_array(e, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
             PointerGetDatum(construct_array(t, n, TEXTOID, -1, false, TYPALIGN_INT)),
             PointerGetDatum(construct_array(p, n, INT4OID, 4, true, TYPALIGN_INT)),
@@ -702,16 +693,16 @@ void InboxConsumer::RecordArgs(const Subscription &s, const ConsumedRecord &r, c
     PayloadKind kind = ClassifyPayload(r.value, r.headers);
     std::string headers = HeadersJson(r.headers);
     PgTry([&] {
-        args->values[0] = Text(s.name);
-        args->values[1] = Text(r.topic);
+        args->values[0] = TextDatum(s.name);
+        args->values[1] = TextDatum(r.topic);
         args->values[2] = Int32GetDatum(r.partition);
         args->values[3] = Int64GetDatum(r.offset);
-        args->values[4] = r.key ? Text(*r.key) : Datum(0);
+        args->values[4] = r.key ? TextDatum(*r.key) : Datum(0);
         args->values[5] = Jsonb(headers);
         args->values[6] = kind == PayloadKind::Json ? Jsonb(*r.value) : Datum(0);
         args->values[7] = kind == PayloadKind::Bytes ? Bytea(*r.value) : Datum(0);
         args->values[8] = UuidDatum(id);
-        args->values[9] = r.timestamp_ms >= 0 ? TimestampFromMs(r.timestamp_ms) : Datum(0);
+        args->values[9] = r.timestamp_ms >= 0 ? TimestampFromUnixMs(r.timestamp_ms) : Datum(0);
         memset(args->nulls, ' ', sizeof args->nulls);
         if (!r.key)
             args->nulls[4] = 'n';
@@ -739,8 +730,8 @@ void InboxConsumer::DeadLetter(MessageArgs *args, bool blocking, const CaughtErr
             nulls[k] = args->nulls[from[k]];
         }
         values[10] = BoolGetDatum(blocking);
-        values[11] = Text(error.message);
-        values[12] = Text(SqlState(error.sqlerrcode));
+        values[11] = TextDatum(error.message);
+        values[12] = TextDatum(SqlState(error.sqlerrcode));
         nulls[10] = nulls[11] = nulls[12] = ' ';
         int rc = SPI_execute_plan(KeptPlan(&dead_letter_plan, kDeadLetterSql, 13, types), values,
                                   nulls, false, 0);
@@ -874,7 +865,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
     uint64 n = 0;
     PgTry([&] {
         Oid types[2] = {TEXTOID, INT4OID};
-        Datum args[2] = {Text(s.name), Int32GetDatum(s.config.batch_size)};
+        Datum args[2] = {TextDatum(s.name), Int32GetDatum(s.config.batch_size)};
         int rc = SPI_execute_plan(KeptPlan(&requeued_plan, kRequeuedSql, 2, types), args, nullptr,
                                   false, 0);
         if (rc != SPI_OK_SELECT)
@@ -902,7 +893,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
             offset = DatumGetInt64(SPI_getbinval(t, d, 4, &isnull));
             pg_uuid_t *u = DatumGetUUIDP(SPI_getbinval(t, d, 5, &isnull));
             memcpy(event.data(), u->data, UUID_LEN);
-            args.values[0] = Text(s.name);
+            args.values[0] = TextDatum(s.name);
             args.values[1] = SPI_getbinval(t, d, 2, &isnull);
             args.values[2] = Int32GetDatum(partition);
             args.values[3] = Int64GetDatum(offset);
@@ -932,8 +923,8 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
             },
             &error);
         PgTry([&] {
-            Datum a[3] = {Int64GetDatum(id), ok ? Datum(0) : Text(error.message),
-                          ok ? Datum(0) : Text(SqlState(error.sqlerrcode))};
+            Datum a[3] = {Int64GetDatum(id), ok ? Datum(0) : TextDatum(error.message),
+                          ok ? Datum(0) : TextDatum(SqlState(error.sqlerrcode))};
             int rc;
             if (ok) {
                 Oid types[1] = {INT8OID};
@@ -970,8 +961,8 @@ void InboxConsumer::WriteOffsets(Subscription &s) {
             Datum args[11];
             char nulls[11];
             memset(nulls, ' ', sizeof nulls);
-            args[0] = Text(s.name);
-            args[1] = Text(p.topic);
+            args[0] = TextDatum(s.name);
+            args[1] = TextDatum(p.topic);
             args[2] = Int32GetDatum(p.partition);
             args[3] = Int64GetDatum(p.applied);
             args[4] = Int64GetDatum(p.consumed);
@@ -979,9 +970,9 @@ void InboxConsumer::WriteOffsets(Subscription &s) {
             args[6] = Int64GetDatum(p.dead);
             args[7] = Int64GetDatum(p.high);
             nulls[7] = p.high < 0 ? 'n' : ' ';
-            args[8] = p.last_error.empty() ? Datum(0) : Text(p.last_error);
+            args[8] = p.last_error.empty() ? Datum(0) : TextDatum(p.last_error);
             nulls[8] = p.last_error.empty() ? 'n' : ' ';
-            args[9] = p.last_record_ms > 0 ? TimestampFromMs(p.last_record_ms) : Datum(0);
+            args[9] = p.last_record_ms > 0 ? TimestampFromUnixMs(p.last_record_ms) : Datum(0);
             nulls[9] = p.last_record_ms > 0 ? ' ' : 'n';
             args[10] = Int64GetDatum(p.committed);
             Oid types[11] = {TEXTOID, TEXTOID, INT4OID, INT8OID,        INT8OID, INT8OID,
