@@ -197,15 +197,17 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
     });
 }
 
-// Reads outbox.inbox_subscriptions; opens, reopens (config, handler or owner changed) and
-// closes consumers.
-void InboxConsumer::Load() {
-    struct Row {
-        std::string name, config, handler, last_error, kind;
-        Oid owner = InvalidOid, handler_oid = InvalidOid, message_type = InvalidOid;
-        bool paused = false, owner_found = false, may_execute = false;
-    };
-    std::vector<Row> rows;
+namespace {
+
+// A row of outbox.inbox_subscriptions as the worker reads it (kLoadSql).
+struct SubscriptionRow {
+    std::string name, config, handler, last_error, kind;
+    Oid owner = InvalidOid, handler_oid = InvalidOid, message_type = InvalidOid;
+    bool paused = false, owner_found = false, may_execute = false;
+};
+
+std::vector<SubscriptionRow> ReadSubscriptions() {
+    std::vector<SubscriptionRow> rows;
     PgTry([&] {
         int rc =
             SPI_execute_plan(KeptPlan(&load_plan, kLoadSql, 0, nullptr), nullptr, nullptr, true, 0);
@@ -214,7 +216,7 @@ void InboxConsumer::Load() {
                  SPI_result_code_string(rc));
     });
     for (uint64 i = 0; i < SPI_processed; i++) {
-        Row r;
+        SubscriptionRow r;
         PgTry([&] {
             HeapTuple t = SPI_tuptable->vals[i];
             TupleDesc d = SPI_tuptable->tupdesc;
@@ -239,11 +241,19 @@ void InboxConsumer::Load() {
         });
         rows.push_back(std::move(r));
     }
+    return rows;
+}
 
+}  // namespace
+
+// Reads outbox.inbox_subscriptions; opens, reopens (config, handler or owner changed) and
+// closes consumers.
+void InboxConsumer::Load() {
+    std::vector<SubscriptionRow> rows = ReadSubscriptions();
     std::set<std::string> seen;
     std::string broker_networks =
         setting_broker_allowed_networks ? setting_broker_allowed_networks : "";
-    for (Row &r : rows) {
+    for (SubscriptionRow &r : rows) {
         seen.insert(r.name);
         bool owner_is_superuser = r.owner_found && PgTry([&] { return superuser_arg(r.owner); });
         BrokerAddressRule rule{!owner_is_superuser, owner_is_superuser ? "" : broker_networks};

@@ -67,14 +67,10 @@ SPIPlanPtr read_offset_plan, blocked_plan, update_offset_plan, insert_offset_pla
 
 constexpr const char *kUnreachable = "the cluster cannot be reached: ";
 
-}  // namespace
-
-// Takes the partitions of the subscription's topics (the inbox worker is the database's only
-// consumer; the offsets' compare-and-set would stop a second one), gives up those gone from
-// the cluster, reads the offsets of new ones, and checks whether blocked ones may go on.
-void InboxConsumer::Own(Subscription &s) {
-    const ConsumerState &state = s.consumer->State();
-    std::string error = s.consumer->Error();
+// What to show of a consumer's state: its error, or a topic missing. Sets *unreachable when the
+// cluster gave no answer (never, or not now): said so, and the lag is unknown.
+std::string StateError(RemoteConsumer &consumer, const ConsumerState &state, bool *unreachable) {
+    std::string error = consumer.Error();
     if (error.empty())
         error = state.error;
     if (error.empty() && !state.missing_topics.empty()) {
@@ -82,10 +78,76 @@ void InboxConsumer::Own(Subscription &s) {
         if (state.missing_topics.size() > 1)
             error += " (and " + std::to_string(state.missing_topics.size() - 1) + " more)";
     }
-    // No answer from the cluster (never, or not now): said so, and the lag is unknown.
-    bool unreachable = !error.empty() && !state.reachable;
-    if (unreachable && error.rfind(kUnreachable, 0) != 0)
+    *unreachable = !error.empty() && !state.reachable;
+    if (*unreachable && error.rfind(kUnreachable, 0) != 0)
         error = kUnreachable + error;
+    return error;
+}
+
+void ForgetWatermarks(const std::string &subscription) {
+    PgTry([&] {
+        Oid types[1] = {TEXTOID};
+        Datum args[1] = {TextDatum(subscription)};
+        int rc = SPI_execute_plan(KeptPlan(&forget_watermarks_plan, kForgetWatermarksSql, 1, types),
+                                  args, nullptr, false, 0);
+        if (rc != SPI_OK_UPDATE)
+            elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
+                 SPI_result_code_string(rc));
+    });
+}
+
+// The stored offset of a partition and whether a blocking dead letter holds it; false when it
+// has no offsets row.
+bool ReadStoredOffset(const std::string &subscription, const std::string &topic, int32_t partition,
+                      int64_t *committed, bool *blocked) {
+    bool found = false;
+    PgTry([&] {
+        Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
+        Datum args[3] = {TextDatum(subscription), TextDatum(topic), Int32GetDatum(partition)};
+        int rc = SPI_execute_plan(KeptPlan(&read_offset_plan, kReadOffsetSql, 3, types), args,
+                                  nullptr, true, 1);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "outbox: reading outbox.inbox_offsets failed: %s",
+                 SPI_result_code_string(rc));
+        if (SPI_processed == 1) {
+            bool isnull;
+            found = true;
+            *committed = DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+            *blocked = DatumGetBool(
+                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+        }
+    });
+    return found;
+}
+
+// Whether a blocking dead letter still holds the partition.
+bool StillBlocked(const std::string &subscription, const std::string &topic, int32_t partition) {
+    bool still = true;
+    PgTry([&] {
+        Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
+        Datum args[3] = {TextDatum(subscription), TextDatum(topic), Int32GetDatum(partition)};
+        int rc = SPI_execute_plan(KeptPlan(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
+                                  true, 1);
+        if (rc != SPI_OK_SELECT || SPI_processed != 1)
+            elog(ERROR, "outbox: reading outbox.inbox_dead_letters failed: %s",
+                 SPI_result_code_string(rc));
+        bool isnull;
+        still =
+            DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    });
+    return still;
+}
+
+}  // namespace
+
+// Takes the partitions of the subscription's topics (the inbox worker is the database's only
+// consumer; the offsets' compare-and-set would stop a second one), gives up those gone from
+// the cluster, reads the offsets of new ones, and checks whether blocked ones may go on.
+void InboxConsumer::Own(Subscription &s) {
+    const ConsumerState &state = s.consumer->State();
+    bool unreachable = false;
+    std::string error = StateError(*s.consumer, state, &unreachable);
     // Before the cluster first answered, no error is no news: the assignment clears the
     // consumer's last error (Assign) until the next metadata round reports it again, and the
     // error shown would come and go.
@@ -97,16 +159,7 @@ void InboxConsumer::Own(Subscription &s) {
                 p.high = -1;
                 p.touched = true;
             }
-        PgTry([&] {
-            Oid types[1] = {TEXTOID};
-            Datum args[1] = {TextDatum(s.name)};
-            int rc =
-                SPI_execute_plan(KeptPlan(&forget_watermarks_plan, kForgetWatermarksSql, 1, types),
-                                 args, nullptr, false, 0);
-            if (rc != SPI_OK_UPDATE)
-                elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
-                     SPI_result_code_string(rc));
-        });
+        ForgetWatermarks(s.name);
         return;  // what the state says of partitions and watermarks is from before
     }
     if (!state.known)
@@ -142,25 +195,7 @@ void InboxConsumer::Own(Subscription &s) {
         p.topic = info.topic;
         p.partition = info.partition;
         p.high = info.high;
-        bool found = false;
-        PgTry([&] {
-            Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
-            Datum args[3] = {TextDatum(s.name), TextDatum(info.topic),
-                             Int32GetDatum(info.partition)};
-            int rc = SPI_execute_plan(KeptPlan(&read_offset_plan, kReadOffsetSql, 3, types), args,
-                                      nullptr, true, 1);
-            if (rc != SPI_OK_SELECT)
-                elog(ERROR, "outbox: reading outbox.inbox_offsets failed: %s",
-                     SPI_result_code_string(rc));
-            if (SPI_processed == 1) {
-                bool isnull;
-                found = true;
-                p.committed = DatumGetInt64(
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-                p.blocked = DatumGetBool(
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-            }
-        });
+        bool found = ReadStoredOffset(s.name, info.topic, info.partition, &p.committed, &p.blocked);
         if (found) {
             p.stored = true;
         } else {
@@ -185,19 +220,7 @@ void InboxConsumer::Own(Subscription &s) {
         }
         if (!p.blocked)
             continue;
-        bool still = true;
-        PgTry([&] {
-            Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
-            Datum args[3] = {TextDatum(s.name), TextDatum(p.topic), Int32GetDatum(p.partition)};
-            int rc = SPI_execute_plan(KeptPlan(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
-                                      true, 1);
-            if (rc != SPI_OK_SELECT || SPI_processed != 1)
-                elog(ERROR, "outbox: reading outbox.inbox_dead_letters failed: %s",
-                     SPI_result_code_string(rc));
-            bool isnull;
-            still = DatumGetBool(
-                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-        });
+        bool still = StillBlocked(s.name, p.topic, p.partition);
         if (!still) {
             // Its blocking record was applied (requeue) or deleted: on from the stored offset.
             p.blocked = false;
