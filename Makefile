@@ -30,7 +30,7 @@ include $(wildcard src/brokers/*/kind.mk)
 # The driver process machinery: both ends of the protocol, the worker's supervisor and the
 # backends' check client (the module), the helper's main (outbox-driver).
 IPC_SRCS = src/ipc/protocol.cpp src/ipc/options.cpp src/ipc/pipe_io.cpp src/ipc/spawn.cpp
-MODULE_IPC_SRCS = src/ipc/supervisor.cpp src/ipc/check_client.cpp
+MODULE_IPC_SRCS = src/ipc/supervisor.cpp src/ipc/remote_driver.cpp src/ipc/check_client.cpp
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(patsubst %.cpp,%.o,$(PURE_SRCS) $(KIND_SRCS) $(IPC_SRCS) $(MODULE_IPC_SRCS) $(PG_SRCS))
 

@@ -69,9 +69,9 @@ struct DestinationConfig {
     OnDead on_dead = OnDead::Block;
     int64_t max_pending = 0;  // "max_pending": the queue's cap; 0 = none
     // Policies (issue 26): "ttl", the default lifetime of a message from its available_at
-    // (producer.cpp sets expires_at when the producer gave none); 0 = none.
+    // (message_check.cpp sets expires_at when the producer gave none); 0 = none.
     int64_t ttl_ms = 0;
-    // "compaction": "key" (producer.cpp supersedes the key's older queued message).
+    // "compaction": "key" (message_check.cpp supersedes the key's older queued message).
     Compaction compaction = Compaction::None;
     // The kind's own settings, set by its check (outbox-driver); empty where only the common
     // settings were read (ReadDestinationSettings).

@@ -44,6 +44,7 @@ extern "C" {
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/queue.hpp"
 #include "outbox/pg/settings.hpp"
+#include "outbox/pg/spi.hpp"
 
 namespace outbox::pg {
 
@@ -67,16 +68,6 @@ const char *const kLoadSql =
     "  LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = pg_catalog.to_regprocedure(s.handler)"
     "  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = s.owner"
     " ORDER BY s.name";
-
-const char *const kReadOffsetSql =
-    "SELECT \"offset\","
-    "       EXISTS (SELECT FROM outbox.inbox_dead_letters AS d WHERE d.subscription = $1"
-    "               AND d.topic = $2 AND d.\"partition\" = $3 AND d.blocking)"
-    "  FROM outbox.inbox_offsets WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3";
-
-const char *const kBlockedSql =
-    "SELECT EXISTS (SELECT FROM outbox.inbox_dead_letters AS d WHERE d.subscription = $1"
-    "               AND d.topic = $2 AND d.\"partition\" = $3 AND d.blocking)";
 
 const char *const kDedupSql =
     "INSERT INTO outbox.inbox (subscription, event_id, topic, \"partition\", \"offset\")"
@@ -114,31 +105,6 @@ const char *const kRequeueFailedSql =
     "UPDATE outbox.inbox_dead_letters SET attempts = attempts + 1, last_error = $2,"
     "       last_sqlstate = $3, failed_at = pg_catalog.now(), requeued_at = NULL WHERE id = $1";
 
-// Compare-and-set on the offset this worker read: a second writer (there should be none: the
-// partition's advisory lock) makes the transaction fail instead of moving the position twice.
-const char *const kUpdateOffsetSql =
-    "UPDATE outbox.inbox_offsets SET \"offset\" = $4, consumed = consumed + $5,"
-    "       duplicates = duplicates + $6, dead_lettered = dead_lettered + $7,"
-    "       high_watermark = $8, last_error = coalesce($9, last_error),"
-    "       last_record_at = coalesce($10, last_record_at), updated_at = pg_catalog.now()"
-    " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $11";
-
-const char *const kInsertOffsetSql =
-    "INSERT INTO outbox.inbox_offsets (subscription, topic, \"partition\", \"offset\", consumed,"
-    "       duplicates, dead_lettered, high_watermark, last_error, last_record_at)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-
-// The cluster cannot be reached: the stored high watermarks are stale, and a lag from them would
-// say nothing (subscriptions() shows NULL, unknown, for a NULL high watermark). Neither this nor
-// the error shown changes a subscription paused since this worker last read them (a pause is
-// picked up at the next poll; until then the consumer is still open): a paused subscription's
-// status stays what it was when it was paused.
-const char *const kForgetWatermarksSql =
-    "UPDATE outbox.inbox_offsets AS o SET high_watermark = NULL"
-    " WHERE o.subscription = $1 AND o.high_watermark IS NOT NULL"
-    "   AND NOT EXISTS (SELECT FROM outbox.inbox_subscriptions AS s"
-    "                    WHERE s.name = $1 AND s.paused)";
-
 const char *const kShowErrorSql =
     "UPDATE outbox.inbox_subscriptions SET last_error = $2 WHERE name = $1"
     "   AND last_error IS DISTINCT FROM $2 AND NOT paused";
@@ -146,15 +112,8 @@ const char *const kShowErrorSql =
 // The cursors open in this session (a handler's: the worker opens none).
 const char *const kOpenCursorsSql = "SELECT name FROM pg_catalog.pg_cursors";
 
-SPIPlanPtr cursors_plan, load_plan, read_offset_plan, blocked_plan, dedup_plan, dedup_batch_plan,
-    dead_letter_plan, requeued_plan, requeue_done_plan, requeue_failed_plan, update_offset_plan,
-    insert_offset_plan, show_error_plan, forget_watermarks_plan;
-
-constexpr const char *kUnreachable = "the cluster cannot be reached: ";
-
-Datum Text(const std::string &s) {
-    return PointerGetDatum(cstring_to_text_with_len(s.data(), int(s.size())));
-}
+SPIPlanPtr cursors_plan, load_plan, dedup_plan, dedup_batch_plan, dead_letter_plan, requeued_plan,
+    requeue_done_plan, requeue_failed_plan, show_error_plan;
 
 Datum Bytea(const std::string &s) {
     bytea *b = static_cast<bytea *>(palloc(VARHDRSZ + s.size()));
@@ -171,13 +130,6 @@ Datum UuidDatum(const Uuid &u) {
     pg_uuid_t *v = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     memcpy(v->data, u.data(), UUID_LEN);
     return UUIDPGetDatum(v);
-}
-
-Datum TimestampFromMs(int64_t ms) {
-    // Unix epoch milliseconds -> PostgreSQL's microseconds since 2000-01-01.
-    return TimestampTzGetDatum(TimestampTz(ms) * 1000 -
-                               TimestampTz(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
-                                   USECS_PER_DAY);
 }
 
 std::string SqlState(int code) {
@@ -235,7 +187,7 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
     s.shown_error = error;
     PgTry([&] {
         Oid types[2] = {TEXTOID, TEXTOID};
-        Datum args[2] = {Text(s.name), error.empty() ? Datum(0) : Text(error)};
+        Datum args[2] = {TextDatum(s.name), error.empty() ? Datum(0) : TextDatum(error)};
         char nulls[2] = {' ', error.empty() ? 'n' : ' '};
         int rc = SPI_execute_plan(KeptPlan(&show_error_plan, kShowErrorSql, 2, types), args, nulls,
                                   false, 0);
@@ -245,15 +197,17 @@ void InboxConsumer::ShowError(Subscription &s, const std::string &error) {
     });
 }
 
-// Reads outbox.inbox_subscriptions; opens, reopens (config, handler or owner changed) and
-// closes consumers.
-void InboxConsumer::Load() {
-    struct Row {
-        std::string name, config, handler, last_error, kind;
-        Oid owner = InvalidOid, handler_oid = InvalidOid, message_type = InvalidOid;
-        bool paused = false, owner_found = false, may_execute = false;
-    };
-    std::vector<Row> rows;
+namespace {
+
+// A row of outbox.inbox_subscriptions as the worker reads it (kLoadSql).
+struct SubscriptionRow {
+    std::string name, config, handler, last_error, kind;
+    Oid owner = InvalidOid, handler_oid = InvalidOid, message_type = InvalidOid;
+    bool paused = false, owner_found = false, may_execute = false;
+};
+
+std::vector<SubscriptionRow> ReadSubscriptions() {
+    std::vector<SubscriptionRow> rows;
     PgTry([&] {
         int rc =
             SPI_execute_plan(KeptPlan(&load_plan, kLoadSql, 0, nullptr), nullptr, nullptr, true, 0);
@@ -262,7 +216,7 @@ void InboxConsumer::Load() {
                  SPI_result_code_string(rc));
     });
     for (uint64 i = 0; i < SPI_processed; i++) {
-        Row r;
+        SubscriptionRow r;
         PgTry([&] {
             HeapTuple t = SPI_tuptable->vals[i];
             TupleDesc d = SPI_tuptable->tupdesc;
@@ -287,11 +241,19 @@ void InboxConsumer::Load() {
         });
         rows.push_back(std::move(r));
     }
+    return rows;
+}
 
+}  // namespace
+
+// Reads outbox.inbox_subscriptions; opens, reopens (config, handler or owner changed) and
+// closes consumers.
+void InboxConsumer::Load() {
+    std::vector<SubscriptionRow> rows = ReadSubscriptions();
     std::set<std::string> seen;
     std::string broker_networks =
         setting_broker_allowed_networks ? setting_broker_allowed_networks : "";
-    for (Row &r : rows) {
+    for (SubscriptionRow &r : rows) {
         seen.insert(r.name);
         bool owner_is_superuser = r.owner_found && PgTry([&] { return superuser_arg(r.owner); });
         BrokerAddressRule rule{!owner_is_superuser, owner_is_superuser ? "" : broker_networks};
@@ -374,152 +336,6 @@ void InboxConsumer::Load() {
     loaded_ = true;
 }
 
-// Takes the partitions of the subscription's topics (the inbox worker is the database's only
-// consumer; the offsets' compare-and-set would stop a second one), gives up those gone from
-// the cluster, reads the offsets of new ones, and checks whether blocked ones may go on.
-void InboxConsumer::Own(Subscription &s) {
-    const ConsumerState &state = s.consumer->State();
-    std::string error = s.consumer->Error();
-    if (error.empty())
-        error = state.error;
-    if (error.empty() && !state.missing_topics.empty()) {
-        error = "topic \"" + state.missing_topics.front() + "\" does not exist";
-        if (state.missing_topics.size() > 1)
-            error += " (and " + std::to_string(state.missing_topics.size() - 1) + " more)";
-    }
-    // No answer from the cluster (never, or not now): said so, and the lag is unknown.
-    bool unreachable = !error.empty() && !state.reachable;
-    if (unreachable && error.rfind(kUnreachable, 0) != 0)
-        error = kUnreachable + error;
-    // Before the cluster first answered, no error is no news: the assignment clears the
-    // consumer's last error (Assign) until the next metadata round reports it again, and the
-    // error shown would come and go.
-    if (state.known || !error.empty())
-        ShowError(s, error);
-    if (unreachable) {
-        for (auto &[tp, p] : s.partitions)
-            if (p.high >= 0) {
-                p.high = -1;
-                p.touched = true;
-            }
-        PgTry([&] {
-            Oid types[1] = {TEXTOID};
-            Datum args[1] = {Text(s.name)};
-            int rc =
-                SPI_execute_plan(KeptPlan(&forget_watermarks_plan, kForgetWatermarksSql, 1, types),
-                                 args, nullptr, false, 0);
-            if (rc != SPI_OK_UPDATE)
-                elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
-                     SPI_result_code_string(rc));
-        });
-        return;  // what the state says of partitions and watermarks is from before
-    }
-    if (!state.known)
-        return;
-
-    std::map<std::pair<std::string, int32_t>, const PartitionInfo *> exists;
-    for (const PartitionInfo &info : state.partitions)
-        exists[{info.topic, info.partition}] = &info;
-
-    // Gone from the cluster: dropped. Nothing of them is applied in this transaction yet.
-    for (auto it = s.partitions.begin(); it != s.partitions.end();) {
-        if (exists.count(it->first) == 0) {
-            it = s.partitions.erase(it);
-            s.assign_due = true;
-        } else {
-            ++it;
-        }
-    }
-    if (s.assign_due) {
-        // Records of partitions dropped are not applied.
-        std::vector<ConsumedRecord> kept;
-        for (ConsumedRecord &r : s.pending)
-            if (s.partitions.count({r.topic, r.partition}) != 0)
-                kept.push_back(std::move(r));
-        s.pending = std::move(kept);
-    }
-
-    for (const PartitionInfo &info : state.partitions) {
-        auto tp = std::make_pair(info.topic, info.partition);
-        if (s.partitions.count(tp) != 0)
-            continue;
-        Partition p;
-        p.topic = info.topic;
-        p.partition = info.partition;
-        p.high = info.high;
-        bool found = false;
-        PgTry([&] {
-            Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
-            Datum args[3] = {Text(s.name), Text(info.topic), Int32GetDatum(info.partition)};
-            int rc = SPI_execute_plan(KeptPlan(&read_offset_plan, kReadOffsetSql, 3, types), args,
-                                      nullptr, true, 1);
-            if (rc != SPI_OK_SELECT)
-                elog(ERROR, "outbox: reading outbox.inbox_offsets failed: %s",
-                     SPI_result_code_string(rc));
-            if (SPI_processed == 1) {
-                bool isnull;
-                found = true;
-                p.committed = DatumGetInt64(
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-                p.blocked = DatumGetBool(
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-            }
-        });
-        if (found) {
-            p.stored = true;
-        } else {
-            // Where a partition with no stored offset begins ("start").
-            int64_t start = s.config.start_at_latest ? info.high : std::max<int64_t>(info.low, 0);
-            if (start < 0)
-                continue;  // its watermarks are not known yet
-            p.committed = start;
-            p.touched = true;  // its row is written in this transaction
-        }
-        p.next = p.committed;
-        p.applied = p.committed;
-        s.partitions.emplace(tp, std::move(p));
-        s.assign_due = true;
-    }
-
-    for (auto &[tp, p] : s.partitions) {
-        auto e = exists.find(tp);
-        if (e != exists.end() && e->second->high != p.high && e->second->high >= 0) {
-            p.high = e->second->high;
-            p.touched = true;
-        }
-        if (!p.blocked)
-            continue;
-        bool still = true;
-        PgTry([&] {
-            Oid types[3] = {TEXTOID, TEXTOID, INT4OID};
-            Datum args[3] = {Text(s.name), Text(p.topic), Int32GetDatum(p.partition)};
-            int rc = SPI_execute_plan(KeptPlan(&blocked_plan, kBlockedSql, 3, types), args, nullptr,
-                                      true, 1);
-            if (rc != SPI_OK_SELECT || SPI_processed != 1)
-                elog(ERROR, "outbox: reading outbox.inbox_dead_letters failed: %s",
-                     SPI_result_code_string(rc));
-            bool isnull;
-            still = DatumGetBool(
-                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-        });
-        if (!still) {
-            // Its blocking record was applied (requeue) or deleted: on from the stored offset.
-            p.blocked = false;
-            p.next = p.applied;
-            s.assign_due = true;
-        }
-    }
-}
-
-void InboxConsumer::Assign(Subscription &s) {
-    std::vector<ConsumerAssignment> assignment;
-    for (auto &[tp, p] : s.partitions)
-        if (!p.blocked)
-            assignment.push_back(ConsumerAssignment{p.topic, p.partition, p.next});
-    s.consumer->Assign(std::move(assignment));
-    s.assign_due = false;
-}
-
 namespace {
 
 // The dedup row: true when the event is new.
@@ -527,7 +343,7 @@ bool Dedup(const std::string &subscription, const Uuid &event_id, const std::str
            int32_t partition, int64_t offset) {
     return PgTry([&] {
         Oid types[5] = {TEXTOID, UUIDOID, TEXTOID, INT4OID, INT8OID};
-        Datum args[5] = {Text(subscription), UuidDatum(event_id), Text(topic),
+        Datum args[5] = {TextDatum(subscription), UuidDatum(event_id), TextDatum(topic),
                          Int32GetDatum(partition), Int64GetDatum(offset)};
         int rc =
             SPI_execute_plan(KeptPlan(&dedup_plan, kDedupSql, 5, types), args, nullptr, false, 0);
@@ -662,12 +478,12 @@ std::vector<bool> DedupBatch(const std::string &subscription, const std::vector<
         Datum *o = static_cast<Datum *>(palloc(sizeof(Datum) * n));
         for (int k = 0; k < n; k++) {
             e[k] = UuidDatum(ids[k]);
-            t[k] = Text(records[k]->topic);
+            t[k] = TextDatum(records[k]->topic);
             p[k] = Int32GetDatum(records[k]->partition);
             o[k] = Int64GetDatum(records[k]->offset);
         }
         Datum args[5] = {
-            Text(subscription),
+            TextDatum(subscription),
             PointerGetDatum(construct_array(e, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
             PointerGetDatum(construct_array(t, n, TEXTOID, -1, false, TYPALIGN_INT)),
             PointerGetDatum(construct_array(p, n, INT4OID, 4, true, TYPALIGN_INT)),
@@ -702,16 +518,16 @@ void InboxConsumer::RecordArgs(const Subscription &s, const ConsumedRecord &r, c
     PayloadKind kind = ClassifyPayload(r.value, r.headers);
     std::string headers = HeadersJson(r.headers);
     PgTry([&] {
-        args->values[0] = Text(s.name);
-        args->values[1] = Text(r.topic);
+        args->values[0] = TextDatum(s.name);
+        args->values[1] = TextDatum(r.topic);
         args->values[2] = Int32GetDatum(r.partition);
         args->values[3] = Int64GetDatum(r.offset);
-        args->values[4] = r.key ? Text(*r.key) : Datum(0);
+        args->values[4] = r.key ? TextDatum(*r.key) : Datum(0);
         args->values[5] = Jsonb(headers);
         args->values[6] = kind == PayloadKind::Json ? Jsonb(*r.value) : Datum(0);
         args->values[7] = kind == PayloadKind::Bytes ? Bytea(*r.value) : Datum(0);
         args->values[8] = UuidDatum(id);
-        args->values[9] = r.timestamp_ms >= 0 ? TimestampFromMs(r.timestamp_ms) : Datum(0);
+        args->values[9] = r.timestamp_ms >= 0 ? TimestampFromUnixMs(r.timestamp_ms) : Datum(0);
         memset(args->nulls, ' ', sizeof args->nulls);
         if (!r.key)
             args->nulls[4] = 'n';
@@ -739,8 +555,8 @@ void InboxConsumer::DeadLetter(MessageArgs *args, bool blocking, const CaughtErr
             nulls[k] = args->nulls[from[k]];
         }
         values[10] = BoolGetDatum(blocking);
-        values[11] = Text(error.message);
-        values[12] = Text(SqlState(error.sqlerrcode));
+        values[11] = TextDatum(error.message);
+        values[12] = TextDatum(SqlState(error.sqlerrcode));
         nulls[10] = nulls[11] = nulls[12] = ' ';
         int rc = SPI_execute_plan(KeptPlan(&dead_letter_plan, kDeadLetterSql, 13, types), values,
                                   nulls, false, 0);
@@ -874,7 +690,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
     uint64 n = 0;
     PgTry([&] {
         Oid types[2] = {TEXTOID, INT4OID};
-        Datum args[2] = {Text(s.name), Int32GetDatum(s.config.batch_size)};
+        Datum args[2] = {TextDatum(s.name), Int32GetDatum(s.config.batch_size)};
         int rc = SPI_execute_plan(KeptPlan(&requeued_plan, kRequeuedSql, 2, types), args, nullptr,
                                   false, 0);
         if (rc != SPI_OK_SELECT)
@@ -902,7 +718,7 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
             offset = DatumGetInt64(SPI_getbinval(t, d, 4, &isnull));
             pg_uuid_t *u = DatumGetUUIDP(SPI_getbinval(t, d, 5, &isnull));
             memcpy(event.data(), u->data, UUID_LEN);
-            args.values[0] = Text(s.name);
+            args.values[0] = TextDatum(s.name);
             args.values[1] = SPI_getbinval(t, d, 2, &isnull);
             args.values[2] = Int32GetDatum(partition);
             args.values[3] = Int64GetDatum(offset);
@@ -932,8 +748,8 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
             },
             &error);
         PgTry([&] {
-            Datum a[3] = {Int64GetDatum(id), ok ? Datum(0) : Text(error.message),
-                          ok ? Datum(0) : Text(SqlState(error.sqlerrcode))};
+            Datum a[3] = {Int64GetDatum(id), ok ? Datum(0) : TextDatum(error.message),
+                          ok ? Datum(0) : TextDatum(SqlState(error.sqlerrcode))};
             int rc;
             if (ok) {
                 Oid types[1] = {INT8OID};
@@ -959,58 +775,6 @@ void InboxConsumer::ApplyRequeued(Subscription &s) {
                            " (requeued): " + SqlState(error.sqlerrcode) + ": " + error.message;
         }
         p.touched = true;
-    }
-}
-
-void InboxConsumer::WriteOffsets(Subscription &s) {
-    for (auto &[tp, p] : s.partitions) {
-        if (!p.touched)
-            continue;
-        PgTry([&] {
-            Datum args[11];
-            char nulls[11];
-            memset(nulls, ' ', sizeof nulls);
-            args[0] = Text(s.name);
-            args[1] = Text(p.topic);
-            args[2] = Int32GetDatum(p.partition);
-            args[3] = Int64GetDatum(p.applied);
-            args[4] = Int64GetDatum(p.consumed);
-            args[5] = Int64GetDatum(p.duplicates);
-            args[6] = Int64GetDatum(p.dead);
-            args[7] = Int64GetDatum(p.high);
-            nulls[7] = p.high < 0 ? 'n' : ' ';
-            args[8] = p.last_error.empty() ? Datum(0) : Text(p.last_error);
-            nulls[8] = p.last_error.empty() ? 'n' : ' ';
-            args[9] = p.last_record_ms > 0 ? TimestampFromMs(p.last_record_ms) : Datum(0);
-            nulls[9] = p.last_record_ms > 0 ? ' ' : 'n';
-            args[10] = Int64GetDatum(p.committed);
-            Oid types[11] = {TEXTOID, TEXTOID, INT4OID, INT8OID,        INT8OID, INT8OID,
-                             INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-            if (p.stored) {
-                int rc =
-                    SPI_execute_plan(KeptPlan(&update_offset_plan, kUpdateOffsetSql, 11, types),
-                                     args, nulls, false, 0);
-                if (rc != SPI_OK_UPDATE)
-                    elog(ERROR, "outbox: updating outbox.inbox_offsets failed: %s",
-                         SPI_result_code_string(rc));
-                if (SPI_processed != 1)
-                    ereport(ERROR,
-                            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                             errmsg("outbox: the stored offset of subscription \"%s\", %s/%d is "
-                                    "no longer %lld",
-                                    s.name.c_str(), p.topic.c_str(), p.partition,
-                                    (long long)p.committed),
-                             errdetail("Another session moved it; this transaction's records "
-                                       "are rolled back and read again.")));
-            } else {
-                int rc =
-                    SPI_execute_plan(KeptPlan(&insert_offset_plan, kInsertOffsetSql, 10, types),
-                                     args, nulls, false, 0);
-                if (rc != SPI_OK_INSERT)
-                    elog(ERROR, "outbox: inserting into outbox.inbox_offsets failed: %s",
-                         SPI_result_code_string(rc));
-            }
-        });
     }
 }
 

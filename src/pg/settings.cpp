@@ -95,7 +95,8 @@ static void AssignDebugFault(const char *newval, void *) {
     debug_bad_alloc_in_pg_try = strcmp(newval, "bad_alloc_in_pg_try") == 0;
 }
 
-void DefineSettings() {
+// The workers and their driver processes.
+static void DefineServingSettings() {
     DefineCustomStringVariable(
         "outbox.databases", "Databases whose outbox the background workers serve.",
         "A comma-separated list. A database without the outbox extension is skipped and checked "
@@ -119,6 +120,23 @@ void DefineSettings() {
         "A worker that has not recorded an outcome within this time loses its claim.",
         &setting_lease_timeout_ms, 30000, 1000, 24 * 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
         nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.poison_after",
+        "Driver process crashes a message may be in flight for before it is dead-lettered.",
+        "A message in flight when the driver process (outbox-driver) died this many times goes "
+        "to the dead letters with reason poison. Independent of max_attempts: such a crash "
+        "spends no attempt.",
+        &setting_poison_after, 3, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.driver_memory_limit", "Address-space limit of each worker's driver process.",
+        "A driver process (librdkafka, libcurl) that reaches it exits and is restarted; nothing "
+        "in flight is lost. 0 means no limit. A reload applies it to the running processes.",
+        &setting_driver_memory_limit_mb, 1024, 0, INT_MAX / 2, PGC_SIGHUP, GUC_UNIT_MB,
+        CheckDriverMemoryLimit, nullptr, nullptr);
+}
+
+// The defaults of destinations, and the queue's limits.
+static void DefineDeliverySettings() {
     DefineCustomIntVariable(
         "outbox.max_attempts", "Delivery attempts before a message goes to the dead letters.",
         "The default for destinations that do not set max_attempts.", &setting_max_attempts, 10, 1,
@@ -146,30 +164,10 @@ void DefineSettings() {
         "0 deletes them when delivered. Older archived rows are swept by the workers in "
         "bounded batches; dead letters are never swept.",
         &setting_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
-    // The inbox (issue 23).
-    DefineCustomIntVariable(
-        "outbox.inbox_retention", "How long inbox dedup rows (outbox.inbox) are kept.",
-        "An event redelivered after its row was swept is applied again: keep it longer than "
-        "any redelivery can come late. 0 keeps them for ever. Older rows are swept by the "
-        "workers in bounded batches.",
-        &setting_inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr,
-        nullptr, nullptr);
-    DefineCustomIntVariable(
-        "outbox.poison_after",
-        "Driver process crashes a message may be in flight for before it is dead-lettered.",
-        "A message in flight when the driver process (outbox-driver) died this many times goes "
-        "to the dead letters with reason poison. Independent of max_attempts: such a crash "
-        "spends no attempt.",
-        &setting_poison_after, 3, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable(
-        "outbox.driver_memory_limit", "Address-space limit of each worker's driver process.",
-        "A driver process (librdkafka, libcurl) that reaches it exits and is restarted; nothing "
-        "in flight is lost. 0 means no limit. A reload applies it to the running processes.",
-        &setting_driver_memory_limit_mb, 1024, 0, INT_MAX / 2, PGC_SIGHUP, GUC_UNIT_MB,
-        CheckDriverMemoryLimit, nullptr, nullptr);
-    DefineCustomStringVariable("outbox.debug_driver_fault", "Fault injection for tests only.",
-                               nullptr, &setting_debug_driver_fault, "", PGC_SUSET,
-                               GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+}
+
+// Where webhooks and brokers may be.
+static void DefineNetworkSettings() {
     DefineCustomStringVariable(
         "outbox.webhook_allowed_networks",
         "Networks of loopback, private, link-local and other internal addresses webhooks may "
@@ -190,6 +188,17 @@ void DefineSettings() {
         "and for every address a client library connects to.",
         &setting_broker_allowed_networks, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
         CheckAllowedNetworks, nullptr, nullptr);
+}
+
+// The inbox (issue 23).
+static void DefineInboxSettings() {
+    DefineCustomIntVariable(
+        "outbox.inbox_retention", "How long inbox dedup rows (outbox.inbox) are kept.",
+        "An event redelivered after its row was swept is applied again: keep it longer than "
+        "any redelivery can come late. 0 keeps them for ever. Older rows are swept by the "
+        "workers in bounded batches.",
+        &setting_inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.inbox_handler_timeout", "Longest run of one call of a subscription's handler.",
         "A call that runs longer is cancelled: its record is rolled back and treated as a "
@@ -197,6 +206,10 @@ void DefineSettings() {
         "subscription's handler_timeout overrides it. 0: no limit.",
         &setting_inbox_handler_timeout_ms, 5000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
         nullptr, nullptr);
+}
+
+// What a session sets for itself.
+static void DefineSessionSettings() {
     DefineCustomBoolVariable(
         "outbox.drop_nonempty",
         "Lets DROP EXTENSION outbox delete queued messages and dead letters.",
@@ -220,6 +233,13 @@ void DefineSettings() {
     DefineCustomStringVariable(
         "outbox.tracestate", "W3C tracestate stored with outbox.traceparent.", nullptr,
         &setting_tracestate, "", PGC_USERSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+}
+
+// The test switches (hidden).
+static void DefineTestSwitches() {
+    DefineCustomStringVariable("outbox.debug_driver_fault", "Fault injection for tests only.",
+                               nullptr, &setting_debug_driver_fault, "", PGC_SUSET,
+                               GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
     DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
                                &setting_debug_pause, "", PGC_SIGHUP,
                                GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
@@ -230,6 +250,15 @@ void DefineSettings() {
     DefineCustomStringVariable(
         "outbox.debug_fault", "Fault injection for tests only.", nullptr, &setting_debug_fault, "",
         PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, CheckDebugFault, AssignDebugFault, nullptr);
+}
+
+void DefineSettings() {
+    DefineServingSettings();
+    DefineDeliverySettings();
+    DefineNetworkSettings();
+    DefineInboxSettings();
+    DefineSessionSettings();
+    DefineTestSwitches();
     MarkGUCPrefixReserved("outbox");
 }
 

@@ -20,6 +20,7 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 }
 
 #include "outbox/pg/compat.hpp"
@@ -84,6 +85,17 @@ Datum TidArray(const std::vector<ItemPointerData> &values) {
         datums[i] = PointerGetDatum(const_cast<ItemPointerData *>(&values[i]));
     return PointerGetDatum(construct_array(datums, int(values.size()), TIDOID,
                                            sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+}
+
+Datum TextDatum(const std::string &s) {
+    return PointerGetDatum(cstring_to_text_with_len(s.data(), int(s.size())));
+}
+
+Datum TimestampFromUnixMs(int64_t ms) {
+    // Unix epoch milliseconds -> PostgreSQL's microseconds since 2000-01-01.
+    return TimestampTzGetDatum(TimestampTz(ms) * 1000 -
+                               TimestampTz(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
+                                   USECS_PER_DAY);
 }
 
 Datum Int4Array(const std::vector<int> &values) {

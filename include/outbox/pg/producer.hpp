@@ -1,4 +1,4 @@
-// The producer path (see src/pg/producer.cpp).
+// The producer path (see src/pg/producer.cpp; the INSERT check is src/pg/message_check.cpp).
 #pragma once
 
 extern "C" {
@@ -21,5 +21,11 @@ void WantInboxAtCommit();
 
 // A fresh UUIDv7, strictly increasing within this process.
 void GenerateEventId(pg_uuid_t *out);
+
+// In this transaction the id sequence is known to be past IdsBelow() (the message check's
+// KeepOwnRow moves it past a row that carries its own id once, not for every such row).
+// PG_INT64_MIN at the start of every transaction.
+int64 IdsBelow();
+void SetIdsBelow(int64 id);
 
 }  // namespace outbox::pg

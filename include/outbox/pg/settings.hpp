@@ -34,7 +34,7 @@ extern int setting_inbox_handler_timeout_ms;
 
 // outbox.internal_call (user, not shown): on for the duration of outbox's own SQL functions that
 // insert into outbox.messages (their SET clause), so that the insert check's errors carry no
-// CONTEXT showing their internal statement (producer.cpp).
+// CONTEXT showing their internal statement (message_check.cpp).
 extern bool setting_internal_call;
 
 // The producer's trace context (user): stored with every message the session inserts without

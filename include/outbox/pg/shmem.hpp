@@ -79,7 +79,7 @@ struct DestinationCounters {
     pg_atomic_uint64 removed;   // rows deleted other than by delivery or burial (drop, DELETE)
     pg_atomic_uint64 refused;   // INSERTs refused by max_pending or outbox.max_pending
     // "compaction": "key": rows removed undelivered because a newer message of their key was
-    // queued (committed supersessions; producer.cpp)
+    // queued (committed supersessions; message_check.cpp)
     pg_atomic_uint64 superseded;
     slock_t mutex;  // protects the fields below
     TimestampTz last_success_at;

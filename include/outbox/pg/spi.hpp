@@ -25,6 +25,11 @@ SPIPlanPtr KeptPlan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types);
 enum class ExtensionState { Missing, OtherVersion, Ready };
 ExtensionState InstalledExtension(std::string *version);
 
+// Scalars for statement arguments, palloc'd in the current memory context: text, and a
+// timestamptz from Unix epoch milliseconds.
+Datum TextDatum(const std::string &s);
+Datum TimestampFromUnixMs(int64_t ms);
+
 // Arrays for statement arguments, palloc'd in the current memory context.
 Datum Int8Array(const std::vector<int64_t> &values);
 Datum TidArray(const std::vector<ItemPointerData> &values);

@@ -73,9 +73,73 @@ bool IsValidNatsServer(const std::string &server) {
     return true;
 }
 
-// The nats-specific part of CheckDestinationConfig.
+// "servers": a comma-separated string or an array of nats:// or tls:// URLs, into *servers.
+// Whether every one is valid.
+bool ParseNatsServers(const Json &value, std::vector<std::string> *servers) {
+    bool ok = true;
+    if (value.is_string()) {
+        const std::string &text = value.get_ref<const std::string &>();
+        size_t start = 0;
+        while (start <= text.size()) {
+            size_t comma = text.find(',', start);
+            std::string part =
+                text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            size_t b = part.find_first_not_of(' ');
+            size_t e = part.find_last_not_of(' ');
+            part = b == std::string::npos ? std::string() : part.substr(b, e - b + 1);
+            ok = ok && IsValidNatsServer(part);
+            servers->push_back(std::move(part));
+            if (comma == std::string::npos) {
+                break;
+            }
+            start = comma + 1;
+        }
+    } else if (value.is_array() && !value.empty()) {
+        for (const Json &element : value) {
+            ok = ok && element.is_string() &&
+                 IsValidNatsServer(element.get_ref<const std::string &>());
+            if (element.is_string()) {
+                servers->push_back(element.get<std::string>());
+            }
+        }
+    } else {
+        ok = false;
+    }
+    return ok;
+}
+
+bool IsNkeyPublicKey(const Json &value) {
+    // An NKey public user key: "U" and 55 more base32 characters.
+    bool ok = value.is_string() && value.get_ref<const std::string &>().size() == 56 &&
+              value.get_ref<const std::string &>()[0] == 'U';
+    if (ok) {
+        for (char c : value.get_ref<const std::string &>()) {
+            ok = ok && ((c >= 'A' && c <= 'Z') || (c >= '2' && c <= '7'));
+        }
+    }
+    return ok;
+}
+
+// The authentication keys that go together, and at most one way to authenticate.
+void CheckNatsAuthentication(const Json &object, std::vector<std::string> *problems) {
+    if (object.contains("nkey") != object.contains("nkey_seed_file")) {
+        problems->push_back("\"nkey\" and \"nkey_seed_file\" go together: set both or neither");
+    }
+    if (object.contains("password") && !object.contains("user")) {
+        problems->push_back("\"password\" needs \"user\"");
+    }
+    int methods = (object.contains("user") ? 1 : 0) + (object.contains("token") ? 1 : 0) +
+                  (object.contains("creds_file") ? 1 : 0) + (object.contains("nkey") ? 1 : 0);
+    if (methods > 1) {
+        problems->push_back(
+            "choose one way to authenticate: \"user\"/\"password\", \"token\", \"creds_file\" "
+            "or \"nkey\"/\"nkey_seed_file\"");
+    }
+}
+
 }  // namespace
 
+// The nats-specific part of CheckDestinationConfig.
 void CheckNatsConfig(const Json &object, const OutOfRange &out_of_range,
                      const CheckOptions &options, ConfigCheck *check) {
     DestinationConfig *config = &check->config;
@@ -112,35 +176,7 @@ void CheckNatsConfig(const Json &object, const OutOfRange &out_of_range,
         }
         if (key == "servers") {
             std::vector<std::string> servers;
-            bool ok = true;
-            if (value.is_string()) {
-                const std::string &text = value.get_ref<const std::string &>();
-                size_t start = 0;
-                while (start <= text.size()) {
-                    size_t comma = text.find(',', start);
-                    std::string part = text.substr(
-                        start, comma == std::string::npos ? std::string::npos : comma - start);
-                    size_t b = part.find_first_not_of(' ');
-                    size_t e = part.find_last_not_of(' ');
-                    part = b == std::string::npos ? std::string() : part.substr(b, e - b + 1);
-                    ok = ok && IsValidNatsServer(part);
-                    servers.push_back(std::move(part));
-                    if (comma == std::string::npos) {
-                        break;
-                    }
-                    start = comma + 1;
-                }
-            } else if (value.is_array() && !value.empty()) {
-                for (const Json &element : value) {
-                    ok = ok && element.is_string() &&
-                         IsValidNatsServer(element.get_ref<const std::string &>());
-                    if (element.is_string()) {
-                        servers.push_back(element.get<std::string>());
-                    }
-                }
-            } else {
-                ok = false;
-            }
+            bool ok = ParseNatsServers(value, &servers);
             if (!ok || servers.empty()) {
                 // Never quoted: a server URL may carry credentials.
                 problems->push_back(
@@ -165,14 +201,7 @@ void CheckNatsConfig(const Json &object, const OutOfRange &out_of_range,
         } else if (key == "token") {
             secret_string(key, value, &nats.token);
         } else if (key == "nkey") {
-            // An NKey public user key: "U" and 55 more base32 characters.
-            bool ok = value.is_string() && value.get_ref<const std::string &>().size() == 56 &&
-                      value.get_ref<const std::string &>()[0] == 'U';
-            if (ok) {
-                for (char c : value.get_ref<const std::string &>()) {
-                    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= '2' && c <= '7'));
-                }
-            }
+            bool ok = IsNkeyPublicKey(value);
             if (!ok) {
                 problems->push_back(
                     "\"nkey\" must be an NKey public user key (56 characters starting with "
@@ -206,19 +235,7 @@ void CheckNatsConfig(const Json &object, const OutOfRange &out_of_range,
     if (cert_given != key_given) {
         problems->push_back("\"cert_file\" and \"key_file\" go together: set both or neither");
     }
-    if (object.contains("nkey") != object.contains("nkey_seed_file")) {
-        problems->push_back("\"nkey\" and \"nkey_seed_file\" go together: set both or neither");
-    }
-    if (object.contains("password") && !object.contains("user")) {
-        problems->push_back("\"password\" needs \"user\"");
-    }
-    int methods = (object.contains("user") ? 1 : 0) + (object.contains("token") ? 1 : 0) +
-                  (object.contains("creds_file") ? 1 : 0) + (object.contains("nkey") ? 1 : 0);
-    if (methods > 1) {
-        problems->push_back(
-            "choose one way to authenticate: \"user\"/\"password\", \"token\", \"creds_file\" "
-            "or \"nkey\"/\"nkey_seed_file\"");
-    }
+    CheckNatsAuthentication(object, problems);
 }
 
 }  // namespace outbox
