@@ -423,6 +423,8 @@ WriteBackCounts WriteBack(const std::string &destination,
                 dead_reasons.push_back(DeadReasonName(r.dead_reason));
                 dead_errors.push_back(r.error.empty() ? "unknown error" : r.error.c_str());
                 break;
+            case Resolution::Action::Recover:
+                break;  // not a row: the worker settles it first (exactly_once.hpp)
         }
     }
     bool pause = std::any_of(resolutions.begin(), resolutions.end(),

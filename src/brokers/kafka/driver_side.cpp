@@ -36,6 +36,9 @@ std::unique_ptr<Driver> Open(const DestinationConfig &config, const DriverContex
     options.max_in_flight = options.config.max_in_flight > 0
                                 ? static_cast<size_t>(options.config.max_in_flight)
                                 : context.default_in_flight;
+    options.transactional_id = context.transactional_id;
+    if (config.delivery == Delivery::ExactlyOnce)
+        return MakeKafkaTxnDriver(options, error);
     return MakeKafkaDriver(options, error);
 }
 
