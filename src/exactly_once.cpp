@@ -14,7 +14,10 @@ constexpr uint64_t kLowMask = (uint64_t(1) << kLeaseTokenWorkerShift) - 1;
 
 int64_t LeaseTokenFor(int worker_index, uint64_t random) {
     uint64_t worker = uint64_t(std::clamp(worker_index, 0, kMaxLeaseTokenWorkers - 1)) + 1;
-    return int64_t((worker << kLeaseTokenWorkerShift) | (random & kLowMask) | 1);
+    // Odd by a shift, not by setting the low bit: `random | 1` gives consecutive values 2n and
+    // 2n + 1 the same token, so two consecutive claims would share one, and a marker naming
+    // the first would settle the second too.
+    return int64_t((worker << kLeaseTokenWorkerShift) | ((random << 1) & kLowMask) | 1);
 }
 
 int LeaseTokenWorker(int64_t token) {

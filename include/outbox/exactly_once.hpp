@@ -15,7 +15,8 @@ namespace outbox {
 
 // Lease tokens carry the worker's index in its database in bits 52..62, so that recovery can
 // tell the rows a worker leased (its transactional.id's) from another worker's. `random` gives
-// the other bits; the result is positive, odd (never 0, the fast path's "locked") and ≠ -1.
+// the other bits (distinct `random` values below 2^51 give distinct tokens); the result is
+// positive, odd (never 0, the fast path's "locked") and ≠ -1.
 constexpr int kLeaseTokenWorkerShift = 52;
 constexpr int kMaxLeaseTokenWorkers = 2047;
 int64_t LeaseTokenFor(int worker_index, uint64_t random);

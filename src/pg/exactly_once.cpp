@@ -58,12 +58,14 @@ WriteBackCounts RecoverLeased(const std::string &destination, int worker_index,
     RecoveryPlan plan = PlanRecovery(marker_token, tokens);
     *batches = int64_t(plan.delivered.size());
     std::vector<Resolution> resolutions;
+    size_t delivered = 0;
     for (const auto &[id, token] : rows) {
         Resolution r;
         r.id = id;
         r.lease_token = token;
         if (token == marker_token) {
             r.action = Resolution::Action::Delete;
+            delivered++;
         } else {
             // Nothing of it was delivered; no attempt spent (the destination did not fail it).
             r.action = Resolution::Action::Reschedule;
@@ -73,6 +75,11 @@ WriteBackCounts RecoverLeased(const std::string &destination, int worker_index,
     }
     if (resolutions.empty())
         return {};
+    ereport(LOG, (errmsg("outbox: %s: exactly-once recovery: %zu leased messages were in the "
+                         "committed transaction of the last batch and are deleted without "
+                         "being sent again, %zu were in transactions that did not commit and "
+                         "are due again",
+                         destination.c_str(), delivered, resolutions.size() - delivered)));
     return WriteBack(destination, resolutions);
 }
 
