@@ -428,20 +428,12 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
             r.action = Resolution::Action::Bury;
             r.dead_reason = DeadReason::Poison;
             break;
-        case OutcomeKind::Aborted:
-            // Its transaction was aborted (another message of the batch failed, or the broker
-            // aborted it): nothing was delivered, nothing is spent. Due again at once.
+        case OutcomeKind::Aborted:  // its transaction delivered nothing: due again, nothing spent
+        case OutcomeKind::InDoubt:  // (Poll keeps these leased; Marker never gets here)
+        case OutcomeKind::Marker:
             r.action = Resolution::Action::Reschedule;
             r.refund_attempt = true;
             d.want_more = true;
-            break;
-        case OutcomeKind::InDoubt:
-        case OutcomeKind::Marker:
-            // Handled in Poll for an exactly-once destination; from any other driver it cannot
-            // come, and "due again after the lease" is the safe reading.
-            r.action = Resolution::Action::Reschedule;
-            r.delay_ms = settings_.lease_timeout_ms;
-            r.refund_attempt = true;
             break;
     }
     return r;

@@ -39,17 +39,17 @@ WriteBackCounts RecoverLeased(const std::string &destination, int worker_index,
         Oid types[2] = {TEXTOID, INT8OID};
         Datum args[2] = {CStringGetTextDatum(destination.c_str()),
                          Int64GetDatum(int64(worker_index) + 1)};
-        int rc = SPI_execute_plan(KeptPlan(&leased_plan, kLeasedSql, 2, types), args, nullptr,
-                                  true, 0);
+        int rc =
+            SPI_execute_plan(KeptPlan(&leased_plan, kLeasedSql, 2, types), args, nullptr, true, 0);
         if (rc != SPI_OK_SELECT)
             elog(ERROR, "outbox: reading leased rows failed: %s", SPI_result_code_string(rc));
     });
     for (uint64 i = 0; i < SPI_processed; i++) {
         bool isnull;
-        int64_t id = DatumGetInt64(
-            heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
-        int64_t token = DatumGetInt64(
-            heap_getattr(SPI_tuptable->vals[i], 2, SPI_tuptable->tupdesc, &isnull));
+        int64_t id =
+            DatumGetInt64(heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
+        int64_t token =
+            DatumGetInt64(heap_getattr(SPI_tuptable->vals[i], 2, SPI_tuptable->tupdesc, &isnull));
         rows.emplace_back(id, token);
     }
     std::vector<int64_t> tokens;

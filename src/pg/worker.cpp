@@ -173,7 +173,6 @@ class Worker {
     }
 
   private:
-
     WorkerSlot *slot_;
     std::string database_;
     std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers

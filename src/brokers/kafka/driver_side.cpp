@@ -56,8 +56,8 @@ std::unique_ptr<KafkaConsumer> OpenConsumer(const SubscriptionConfig &config,
     options.properties = config.properties;
     // Said explicitly, not left to librdkafka's default: a record of an aborted transaction
     // (an exactly-once producer's, for one) is never read, so never applied.
-    options.properties.emplace_back("isolation.level",
-                                    config.read_uncommitted ? "read_uncommitted" : "read_committed");
+    options.properties.emplace_back(
+        "isolation.level", config.read_uncommitted ? "read_uncommitted" : "read_committed");
     options.client_id = context.client_id;
     options.metadata_interval_ms = context.metadata_interval_ms;
     options.window_records = context.window_records;

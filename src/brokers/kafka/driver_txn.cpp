@@ -94,6 +94,8 @@ class KafkaTxnDriver final : public Driver {
     bool Start();
     bool ReadMarker(int64_t *token);
     void Deliver(std::vector<Message> &batch);
+    bool ProduceAll(std::vector<Message> &batch, std::vector<Outcome> &out);
+    bool AllAcknowledged(std::vector<Message> &batch, std::vector<Outcome> &out);
     // Ends the open transaction with an abort; false when its end is not known (fatal).
     bool AbortOpen();
     bool Stopping() {
@@ -324,12 +326,13 @@ bool KafkaTxnDriver::ReadMarker(int64_t *token) {
     rd_kafka_resp_err_t part_err = list->elems[0].err;
     // A topic the cluster does not know holds no committed batch: nothing to recover (a broker
     // may say so for an offset of an unknown topic, as librdkafka's mock cluster does).
-    bool no_topic = err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                    (part_err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
-                     part_err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
+    bool no_topic =
+        err == RD_KAFKA_RESP_ERR_NO_ERROR && (part_err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+                                              part_err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
     if (no_topic)
         list->elems[0].offset = RD_KAFKA_OFFSET_INVALID;
-    bool ok = err == RD_KAFKA_RESP_ERR_NO_ERROR && (no_topic || part_err == RD_KAFKA_RESP_ERR_NO_ERROR);
+    bool ok =
+        err == RD_KAFKA_RESP_ERR_NO_ERROR && (no_topic || part_err == RD_KAFKA_RESP_ERR_NO_ERROR);
     if (ok) {
         const rd_kafka_topic_partition_t &p = list->elems[0];
         *token = 0;
@@ -412,49 +415,9 @@ bool KafkaTxnDriver::AbortOpen() {
     return false;
 }
 
-// One batch, one transaction: produce, wait for every message, the marker, commit. A message
-// refused or failed aborts the whole transaction (so a committed batch holds every message of
-// its lease): it gets its own outcome, the others Aborted (due again at once).
-void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
-    const int64_t token = batch.front().lease_token;
-    std::vector<Outcome> out(batch.size());
-    for (size_t i = 0; i < batch.size(); i++) {
-        out[i].id = batch[i].id;
-        out[i].lease_token = batch[i].lease_token;
-        out[i].kind = OutcomeKind::Aborted;
-    }
-    auto all = [&](OutcomeKind kind, const std::string &why) {
-        for (Outcome &o : out) {
-            o.kind = kind;
-            o.error = why;
-        }
-    };
-    // An error of a transactional call: fatal (fenced, or the producer cannot go on: the
-    // transaction's end is unknown), or one that needs an abort, or worth a retry.
-    auto failed = [&](rd_kafka_error_t *e, const char *call) {
-        std::string why = std::string(call) + ": " + rd_kafka_error_name(e) + ": " +
-                          rd_kafka_error_string(e);
-        bool fatal = rd_kafka_error_is_fatal(e);
-        rd_kafka_error_destroy(e);
-        Log(why);
-        if (fatal || !AbortOpen()) {
-            all(OutcomeKind::InDoubt, why + "; the producer is rebuilt and reads its marker");
-            Finish(std::move(out), true);
-        } else {
-            all(OutcomeKind::Aborted, why + "; transaction aborted");
-            Finish(std::move(out));
-        }
-    };
-
-    if (rd_kafka_error_t *e = rd_kafka_begin_transaction(rk_)) {
-        bool fatal = rd_kafka_error_is_fatal(e);
-        std::string why = std::string("begin_transaction: ") + rd_kafka_error_string(e);
-        rd_kafka_error_destroy(e);
-        all(OutcomeKind::Aborted, why);  // nothing was sent
-        Finish(std::move(out), fatal);
-        return;
-    }
-    reports_.assign(batch.size(), Report{});
+// Hands every message of the batch to librdkafka, in order; false (with the refused message's
+// outcome in `out`) when one is refused.
+bool KafkaTxnDriver::ProduceAll(std::vector<Message> &batch, std::vector<Outcome> &out) {
     bool refused = false;
     for (size_t i = 0; i < batch.size() && !refused; i++) {
         Message &m = batch[i];
@@ -472,19 +435,17 @@ void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
         size_t value_size = record.null_value ? 0 : record.value.size();
         void *opaque = reinterpret_cast<void *>(uintptr_t(i));
         rd_kafka_resp_err_t err =
-            m.key ? rd_kafka_producev(rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
-                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
-                                      RD_KAFKA_V_VALUE(value, value_size),
-                                      RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
-                                      RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque),
-                                      RD_KAFKA_V_END)
-                  : rd_kafka_producev(rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
-                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_VALUE(value, value_size),
-                                      RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
-                                      RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque),
-                                      RD_KAFKA_V_END);
+            m.key ? rd_kafka_producev(
+                        rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                        RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
+                        RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
+                        RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END)
+                  : rd_kafka_producev(
+                        rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                        RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
+                        RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_headers_destroy(headers);
             out[i].kind = ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
@@ -492,10 +453,17 @@ void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
             refused = true;
         }
     }
+    return !refused;
+}
+
+// Waits for every message's delivery report; false (with the failures' outcomes in `out`) when
+// one failed or did not come in time.
+bool KafkaTxnDriver::AllAcknowledged(std::vector<Message> &batch, std::vector<Outcome> &out) {
+    bool refused = false;
     // Every message acknowledged (or failed) before the marker: commit_transaction would flush
     // too, but a marker written ahead of its messages is what a broker that does not hide
     // aborted transactions (librdkafka's mock cluster) must never see.
-    if (!refused) {
+    {
         rd_kafka_resp_err_t flushed = rd_kafka_flush(rk_, int(call_timeout_ms_) * 2);
         for (size_t i = 0; i < batch.size(); i++) {
             const Report &r = reports_[i];
@@ -521,6 +489,53 @@ void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
             }
         }
     }
+    return !refused;
+}
+
+// One batch, one transaction: produce, wait for every message, the marker, commit. A message
+// refused or failed aborts the whole transaction (so a committed batch holds every message of
+// its lease): it gets its own outcome, the others Aborted (due again at once).
+void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
+    const int64_t token = batch.front().lease_token;
+    std::vector<Outcome> out(batch.size());
+    for (size_t i = 0; i < batch.size(); i++) {
+        out[i].id = batch[i].id;
+        out[i].lease_token = batch[i].lease_token;
+        out[i].kind = OutcomeKind::Aborted;
+    }
+    auto all = [&](OutcomeKind kind, const std::string &why) {
+        for (Outcome &o : out) {
+            o.kind = kind;
+            o.error = why;
+        }
+    };
+    // An error of a transactional call: fatal (fenced, or the producer cannot go on: the
+    // transaction's end is unknown), or one that needs an abort, or worth a retry.
+    auto failed = [&](rd_kafka_error_t *e, const char *call) {
+        std::string why =
+            std::string(call) + ": " + rd_kafka_error_name(e) + ": " + rd_kafka_error_string(e);
+        bool fatal = rd_kafka_error_is_fatal(e);
+        rd_kafka_error_destroy(e);
+        Log(why);
+        if (fatal || !AbortOpen()) {
+            all(OutcomeKind::InDoubt, why + "; the producer is rebuilt and reads its marker");
+            Finish(std::move(out), true);
+        } else {
+            all(OutcomeKind::Aborted, why + "; transaction aborted");
+            Finish(std::move(out));
+        }
+    };
+
+    if (rd_kafka_error_t *e = rd_kafka_begin_transaction(rk_)) {
+        bool fatal = rd_kafka_error_is_fatal(e);
+        std::string why = std::string("begin_transaction: ") + rd_kafka_error_string(e);
+        rd_kafka_error_destroy(e);
+        all(OutcomeKind::Aborted, why);  // nothing was sent
+        Finish(std::move(out), fatal);
+        return;
+    }
+    reports_.assign(batch.size(), Report{});
+    bool refused = !ProduceAll(batch, out) || !AllAcknowledged(batch, out);
     if (refused) {
         for (Outcome &o : out)
             if (o.kind == OutcomeKind::Aborted && o.error.empty())
@@ -535,7 +550,8 @@ void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
     }
 
     rd_kafka_topic_partition_list_t *offsets = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_add(offsets, marker_topic_.c_str(), 0);
+    rd_kafka_topic_partition_t *p =
+        rd_kafka_topic_partition_list_add(offsets, marker_topic_.c_str(), 0);
     p->offset = sequence_ + 1;
     std::string metadata = MarkerMetadata(token);
     p->metadata = malloc(metadata.size());
