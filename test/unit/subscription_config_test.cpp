@@ -143,8 +143,6 @@ TEST(SubscriptionConfig, Kinds) {
 }
 
 }  // namespace
-}  // namespace outbox
-
 // The inbox reads only committed transactions unless a subscription lowers it (issue 41).
 TEST(SubscriptionConfig, IsolationLevel) {
     SubscriptionCheck check =
@@ -169,3 +167,5 @@ TEST(SubscriptionConfig, IsolationLevel) {
         R"({"bootstrap.servers": "b:9092", "topics": ["t"], "delivery": "exactly_once"})");
     EXPECT_FALSE(check.ok());
 }
+
+}  // namespace outbox
