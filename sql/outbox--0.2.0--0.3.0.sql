@@ -167,7 +167,30 @@ REVOKE ALL ON FUNCTION outbox._grant(regrole, text[]), outbox.grant_producer(reg
 CREATE FUNCTION outbox._not_served_reason() RETURNS text
     AS 'MODULE_PATHNAME', 'outbox_not_served_reason' LANGUAGE C STABLE;
 REVOKE ALL ON FUNCTION outbox._not_served_reason() FROM PUBLIC;
-CREATE OR REPLACE FUNCTION outbox.stats()
+-- Issue 41: stats() gains delivery, transactions_open and recovered_total, and
+-- _destination_counters() the two counters: both are made again, and whoever could run stats()
+-- can run the new one (the grants are carried over).
+DO $$
+BEGIN
+    PERFORM pg_catalog.set_config('outbox_upgrade.stats_grantees',
+        coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_ident(r.rolname), ',')
+                    FROM pg_catalog.pg_proc AS p,
+                         LATERAL pg_catalog.aclexplode(p.proacl) AS a
+                    JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee
+                   WHERE p.oid = 'outbox.stats()'::pg_catalog.regprocedure
+                     AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), ''),
+        false);
+END
+$$;
+DROP FUNCTION outbox.stats();
+DROP FUNCTION outbox._destination_counters();
+CREATE FUNCTION outbox._destination_counters(
+    OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
+    OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
+    OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint,
+    OUT superseded bigint, OUT recovered bigint, OUT transactions_open bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
+CREATE FUNCTION outbox.stats()
 RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_flight bigint,
                retrying bigint, dead bigint, oldest_pending_age interval, delivered_total bigint,
                failed_total bigint, last_error text, last_success_at timestamptz,
@@ -175,7 +198,8 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
                waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
                queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint,
-               superseded_total bigint)
+               superseded_total bigint, delivery text, transactions_open bigint,
+               recovered_total bigint)
 -- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
 -- empty and would scan all of it; every part of this query has an index to use. jit off: the
 -- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
@@ -203,7 +227,10 @@ SET enable_seqscan = off SET jit = off AS $$
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum,
            (d.config->>'max_pending')::bigint, coalesce(c.refused, 0),
-           coalesce(c.superseded, 0)
+           coalesce(c.superseded, 0),
+           -- issue 41: "delivery", and its exactly-once transactions
+           coalesce(d.config->>'delivery', 'at_least_once'), coalesce(c.transactions_open, 0),
+           coalesce(c.recovered, 0)
       FROM outbox.destinations AS d
       LEFT JOIN counts AS q ON q.destination = d.name
       CROSS JOIN LATERAL (
@@ -247,7 +274,19 @@ SET enable_seqscan = off SET jit = off AS $$
       LEFT JOIN pg_stat_all_tables AS t ON t.relid = 'outbox.messages'::regclass
      ORDER BY d.name
 $$;
--- (end of issue 35, item 6)
+COMMENT ON FUNCTION outbox.stats() IS
+    'one row per destination: queue gauges kept exact at commit, counters since server start';
+REVOKE ALL ON FUNCTION outbox.stats(), outbox._destination_counters() FROM PUBLIC;
+DO $$
+DECLARE
+    grantees text := pg_catalog.current_setting('outbox_upgrade.stats_grantees', true);
+BEGIN
+    IF coalesce(grantees, '') <> '' THEN
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox.stats() TO %s', grantees);
+    END IF;
+END
+$$;
+-- (end of issue 35, item 6; issue 41)
 
 --------------------------------------------------------------------------------------------------
 -- Issue 35, item 6: outbox.subscriptions() shows the lag as unknown (NULL) when there is no high

@@ -604,7 +604,7 @@ CREATE FUNCTION outbox._destination_counters(
     OUT destination text, OUT delivered bigint, OUT failed bigint, OUT dead bigint,
     OUT expired bigint, OUT deferred bigint, OUT last_success_at timestamptz,
     OUT last_error text, OUT stats_reset timestamptz, OUT refused bigint,
-    OUT superseded bigint)
+    OUT superseded bigint, OUT recovered bigint, OUT transactions_open bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'outbox_destination_counters' LANGUAGE C;
 
 -- The size of each queue, kept exact at every commit (see src/pg/queue_counts.cpp): stats()
@@ -658,7 +658,8 @@ RETURNS TABLE (destination text, kind text, paused boolean, pending bigint, in_f
                deferred_total bigint, stats_reset timestamptz, blocked_keys bigint,
                waiting bigint, tls_verify boolean, queue_dead_tuples bigint,
                queue_last_autovacuum timestamptz, max_pending bigint, refused_total bigint,
-               superseded_total bigint)
+               superseded_total bigint, delivery text, transactions_open bigint,
+               recovered_total bigint)
 -- enable_seqscan off: right after a bulk load, before ANALYZE, the planner believes the queue is
 -- empty and would scan all of it; every part of this query has an index to use. jit off: the
 -- estimates can pass jit_above_cost, and compiling takes far longer than running (~1 ms).
@@ -686,7 +687,10 @@ SET enable_seqscan = off SET jit = off AS $$
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum,
            (d.config->>'max_pending')::bigint, coalesce(c.refused, 0),
-           coalesce(c.superseded, 0)
+           coalesce(c.superseded, 0),
+           -- issue 41: "delivery", and its exactly-once transactions
+           coalesce(d.config->>'delivery', 'at_least_once'), coalesce(c.transactions_open, 0),
+           coalesce(c.recovered, 0)
       FROM outbox.destinations AS d
       LEFT JOIN counts AS q ON q.destination = d.name
       CROSS JOIN LATERAL (

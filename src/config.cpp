@@ -272,6 +272,16 @@ bool CheckCommonKey(const std::string &key, const Json &value, DestinationConfig
         }
         return true;
     }
+    if (key == "delivery") {
+        if (value == "at_least_once") {
+            config->delivery = Delivery::AtLeastOnce;
+        } else if (value == "exactly_once") {
+            config->delivery = Delivery::ExactlyOnce;
+        } else {
+            problems->push_back("\"delivery\" must be \"at_least_once\" or \"exactly_once\"");
+        }
+        return true;
+    }
     if (key == "ordering") {
         if (value == "none") {
             config->ordering = Ordering::None;
@@ -411,6 +421,13 @@ void CheckConfigInto(const BrokerKind &kind, std::string_view json_text,
     if (!object)
         return;
     kind.driver->check(*object, out_of_range, options, &check);
+    if (check.config.delivery == Delivery::ExactlyOnce && !check.exactly_once_supported) {
+        check.problems.push_back("\"delivery\": \"exactly_once\" is not available for a " +
+                                 std::string(kind.title) + " destination");
+        check.hints.push_back(
+            "Exactly-once delivery needs broker transactions: only Kafka destinations have it. "
+            "Remove \"delivery\" (at-least-once; consumers deduplicate by event_id).");
+    }
     if (object->contains("on_dead") && check.config.ordering != Ordering::Key) {
         check.problems.push_back(
             "\"on_dead\" applies only with \"ordering\": \"key\" (without ordering a dead "

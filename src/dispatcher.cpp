@@ -204,8 +204,9 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         r.limit = limit;
         r.ordered = d.spec.config.ordering == Ordering::Key;
         r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;
-        r.hold_locks =
-            d.outage_failures == 0 && d.lease_seen && d.ack_ms < kFastPathMaxAckMs && !stopping_;
+        // Exactly-once: always leased, the claim committed before its transaction begins.
+        r.hold_locks = d.outage_failures == 0 && d.lease_seen && d.ack_ms < kFastPathMaxAckMs &&
+                       !stopping_ && d.spec.config.delivery != Delivery::ExactlyOnce;
         return r;
     };
     std::vector<ClaimRequest> plan;
@@ -227,6 +228,10 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
             continue;
         }
         if (!d->want_more)
+            continue;
+        // Exactly-once: one batch at a time. The marker names the last committed batch only, so
+        // a batch is written back before the next one is claimed (in the same transaction).
+        if (d->spec.config.delivery == Delivery::ExactlyOnce && in_flight > 0)
             continue;
         size_t capacity = Room(*d);
         size_t batch = static_cast<size_t>(std::max(1, settings_.batch_size));
@@ -423,6 +428,13 @@ Resolution Dispatcher::Resolve(Destination &d, const Outcome &o, int attempts,
             r.action = Resolution::Action::Bury;
             r.dead_reason = DeadReason::Poison;
             break;
+        case OutcomeKind::Aborted:  // its transaction delivered nothing: due again, nothing spent
+        case OutcomeKind::InDoubt:  // (Poll keeps these leased; Marker never gets here)
+        case OutcomeKind::Marker:
+            r.action = Resolution::Action::Reschedule;
+            r.refund_attempt = true;
+            d.want_more = true;
+            break;
     }
     return r;
 }
@@ -446,10 +458,29 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
         // With per-key ordering an outcome can make the next message of its key eligible.
         if (d.spec.config.ordering == Ordering::Key)
             d.want_more = true;
+        bool exactly_once = d.spec.config.delivery == Delivery::ExactlyOnce;
         for (const Outcome &o : outcomes) {
+            if (o.kind == OutcomeKind::Marker) {
+                // The driver fenced its predecessor and read the last committed batch: the
+                // write-back recovers the destination's leased rows before its next claim.
+                Resolution r;
+                r.action = Resolution::Action::Recover;
+                r.lease_token = o.lease_token;
+                resolved.push_back(std::move(r));
+                d.want_more = true;
+                continue;
+            }
             auto a = d.in_flight.find(o.id);
             if (a == d.in_flight.end())
                 continue;  // already handed back
+            if (exactly_once &&
+                (o.kind == OutcomeKind::InDoubt || o.kind == OutcomeKind::Unacknowledged ||
+                 o.kind == OutcomeKind::Poison)) {
+                // Its transaction may have committed: the row stays leased, and the marker the
+                // next driver reads decides (Recover). Sending it again now could duplicate it.
+                d.in_flight.erase(a);
+                continue;
+            }
             int attempts = a->second.attempts;
             Resolution r = Resolve(d, o, attempts, a->second.first_failed_ms, now_ms);
             // The claim's token as recorded here: the driver's copy may predate a re-lease.
@@ -529,6 +560,10 @@ void Dispatcher::StopAll() {
 
 void Dispatcher::ReleaseAll(Resolutions &out) {
     auto release = [&](Destination &d) {
+        // Exactly-once: a transaction may still commit after the worker let go (its end was
+        // sent): those rows stay leased, and the marker decides at the next start.
+        if (d.spec.config.delivery == Delivery::ExactlyOnce)
+            d.in_flight.clear();
         for (const auto &[id, f] : d.in_flight) {
             Resolution r;
             r.id = id;
@@ -612,6 +647,14 @@ size_t Dispatcher::InFlight() const {
     for (const auto &d : retired_)
         n += d->driver->InFlight();
     return n;
+}
+
+std::vector<std::string> Dispatcher::OpenTransactions() const {
+    std::vector<std::string> open;
+    for (const auto &[name, d] : destinations_)
+        if (d->spec.config.delivery == Delivery::ExactlyOnce && !d->in_flight.empty())
+            open.push_back(name);
+    return open;
 }
 
 void Dispatcher::TakeLog(std::vector<std::string> &lines) {

@@ -20,6 +20,12 @@ const char *OutcomeKindName(OutcomeKind kind) {
             return "gone";
         case OutcomeKind::Poison:
             return "poison";
+        case OutcomeKind::Aborted:
+            return "aborted";
+        case OutcomeKind::InDoubt:
+            return "in doubt";
+        case OutcomeKind::Marker:
+            return "marker";
     }
     // Only reachable through a cast of an out-of-range integer.
     return "unknown";

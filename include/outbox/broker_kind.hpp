@@ -94,6 +94,10 @@ struct DriverContext {
     // outbox.broker_allowed_networks, guarded when a role other than a superuser configured it.
     BrokerAddressRule address_rule;
     std::string webhook_allowed_networks;  // outbox.webhook_allowed_networks
+    // "delivery": "exactly_once": the producer's transactional.id, stable for the destination
+    // and the worker's place in its database ("outbox-<db>-<name>-<worker index>"), so that a
+    // restarted worker fences its predecessor's producer.
+    std::string transactional_id;
 };
 
 // What a consumer of the inbox is told besides its subscription's config.

@@ -50,6 +50,14 @@ enum class OnDead {
 };
 
 // Compaction by key (issue 26, README "Compaction by key").
+// "delivery": what a consumer may see after a crash.
+enum class Delivery {
+    AtLeastOnce,  // the default: a crash between acknowledgement and write-back sends again
+    // Kafka transactions: a claimed batch is one transaction, committed with a marker naming it;
+    // a consumer reading read_committed sees each message once (docs/destinations.md#kafka).
+    ExactlyOnce,
+};
+
 enum class Compaction {
     None,  // every message is delivered
     Key,   // a message queued for a key supersedes the key's older undelivered, not-in-flight one
@@ -73,6 +81,8 @@ struct DestinationConfig {
     int64_t ttl_ms = 0;
     // "compaction": "key" (message_check.cpp supersedes the key's older queued message).
     Compaction compaction = Compaction::None;
+    // "delivery" (issue 41): accepted only by a kind whose check supports it (ConfigCheck).
+    Delivery delivery = Delivery::AtLeastOnce;
     // The kind's own settings, set by its check (outbox-driver); empty where only the common
     // settings were read (ReadDestinationSettings).
     std::shared_ptr<const KindSettings> settings;
@@ -121,6 +131,9 @@ struct ConfigCheck {
     std::vector<std::string> hints;     // what to do instead, for some of the problems
     // Settings that need privileges, whether or not the config has problems.
     std::vector<PrivilegedSetting> privileged;
+    // Set by a kind's check that delivers "delivery": "exactly_once" (transactions); any other
+    // kind's config with it is refused.
+    bool exactly_once_supported = false;
     bool ok() const { return problems.empty(); }
 };
 

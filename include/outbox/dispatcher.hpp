@@ -54,6 +54,10 @@ struct Resolution {
         Delete,      // delivered
         Reschedule,  // due again after delay_ms; refund_attempt when no attempt was spent
         Bury,        // to the dead letters with dead_reason
+        // "delivery": "exactly_once", once per driver start (OutcomeKind::Marker): the rows
+        // this worker leased for the destination under lease_token went out in a committed
+        // transaction (delete them); its other leased rows did not (due again). id is 0.
+        Recover,
     };
     int64_t id = 0;
     int64_t lease_token = 0;
@@ -159,6 +163,9 @@ class Dispatcher {
     // drivers are destroyed.
     void ReleaseAll(Resolutions &out);
     size_t InFlight() const;
+    // "delivery": "exactly_once" destinations with a batch in flight now: each has one Kafka
+    // transaction open (outbox.stats().transactions_open).
+    std::vector<std::string> OpenTransactions() const;
 
     // Lines for the server log, prefixed with the destination name.
     void TakeLog(std::vector<std::string> &lines);

@@ -45,6 +45,18 @@ enum class OutcomeKind {
     // From a driver again: the endpoint said it wants nothing more (HTTP 410 Gone). The
     // destination is paused and the message stays queued, no attempt spent.
     Gone,
+    // "delivery": "exactly_once" (a transactional driver), never from any other:
+    // The message's transaction was aborted, by the driver or by the broker: nothing of it is
+    // visible to a read_committed consumer. Due again at once, no attempt spent.
+    Aborted,
+    // Whether the message's transaction committed is not known (the producer was fenced, or
+    // the driver process died while it was open): the row stays leased to this worker until
+    // the destination's next driver has read its marker (Marker).
+    InDoubt,
+    // Not about a message: the first outcome of a transactional driver, once it has fenced its
+    // predecessor. lease_token is the lease of the last batch whose transaction committed
+    // (0: none ever did); id is 0.
+    Marker,
 };
 
 struct Outcome {

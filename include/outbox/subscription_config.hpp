@@ -38,6 +38,9 @@ struct SubscriptionConfig {
     // "start": where a partition with no stored offset begins ("earliest", the default, or
     // "latest").
     bool start_at_latest = false;
+    // "isolation_level": "read_committed" (the default: records of aborted Kafka transactions
+    // are never read, so never applied) or "read_uncommitted".
+    bool read_uncommitted = false;
     // "handler_timeout": how long one call of the handler may run before it is cancelled and
     // counts as an error of its record (milliseconds; 0: no limit); -1 when not set, i.e.
     // outbox.inbox_handler_timeout.

@@ -21,12 +21,11 @@ namespace outbox {
 const std::vector<const BrokerKind *> &BrokerKinds() {
     // Built on first use, never destroyed: no global with a destructor (a static vector's would
     // run at exit, after a helper's threads may still look a kind up).
-    static const std::vector<const BrokerKind *> *const kinds =
-        new std::vector<const BrokerKind *>{
-            &kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
-            &kRedisKind,  // redis (issue 42)
-            &kMqttKind,  // mqtt kind
-        };
+    static const std::vector<const BrokerKind *> *const kinds = new std::vector<const BrokerKind *>{
+        &kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
+        &kRedisKind,  // redis (issue 42)
+        &kMqttKind,   // mqtt kind
+    };
     return *kinds;
 }
 

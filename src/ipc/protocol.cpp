@@ -126,8 +126,9 @@ Outcome GetOutcome(Reader &r) {
     o.lease_token = r.I64();
     uint8_t kind = r.U8();
     // Only what a driver can report: the supervisor's own kinds never come from the helper.
-    if (kind > static_cast<uint8_t>(OutcomeKind::Defer) &&
-        kind != static_cast<uint8_t>(OutcomeKind::Gone))
+    if (kind > static_cast<uint8_t>(OutcomeKind::Marker) ||
+        kind == static_cast<uint8_t>(OutcomeKind::Unacknowledged) ||
+        kind == static_cast<uint8_t>(OutcomeKind::Poison))
         r.Fail("an outcome has an unknown kind");
     o.kind = static_cast<OutcomeKind>(kind);
     o.error = r.String();

@@ -69,6 +69,10 @@ void RemoteDriver::Abandon() {
 void RemoteDriver::OnOutcomes(protocol::OutcomesFrame &f) {
     state_ = f.state;
     for (Outcome &o : f.outcomes) {
+        if (o.kind == OutcomeKind::Marker) {  // about the driver, not a message in flight
+            ready_.push_back(std::move(o));
+            continue;
+        }
         auto it = in_flight_.find(o.id);
         if (it == in_flight_.end() || it->second.lease_token != o.lease_token || it->second.held)
             continue;  // already resolved here (abandoned, or from before a re-lease)

@@ -42,9 +42,17 @@ static void ListDestinationCounters(FunctionCallInfo fcinfo) {
     if (shared == nullptr)
         return;
 
+    // Two more columns since 0.3.0's issue 41 (recovered, transactions_open); a schema whose
+    // upgrade has not run yet asks for the first 11 only.
+    int natts = rsinfo->setDesc->natts;
+    if (natts != 11 && natts != 13)
+        throw PgError(ERRCODE_DATATYPE_MISMATCH,
+                      "outbox._destination_counters() is declared with " + std::to_string(natts) +
+                          " columns; this module fills 11 or 13",
+                      {}, "Install the outbox module of the extension's version and restart.");
     ForEachDestinationCounters(MyDatabaseId, [rsinfo](DestinationCounters *entry) {
-        Datum values[11];
-        bool nulls[11] = {false};
+        Datum values[13];
+        bool nulls[13] = {false};
         values[0] = CStringGetTextDatum(entry->key.name);
         values[1] = Int64GetDatum(pg_atomic_read_u64(&entry->delivered));
         values[2] = Int64GetDatum(pg_atomic_read_u64(&entry->failed));
@@ -63,6 +71,8 @@ static void ListDestinationCounters(FunctionCallInfo fcinfo) {
         values[8] = TimestampTzGetDatum(shared->stats_reset);
         values[9] = Int64GetDatum(pg_atomic_read_u64(&entry->refused));
         values[10] = Int64GetDatum(pg_atomic_read_u64(&entry->superseded));  // compaction
+        values[11] = Int64GetDatum(pg_atomic_read_u64(&entry->recovered));   // exactly-once
+        values[12] = Int64GetDatum(pg_atomic_read_u64(&entry->transactions_open));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     });
 }

@@ -37,7 +37,7 @@ DriverProcessOptions CurrentDriverProcessOptions() {
 }
 
 DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &database,
-                                const DispatchSettings &settings, int worker_index) {
+                                int worker_index, const DispatchSettings &settings) {
     DriverContext context;
     context.destination = spec.name;
     context.source = "/outbox/" + database;
@@ -50,13 +50,15 @@ DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &
     context.config_by_superuser = spec.config_by_superuser;
     context.address_rule = {!spec.config_by_superuser, settings.broker_allowed_networks};
     context.webhook_allowed_networks = settings.webhook_allowed_networks;
+    context.transactional_id =
+        "outbox-" + database + "-" + spec.name + "-" + std::to_string(worker_index);
     return context;
 }
 
 std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpec &spec,
-                                    const std::string &database, const DispatchSettings &settings,
-                                    std::string *error, int worker_index) {
-    DriverContext context = MakeDriverContext(spec, database, settings, worker_index);
+                                    const std::string &database, int worker_index,
+                                    const DispatchSettings &settings, std::string *error) {
+    DriverContext context = MakeDriverContext(spec, database, worker_index, settings);
     return process->Open(spec.config.kind->name, spec.name,
                          protocol::EncodeOpenOptions(spec.config_json, context), error);
 }

@@ -431,6 +431,8 @@ WriteBackArrays SortResolutions(const std::vector<Resolution> &resolutions) {
                 a.dead_reasons.push_back(DeadReasonName(r.dead_reason));
                 a.dead_errors.push_back(r.error.empty() ? "unknown error" : r.error.c_str());
                 break;
+            case Resolution::Action::Recover:
+                break;  // not a row: the worker settles it first (exactly_once.hpp)
         }
     }
     a.pause = std::any_of(resolutions.begin(), resolutions.end(),

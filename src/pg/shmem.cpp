@@ -144,7 +144,8 @@ DestinationCounters *GetDestinationCounters(Oid database, const char *name) {
     if (entry && !found) {
         for (pg_atomic_uint64 *c :
              {&entry->delivered, &entry->failed, &entry->dead, &entry->expired, &entry->deferred,
-              &entry->produced, &entry->removed, &entry->refused, &entry->superseded})
+              &entry->produced, &entry->removed, &entry->refused, &entry->superseded,
+              &entry->recovered, &entry->transactions_open})
             pg_atomic_init_u64(c, 0);
         entry->queued = entry->initial = entry->reserved = 0;
         entry->base_produced = entry->base_removed = entry->base_delivered = 0;

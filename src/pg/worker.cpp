@@ -17,6 +17,7 @@
 
 #include "outbox/claim_book.hpp"
 #include "outbox/dispatcher.hpp"
+#include "outbox/exactly_once.hpp"
 #include "outbox/fast_batch.hpp"
 #include "outbox/ipc/supervisor.hpp"
 
@@ -46,6 +47,7 @@ extern "C" {
 #include "outbox/pg/compat.hpp"
 #include "outbox/pg/destination_cache.hpp"
 #include "outbox/pg/driver_process.hpp"
+#include "outbox/pg/exactly_once.hpp"
 #include "outbox/pg/guard.hpp"
 #include "outbox/pg/inbox.hpp"
 #include "outbox/pg/debug.hpp"
@@ -151,13 +153,26 @@ class Worker {
     bool FastBatch(std::vector<ClaimRequest> requests);
     // A fresh token per claim: only that claim's write-back can match it. Never 0 (the fast
     // path's "locked by this transaction") or negative.
+    // The worker's index is in the token (exactly_once.hpp): an exactly-once destination's
+    // recovery settles this worker's leases only.
     int64 NextLeaseToken() {
-        return int64((lease_base_ + ++lease_counter_) & INT64CONST(0x7fffffffffffffff)) | 1;
+        return LeaseTokenFor(slot_->worker_index, lease_base_ + ++lease_counter_);
     }
     void LogDriverLines();
     void SetState(WorkerState state) { pg_atomic_write_u32(&slot_->state, state); }
     void SetDestination(const char *name);
+    void CountOpenTransactions();
 
+  public:
+    // The transactions this worker counts as open in outbox.stats(), given back at exit.
+    void ForgetOpenTransactions() {
+        for (const std::string &name : open_transactions_)
+            if (DestinationCounters *c = GetDestinationCounters(MyDatabaseId, name.c_str()))
+                pg_atomic_fetch_sub_u64(&c->transactions_open, 1);
+        open_transactions_.clear();
+    }
+
+  private:
     WorkerSlot *slot_;
     std::string database_;
     std::unique_ptr<DriverProcess> drivers_;  // outlives the dispatcher's drivers
@@ -181,14 +196,17 @@ class Worker {
     WaitEventSet *wait_set_ = nullptr;
     std::vector<int> wait_fds_;
     uint64_t wait_drivers_built_ = 0;  // Dispatcher::DriversBuilt() when wait_set_ was built
+    std::vector<std::string> open_transactions_;  // counted in outbox.stats() (sorted)
 };
 
 Worker *the_worker = nullptr;  // for the exit callback
 
 void OnWorkerExit(int, Datum arg) {
     int slot_index = DatumGetInt32(arg);
-    if (the_worker)
+    if (the_worker) {
         the_worker->ReleaseDrivers();
+        the_worker->ForgetOpenTransactions();
+    }
     WorkerSlot *slot = &shared->slots[slot_index];
     SpinLockAcquire(&slot->mutex);
     slot->destination[0] = '\0';
@@ -206,8 +224,8 @@ Worker::Worker(WorkerSlot *slot, std::string database)
     paused_drivers = drivers_.get();
     dispatcher_ = std::make_unique<Dispatcher>(
         [this](const DestinationSpec &spec, std::string *error) {
-            return BuildDriver(drivers_.get(), spec, database_, dispatcher_->Settings(), error,
-                               slot_->worker_index);
+            return BuildDriver(drivers_.get(), spec, database_, slot_->worker_index,
+                               dispatcher_->Settings(), error);
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
     dispatcher_->SetPollHook([this] { drivers_->Service(); });
@@ -216,6 +234,30 @@ Worker::Worker(WorkerSlot *slot, std::string database)
         lease_base_ = uint64(MyProcPid) << 32 ^ uint64(NowMs());
     turn_context_ =
         AllocSetContextCreate(TopMemoryContext, "outbox worker turn", ALLOCSET_DEFAULT_SIZES);
+}
+
+// outbox.stats().transactions_open: this worker's exactly-once destinations with a batch (a
+// Kafka transaction) in flight, counted up and down as that changes.
+void Worker::CountOpenTransactions() {
+    std::vector<std::string> now = dispatcher_->OpenTransactions();
+    std::sort(now.begin(), now.end());
+    if (now == open_transactions_)
+        return;
+    auto adjust = [](const std::string &name, bool up) {
+        if (DestinationCounters *c = GetDestinationCounters(MyDatabaseId, name.c_str())) {
+            if (up)
+                pg_atomic_fetch_add_u64(&c->transactions_open, 1);
+            else
+                pg_atomic_fetch_sub_u64(&c->transactions_open, 1);
+        }
+    };
+    for (const std::string &name : open_transactions_)
+        if (!std::binary_search(now.begin(), now.end(), name))
+            adjust(name, false);
+    for (const std::string &name : now)
+        if (!std::binary_search(open_transactions_.begin(), open_transactions_.end(), name))
+            adjust(name, true);
+    open_transactions_ = std::move(now);
 }
 
 void Worker::SetDestination(const char *name) {
@@ -354,8 +396,28 @@ void Worker::WriteBackAndClaim(bool claim,
 bool Worker::WriteBackOne(const std::string &destination,
                           const std::vector<Resolution> &resolutions, WriteBackCounts *written) {
     CaughtError error;
-    if (InSubtransaction([&] { *written = WriteBack(destination, resolutions); }, &error))
+    int64 recovered = 0;
+    auto body = [&] {
+        // Exactly-once: a new driver's marker settles the destination's leased rows first.
+        std::vector<Resolution> plain;
+        for (const Resolution &r : resolutions) {
+            if (r.action != Resolution::Action::Recover) {
+                plain.push_back(r);
+                continue;
+            }
+            int64_t batches = 0;
+            *written += RecoverLeased(destination, slot_->worker_index, r.lease_token, &batches);
+            recovered += batches;
+        }
+        if (!plain.empty())
+            *written += WriteBack(destination, plain);
+    };
+    if (InSubtransaction(body, &error)) {
+        if (recovered > 0)
+            if (DestinationCounters *c = GetDestinationCounters(MyDatabaseId, destination.c_str()))
+                pg_atomic_fetch_add_u64(&c->recovered, uint64(recovered));
         return true;
+    }
     ereport(LOG,
             (errcode(error.sqlerrcode),
              errmsg("outbox worker: writing back %zu outcomes of destination \"%s\" failed: %s",
@@ -448,6 +510,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     int64 now = NowMs();
     dispatcher_->Poll(now, pending_);
     LogDriverLines();
+    CountOpenTransactions();
     if (woken)
         dispatcher_->WakeAll();
     // A transaction is needed to read changed destinations (and on every poll, the safety
@@ -516,6 +579,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     if (!fast.empty())
         full = FastBatch(std::move(fast)) || full;
     pg_atomic_write_u32(&slot_->batch_in_flight, uint32(dispatcher_->InFlight()));
+    CountOpenTransactions();
     return full;
 }
 

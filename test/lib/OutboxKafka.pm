@@ -198,6 +198,8 @@ sub summary { $_[0]{summary} }
 sub consume {
     my ($self, $topics, %o) = @_;
     my @t = map { ('--topic', $_) } ref $topics ? @$topics : ($topics);
+    # read_committed => 1: only what committed transactions hold (isolation.level).
+    push @t, '--property', 'isolation.level=read_committed' if $o{read_committed};
     my @m;
     if ($o{headers} || $o{values}) {
         my $out = $self->verify('consume', '--bootstrap', $self->bootstrap, @t,
@@ -216,9 +218,10 @@ sub consume {
 
 # Every ce_id header of a topic (one per message received, repeats included).
 sub event_ids {
-    my ($self, $topic) = @_;
+    my ($self, $topic, %o) = @_;
     my $out = $self->verify('consume', '--bootstrap', $self->bootstrap, '--topic', $topic,
-        '--format', 'ids');
+        '--format', 'ids',
+        ($o{read_committed} ? ('--property', 'isolation.level=read_committed') : ()));
     return [ grep { $_ ne '\N' } split /\n/, $out ];
 }
 

@@ -254,8 +254,10 @@ sub up { $_[0]->ctl('up all') }
 sub consume {
     my ($self, $topic, %opts) = @_;
     my ($out, $err) = ('', '');
+    # isolation => 'read_committed' (librdkafka's default too) or 'read_uncommitted'.
+    my @isolation = $opts{isolation} ? ('-X', "isolation.level=$opts{isolation}") : ();
     my $ok = IPC::Run::run(['kcat', '-C', '-b', $self->{bootstrap}, '-t', $topic, '-o', 'beginning',
-            '-e', '-q', '-J', '-X', 'fetch.wait.max.ms=50'],
+            '-e', '-q', '-J', '-X', 'fetch.wait.max.ms=50', @isolation],
         '>', \$out, '2>', \$err, IPC::Run::timeout($opts{timeout} // 120));
     # A topic nothing was produced to yet does not exist: no messages. (kcat with librdkafka
     # 2.0, bookworm's, waits for it; with 2.8 and later it stops with this error.)

@@ -10,6 +10,7 @@
 //         tsv   topic TAB partition TAB offset TAB ce_id TAB key (\N when null)
 //         json  {"topic":T,"partition":P,"offset":O,"key":K,"headers":{...},"payload":V}
 //               (payload with --values), the field names kcat -J uses
+//       (--property isolation.level=read_committed: what committed transactions hold only)
 //       and a summary on stderr: "summary messages=N distinct=D duplicates=X no_ce_id=Z
 //       partitions=P keys=K keys_on_several_partitions=S out_of_order_partitions=0".
 //   KafkaVerify health --bootstrap B [--brokers 1,2,3] [--in-sync 1,2] [--topic T] [--wait S]
@@ -113,7 +114,9 @@ public class KafkaVerify {
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
         p.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, String.valueOf(64 << 20));
         p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, String.valueOf(16 << 20));
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
+        // Everything written, unless --property isolation.level=read_committed asks for what
+        // committed transactions hold only (the exactly-once tests).
+        p.putIfAbsent(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
         return new KafkaConsumer<>(p);
     }
 

@@ -143,4 +143,29 @@ TEST(SubscriptionConfig, Kinds) {
 }
 
 }  // namespace
+// The inbox reads only committed transactions unless a subscription lowers it (issue 41).
+TEST(SubscriptionConfig, IsolationLevel) {
+    SubscriptionCheck check =
+        CheckKafkaSubscription(R"({"bootstrap.servers": "b:9092", "topics": ["t"]})");
+    ASSERT_TRUE(check.ok()) << All(check);
+    EXPECT_FALSE(check.config.read_uncommitted);
+    check = CheckKafkaSubscription(
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "isolation_level": "read_uncommitted"})");
+    ASSERT_TRUE(check.ok()) << All(check);
+    EXPECT_TRUE(check.config.read_uncommitted);
+    check = CheckKafkaSubscription(
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "isolation_level": "dirty"})");
+    ASSERT_EQ(check.problems.size(), 1u) << All(check);
+    EXPECT_NE(check.problems[0].find("\"isolation_level\" must be"), std::string::npos);
+    // librdkafka's own spelling is refused, pointing to the setting.
+    check = CheckKafkaSubscription(
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "isolation.level": "read_uncommitted"})");
+    ASSERT_EQ(check.problems.size(), 1u) << All(check);
+    EXPECT_NE(check.problems[0].find("use \"isolation_level\""), std::string::npos);
+    // A destination's "delivery" means nothing to a subscription.
+    check = CheckKafkaSubscription(
+        R"({"bootstrap.servers": "b:9092", "topics": ["t"], "delivery": "exactly_once"})");
+    EXPECT_FALSE(check.ok());
+}
+
 }  // namespace outbox

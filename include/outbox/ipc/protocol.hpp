@@ -244,6 +244,7 @@ void VisitDriverContext(Context &c, V &&v) {
     v("address_rule.guarded", c.address_rule.guarded);
     v("address_rule.allowed_networks", c.address_rule.allowed_networks);
     v("webhook_allowed_networks", c.webhook_allowed_networks);
+    v("transactional_id", c.transactional_id);
 }
 
 template <typename Context, typename V>

@@ -19,13 +19,13 @@ DriverProcessOptions CurrentDriverProcessOptions();
 
 // What the worker tells the driver of one destination besides its config (broker_kind.hpp).
 DriverContext MakeDriverContext(const DestinationSpec &spec, const std::string &database,
-                                const DispatchSettings &settings, int worker_index = 0);
+                                int worker_index, const DispatchSettings &settings);
 
 // The driver of one destination, built in `process`, which checks the stored config first.
 // nullptr with *error when it cannot be built (the dispatcher retries later and outbox.stats()
 // shows the error).
 std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpec &spec,
-                                    const std::string &database, const DispatchSettings &settings,
-                                    std::string *error, int worker_index = 0);
+                                    const std::string &database, int worker_index,
+                                    const DispatchSettings &settings, std::string *error);
 
 }  // namespace outbox::pg

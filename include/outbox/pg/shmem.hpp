@@ -81,6 +81,11 @@ struct DestinationCounters {
     // "compaction": "key": rows removed undelivered because a newer message of their key was
     // queued (committed supersessions; message_check.cpp)
     pg_atomic_uint64 superseded;
+    // "delivery": "exactly_once": batches found committed in Kafka by a driver's marker when it
+    // started (deleted without sending them again), and the Kafka transactions open now (one
+    // per worker at most; exactly_once.hpp).
+    pg_atomic_uint64 recovered;
+    pg_atomic_uint64 transactions_open;
     slock_t mutex;  // protects the fields below
     TimestampTz last_success_at;
     char last_error[512];  // room for librdkafka's text and the hint after it

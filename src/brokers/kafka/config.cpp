@@ -258,8 +258,8 @@ void CheckKafkaProperty(rd_kafka_conf_t *conf, const std::string &key, const Jso
     }
     if (bare == "transactional.id") {
         problems->push_back(
-            "\"transactional.id\" cannot be configured (outbox uses the idempotent producer, not "
-            "transactions)");
+            "\"transactional.id\" cannot be configured (outbox names it: with \"delivery\": "
+            "\"exactly_once\" it is outbox-<database>-<destination>-<worker>)");
         return;
     }
     if (bare == "internal.termination.signal") {
@@ -486,6 +486,14 @@ void CheckKafkaConfig(const Json &object, const OutOfRange &out_of_range, const 
         problems->push_back(
             "\"max.in.flight.requests.per.connection\" (\"max.in.flight\") must be at most 5 for "
             "the idempotent producer");
+    }
+    check->exactly_once_supported = true;
+    if (config->delivery == Delivery::ExactlyOnce && kafka.default_topic.empty()) {
+        // The marker of each transaction is an offset committed for partition 0 of this topic
+        // (driver_txn.cpp): it must be known before any message is.
+        problems->push_back(
+            "\"delivery\": \"exactly_once\" needs \"topic\" (the destination's topic keeps the "
+            "marker of each committed batch)");
     }
     if (config->ordering == Ordering::Key) {
         for (const auto &[key, value] : kafka.properties) {

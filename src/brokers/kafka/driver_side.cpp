@@ -36,6 +36,9 @@ std::unique_ptr<Driver> Open(const DestinationConfig &config, const DriverContex
     options.max_in_flight = options.config.max_in_flight > 0
                                 ? static_cast<size_t>(options.config.max_in_flight)
                                 : context.default_in_flight;
+    options.transactional_id = context.transactional_id;
+    if (config.delivery == Delivery::ExactlyOnce)
+        return MakeKafkaTxnDriver(options, error);
     return MakeKafkaDriver(options, error);
 }
 
@@ -51,6 +54,10 @@ std::unique_ptr<KafkaConsumer> OpenConsumer(const SubscriptionConfig &config,
     options.name = context.subscription;
     options.topics = config.topics;
     options.properties = config.properties;
+    // Said explicitly, not left to librdkafka's default: a record of an aborted transaction
+    // (an exactly-once producer's, for one) is never read, so never applied.
+    options.properties.emplace_back(
+        "isolation.level", config.read_uncommitted ? "read_uncommitted" : "read_committed");
     options.client_id = context.client_id;
     options.metadata_interval_ms = context.metadata_interval_ms;
     options.window_records = context.window_records;

@@ -50,6 +50,7 @@ constexpr RefusedProperty kRefusedProperties[] = {
     {"auto.offset.reset", "use \"start\": \"earliest\" or \"latest\" instead"},
     {"group.instance.id", "outbox assigns partitions itself, without a consumer group"},
     {"enable.partition.eof", "set by outbox"},
+    {"isolation.level", "use \"isolation_level\": \"read_committed\" or \"read_uncommitted\""},
 };
 
 // Destination settings that have no meaning for a subscription.
@@ -126,6 +127,16 @@ bool CheckOwnKey(const std::string &key, const Json &value, SubscriptionCheck *c
                 "or a string such as \"30s\"");
         } else {
             config->handler_timeout_ms = *ms;
+        }
+    } else if (key == "isolation_level") {
+        if (value == "read_committed") {
+            config->read_uncommitted = false;
+        } else if (value == "read_uncommitted") {
+            config->read_uncommitted = true;
+        } else {
+            problems->push_back(
+                "\"isolation_level\" must be \"read_committed\" (the default) or "
+                "\"read_uncommitted\"");
         }
     } else if (key == "start") {
         if (value == "earliest") {

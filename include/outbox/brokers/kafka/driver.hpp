@@ -18,9 +18,14 @@ struct KafkaDriverOptions {
     int64_t lease_timeout_ms;        // message.timeout.ms is kept below it, so no lease lapses
     size_t max_in_flight;            // messages handed to librdkafka and not yet reported
     BrokerAddressRule address_rule;  // outbox.broker_allowed_networks, when guarded
+    std::string transactional_id;    // "delivery": "exactly_once" (DriverContext)
 };
 
 // A ready producer, or nullptr with *error set (librdkafka refused the configuration).
 std::unique_ptr<Driver> MakeKafkaDriver(const KafkaDriverOptions &options, std::string *error);
+
+// "delivery": "exactly_once": a transactional producer, one transaction per batch, each with its
+// marker (driver_txn.cpp). Its first outcome is OutcomeKind::Marker; it takes no batch before.
+std::unique_ptr<Driver> MakeKafkaTxnDriver(const KafkaDriverOptions &options, std::string *error);
 
 }  // namespace outbox
