@@ -22,13 +22,15 @@ sub produced_ids {
 
 # kill -9 of the worker twice mid-drain, then an immediate stop of the server mid-drain:
 # nothing lost, duplicates reported.
+#
+# Sizes (defaults as for amqp and nats): n => messages per phase (30,000).
 sub crash {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_crash", conf => join("\n", 'log_statement = none',
         'restart_after_crash = on', "outbox.lease_timeout = '5s'", 'outbox.batch_size = 200'));
-    my $n = 30000;
+    my $n = $o{n} // 30000;
     $node->safe_psql('postgres', 'CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY)');
     for my $dest ('crash1', 'crash2') {
         my $config = $server->prepare($dest);
@@ -51,7 +53,7 @@ sub crash {
     # 1. kill -9 the worker twice mid-drain.
     $queue_batch->('crash1');
     my $killed = 0;
-    for my $below (20000, 10000) {
+    for my $below (int($n * 2 / 3), int($n / 3)) {
         ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < $below }, 180), "drain passed $below remaining");
         my ($pid) = worker_pids($node);
         my $remaining = queued($node, 'crash1', restarting => 1);
@@ -69,7 +71,7 @@ sub crash {
 
     # 2. Immediate stop (a server crash) mid-drain, then start again.
     $queue_batch->('crash2');
-    ok(wait_until(sub { queued($node, 'crash2', restarting => 1) < 20000 }, 180), 'crash2: drain under way');
+    ok(wait_until(sub { queued($node, 'crash2', restarting => 1) < int($n * 2 / 3) }, 180), 'crash2: drain under way');
     $node->stop('immediate');
     $node->start;
     ok(wait_until(sub { queued($node, 'crash2', restarting => 1) == 0 }, 300), 'crash2: drained after an immediate stop');
@@ -85,9 +87,12 @@ sub crash {
 }
 
 # The broker stopped for 20 s while producers commit 50 messages/s: nothing dead-lettered (with
-# max_attempts 2), no attempt spent, everything arrives once it is back.
+# max_attempts 2), no attempt spent, everything arrives once it is back. Sizes (defaults as for
+# amqp and nats): outage => seconds the broker is down (20), seconds => the producers' run (40).
 sub outage {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
+    my $outage = $o{outage} // 20;
+    my $seconds = $o{seconds} // 40;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_outage", conf => join("\n", 'log_statement = none',
@@ -98,7 +103,7 @@ sub outage {
         CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY);
         CREATE SEQUENCE n_seq;
     });
-    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => 40, script => q{
+    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => $seconds, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'flow', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
@@ -117,7 +122,7 @@ INSERT INTO produced SELECT * FROM m;
     my $during = stats_row($node, 'flow');
     diag("last_error during the outage: $during->{last_error}");
     unlike($during->{last_error}, qr/guest:guest/, 'last_error does not show the credentials');
-    sleep(20 - (time - $down_at)) if time - $down_at < 20;   # the outage's length: the scenario
+    sleep($outage - (time - $down_at)) if time - $down_at < $outage;   # the outage's length: the scenario
     $server->up;
     diag(sprintf('%s started again after %.1f s', $server_kind, time - $down_at));
     ok($pgbench->finish, 'the producers ran throughout') or diag(${ $pgbench->{outbox_err} });
@@ -132,7 +137,7 @@ INSERT INTO produced SELECT * FROM m;
     is($s->{failed_total}, 0, 'no attempt was spent on the outage');
     cmp_ok($s->{deferred_total}, '>', 0, 'messages were deferred: ' . $s->{deferred_total});
     my $produced = produced_ids($node, 'flow');
-    my $r = fault_summary("${kind}_broker_stopped_20s", produced => $produced,
+    my $r = fault_summary("${kind}_broker_stopped_${outage}s", produced => $produced,
         received => $server->event_ids($server->container('flow')));
     is($r->{distinct}, scalar(@$produced), 'all ' . scalar(@$produced) . ' messages arrived');
 
@@ -142,9 +147,11 @@ INSERT INTO produced SELECT * FROM m;
 }
 
 # Per-key ordering while the broker is restarted twice under production: for every key, first
-# arrivals are in id order, and nothing is lost.
+# arrivals are in id order, and nothing is lost. Sizes (defaults as for amqp and nats): seconds
+# => the producers' run (40), up => seconds between restarts (6), down => seconds down (3).
 sub ordering {
-    my ($server_kind) = @_;
+    my ($server_kind, %o) = @_;
+    my ($seconds, $up, $down) = ($o{seconds} // 40, $o{up} // 6, $o{down} // 3);
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_ordering", conf => join("\n", 'log_statement = none',
@@ -156,7 +163,7 @@ sub ordering {
         CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY, id bigint, key text);
         CREATE SEQUENCE n_seq;
     });
-    my $pgbench = start_pgbench($node, clients => 4, rate => 200, seconds => 40, script => q{
+    my $pgbench = start_pgbench($node, clients => 4, rate => 200, seconds => $seconds, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'ord', 'k' || (n % 50), jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
@@ -166,10 +173,10 @@ INSERT INTO produced SELECT * FROM m;
     # The restarts spread over the producers' 40 s: 6 s of production, 3 s down, twice (the
     # scenario's schedule, not waits).
     for my $round (1, 2) {
-        sleep 6;
+        sleep $up;
         $server->down;
         diag("$server_kind stopped (round $round)");
-        sleep 3;
+        sleep $down;
         $server->up;
         diag("$server_kind started (round $round)");
     }
@@ -186,8 +193,9 @@ INSERT INTO produced SELECT * FROM m;
         ($id_of{$e}, $key_of{$e}) = ($id, $k);
     }
     my $got = $server->received($server->container('ord'));
-    my @in_order = $kind eq 'nats' ? sort { $a->{seq} <=> $b->{seq} } @$got : @$got;
-    my $id_header = $kind eq 'nats' ? 'ce-id' : 'cloudEvents:id';
+    # nats and sqs (a FIFO queue's SequenceNumber) say in which order the server took them.
+    my @in_order = $kind eq 'amqp' ? @$got : sort { $a->{seq} <=> $b->{seq} } @$got;
+    my $id_header = $kind eq 'amqp' ? 'cloudEvents:id' : 'ce-id';
     my (%first, %last, %late);
     for my $m (@in_order) {
         my $e = $m->{headers}{$id_header} // next;

@@ -521,6 +521,9 @@ push @EXPORT, qw(rabbitmq_node nats_node);
 
 sub rabbitmq_node { return OutboxTest::BrokerNode->start('rabbitmq', @_) }
 sub nats_node { return OutboxTest::BrokerNode->start('nats', @_) }
+# sqs kind (issue 42): ElasticMQ (test/tools/sqs_node), checked with boto3.
+push @EXPORT, qw(sqs_node);
+sub sqs_node { return OutboxTest::BrokerNode->start('sqs', @_) }
 
 package OutboxTest::BrokerNode;
 
@@ -538,7 +541,8 @@ my $venv_python = ($ENV{OUTBOX_TEST_VENV} // '/var/cache/outbox-test/venv') . '/
 sub start {
     my ($class, $kind, %opts) = @_;
     my $work = PostgreSQL::Test::Utils::tempdir();
-    my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ' : 'OUTBOX_SHARED_NATS' };
+    my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ'
+        : $kind eq 'nats' ? 'OUTBOX_SHARED_NATS' : 'OUTBOX_SHARED_' . uc $kind };
     $shared = undef if @{ $opts{args} // [] };
     my $self = bless { kind => $kind, dir => $shared // "$work/$kind", work => $work,
         shared => defined $shared, args => $opts{args} // [] }, $class;
@@ -565,6 +569,7 @@ sub dir { $_[0]{dir} }
 # The destination address: amqp://guest:guest@127.0.0.1:P (vhost "/") or nats://127.0.0.1:P.
 sub url {
     my ($self) = @_;
+    return "http://127.0.0.1:$self->{port}" if $self->{kind} eq 'sqs';    # sqs kind (issue 42)
     return $self->{kind} eq 'rabbitmq' ? "amqp://guest:guest\@127.0.0.1:$self->{port}"
       : "nats://127.0.0.1:$self->{port}";
 }
@@ -601,6 +606,23 @@ sub nats_stream {
         (defined $o{max_msg_size} ? ('--max-msg-size', $o{max_msg_size}) : ()));
 }
 
+# sqs kind (issue 42): a queue (a FIFO queue when the name ends in ".fifo"); its URL.
+sub sqs_queue {
+    my ($self, $queue, %o) = @_;
+    my $url = $self->client('sqs-create', '--queue', $queue,
+        (defined $o{max_size} ? ('--max-size', $o{max_size}) : ()));
+    chomp $url;
+    return $url;
+}
+
+# The config of an sqs destination on this server's queue $queue, %extra merged in (JSON).
+sub sqs_config {
+    my ($self, $queue, %extra) = @_;
+    return JSON::PP->new->canonical->encode({ queue_url => "$self->{queue_urls}{$queue}",
+        region => 'elasticmq', access_key_id => 'outbox', secret_access_key => 'outbox-secret',
+        %extra });
+}
+
 sub nats_delete_stream {
     my ($self, $stream) = @_;
     $self->client('nats-delete', '--stream', $stream);
@@ -613,7 +635,9 @@ sub received {
     my ($self, $name, %o) = @_;
     my $file = "$self->{work}/received-$name.jsonl";
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
-        : ('nats-drain', '--stream', $name), '--out', $file, '--idle', $o{idle} // 0.5);
+        : $self->{kind} eq 'sqs' ? ('sqs-drain', '--queue', $name)
+        : ('nats-drain', '--stream', $name), '--out', $file,
+        '--idle', $o{idle} // ($self->{kind} eq 'sqs' ? 1 : 0.5));
     my @got;
     open my $fh, '<', $file or return [];
     while (my $line = <$fh>) {
@@ -626,7 +650,7 @@ sub received {
 # The event ids received (cloudEvents:id / ce-id), repeats included.
 sub event_ids {
     my ($self, $name) = @_;
-    my $key = $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';
+    my $key = $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';    # nats, sqs
     return [ map { $_->{headers}{$key} // () } @{ $self->received($name) } ];
 }
 
@@ -636,7 +660,12 @@ sub event_ids {
 sub prepare {
     my ($self, $dest, %extra) = @_;
     my %config;
-    if ($self->{kind} eq 'rabbitmq') {
+    if ($self->{kind} eq 'sqs') {
+        # sqs kind (issue 42): queue $dest, or the FIFO queue "$dest.fifo" for per-key order.
+        my $queue = $self->container($dest, %extra);
+        $self->{queue_urls}{$queue} = $self->sqs_queue($queue);
+        return $self->sqs_config($queue, %extra);
+    } elsif ($self->{kind} eq 'rabbitmq') {
         $self->amqp_setup(exchange => 'outbox', queue => $dest, bind => [$dest]);
         %config = (url => $self->url, exchange => 'outbox', routing_key => $dest);
     } else {
@@ -648,17 +677,22 @@ sub prepare {
 
 # Where destination $dest's messages are read back (see prepare).
 sub container {
-    my ($self, $dest) = @_;
+    my ($self, $dest, %extra) = @_;
+    if ($self->{kind} eq 'sqs') {    # sqs kind (issue 42)
+        $self->{fifo}{$dest} = 1 if $extra{ordering};
+        return $self->{fifo}{$dest} ? "$dest.fifo" : $dest;
+    }
     return $self->{kind} eq 'rabbitmq' ? $dest : uc $dest;
 }
 
 # The destination kind this server is for.
-sub destination_kind { $_[0]{kind} eq 'rabbitmq' ? 'amqp' : 'nats' }
+sub destination_kind { $_[0]{kind} eq 'rabbitmq' ? 'amqp' : $_[0]{kind} eq 'sqs' ? 'sqs' : 'nats' }
 
 # Messages the server holds in a queue / stream now.
 sub count {
     my ($self, $name) = @_;
     my $n = $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-count', '--queue', $name)
+        : $self->{kind} eq 'sqs' ? ('sqs-count', '--queue', $name)
         : ('nats-count', '--stream', $name));
     chomp $n;
     return $n;
