@@ -86,24 +86,51 @@ sub release {
 
 # $want slots, waiting until files or builds running elsewhere give them back (no new file
 # starts meanwhile: the turnstile). Returns their locked handles.
+# A serial group holds the lock file "serial" from before it takes its slots to its end, so that
+# the serial groups of several runs follow one another without holding the turnstile (the one
+# slot a running serial group leaves free stays usable by other runs' files). A build or the
+# unit tests ($yield) give way to a serial group: they wait while one holds "serial", without
+# the turnstile, and hand back what they took if one comes while they wait.
+sub serial_running {
+    my $fh = lock_file('serial');
+    my $free = flock($fh, LOCK_SH | LOCK_NB);
+    close $fh;
+    return !$free;
+}
+
 sub take_slots {
-    my ($want) = @_;
+    my ($want, $yield) = @_;
     return (0) unless $slot_dir;
     $want = $jobs if $want > $jobs;
-    my $turnstile = lock_file('turnstile');
     my $t0 = time;
-    flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
     my @fhs;
-    while (@fhs < $want) {
-        for my $i (0 .. $jobs - 1) {
-            last if @fhs >= $want;
-            next if grep { $_->{i} == $i } @fhs;
-            my $fh = lock_file("slot.$i");
-            push @fhs, { i => $i, fh => $fh } if flock($fh, LOCK_EX | LOCK_NB);
+    TRY: while (1) {
+        if ($yield) {
+            my $serial = lock_file('serial');
+            flock($serial, LOCK_SH) or die "serial: $!\n";
+            close $serial;
         }
-        sleep 0.2 if @fhs < $want;
+        my $turnstile = lock_file('turnstile');
+        flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
+        while (@fhs < $want) {
+            for my $i (0 .. $jobs - 1) {
+                last if @fhs >= $want;
+                next if grep { $_->{i} == $i } @fhs;
+                my $fh = lock_file("slot.$i");
+                push @fhs, { i => $i, fh => $fh } if flock($fh, LOCK_EX | LOCK_NB);
+            }
+            last if @fhs >= $want;
+            if ($yield && serial_running()) {
+                close $_->{fh} for @fhs;
+                @fhs = ();
+                close $turnstile;
+                next TRY;
+            }
+            sleep 0.2;
+        }
+        close $turnstile;
+        last;
     }
-    close $turnstile;
     my @held = map { $_->{fh} } @fhs;
     $held{ fileno $_ } = $_ for @held;
     return (time - $t0, @held);
@@ -115,7 +142,7 @@ sub take_slots {
 if (@ARGV && $ARGV[0] eq '--hold') {
     my (undef, $n, $dashes, @cmd) = @ARGV;
     die "usage: $0 --hold N -- COMMAND...\n" unless defined $n && $n =~ /^\d+$/ && ($dashes // '') eq '--' && @cmd;
-    my ($waited, @slots) = take_slots($n);
+    my ($waited, @slots) = take_slots($n, 1);
     printf STDERR "run_tap: waited %.0f s for %d slots\n", $waited, $n if $waited >= 10;
     system { $cmd[0] } @cmd;
     exit($? == -1 ? 127 : $? & 127 ? 128 + ($? & 127) : $? >> 8);
@@ -411,7 +438,14 @@ if (@alone) {
     # All slots but one: the serial group's files run with at most one other file on the
     # machine (what they saw when CI ran one file at a time in each of its two lanes), and no
     # build (test/run_tests holds two slots for those).
-    my ($waited, @all) = take_slots($jobs > 1 ? $jobs - 1 : 1);
+    my $t0 = time;
+    my $serial = $slot_dir ? lock_file('serial') : undef;
+    if ($serial) {
+        flock($serial, LOCK_EX) or die "serial: $!\n";
+        $held{ fileno $serial } = $serial;
+    }
+    my (undef, @all) = take_slots($jobs > 1 ? $jobs - 1 : 1);
+    my $waited = time - $t0;
     printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
       if $waited >= 1;
     while (my $file = shift @alone) {
@@ -420,7 +454,7 @@ if (@alone) {
         reap(1) while grep { $_->{kind} eq 'test' } values %children;
         stop_unused(@alone);
     }
-    release($_) for @all;
+    release($_) for @all, $serial;
 }
 # Whatever is still starting (a restore after the last file) is stopped once it is up.
 while (1) {

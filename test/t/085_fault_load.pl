@@ -1,5 +1,6 @@
 # Fault: sustained overload from the producers' side. 16 concurrent producer sessions
-# (pgbench -c 16, no rate limit) commit as fast as they can, durably, for 60 s; every
+# (pgbench -c 16, no rate limit) commit as fast as they can, durably, for 40 s (60 s with
+# OUTBOX_TEST_FULL=1: the checks compare the last 20 s with what came before); every
 # transaction puts one message to Kafka (the fast path) and 2% of them one more to a webhook
 # destination (the Python sink takes ~2,500 requests/s at best, less with 16 producers on the
 # same cores), recording the event_ids in a side table in the same transaction. Measured every
@@ -61,7 +62,7 @@ sub memory {   # kB
 }
 my $mem0 = memory();
 
-my $seconds = 60;
+my $seconds = ($ENV{OUTBOX_TEST_FULL} // '') eq '1' ? 60 : 40;
 my $pgbench = start_pgbench($node, clients => 16, threads => 2, seconds => $seconds, script => $produce);
 my $start = time;
 my (@queue, $mem_start);
@@ -73,7 +74,7 @@ while (time - $start < $seconds + 0.5 && $pgbench->pumpable) {
     $pgbench->pump_nb;
     sleep(max(0, 1 - (time - $t)));   # one sample a second
 }
-ok($pgbench->finish, 'pgbench ran for 60 s without errors') or diag(${ $pgbench->{outbox_err} });
+ok($pgbench->finish, "pgbench ran for $seconds s without errors") or diag(${ $pgbench->{outbox_err} });
 my ($tps) = ${ $pgbench->{outbox_out} } =~ /tps = ([\d.]+)/;
 my $produced_n = $node->safe_psql('postgres', 'SELECT count(*) FROM produced');
 diag(sprintf('%d messages committed by 16 producers in %d s (%.0f tps, %.0f msg/s)',
