@@ -81,7 +81,8 @@ TEST(SqsConfigTest, EveryKeyParses) {
 TEST(SqsConfigTest, RegionFromTheEndpointOrLegacyHost) {
     EXPECT_EQ(SqsRegionOfHost("sqs.us-east-2.amazonaws.com"), "us-east-2");
     EXPECT_EQ(SqsRegionOfHost("us-west-1.queue.amazonaws.com"), "us-west-1");
-    EXPECT_EQ(SqsRegionOfHost("vpce-1a2b.sqs.eu-central-1.vpce.amazonaws.com"), "");
+    EXPECT_EQ(SqsRegionOfHost("vpce-1a2b.sqs.eu-central-1.vpce.amazonaws.com"), "eu-central-1");
+    EXPECT_EQ(SqsRegionOfHost("sqs.amazonaws.com"), "");
     EXPECT_EQ(SqsRegionOfHost("sqs.cn-north-1.amazonaws.com.cn"), "cn-north-1");
     EXPECT_EQ(SqsRegionOfHost("localhost"), "");
     ConfigCheck check = Sqs(
@@ -114,7 +115,7 @@ TEST(SqsConfigTest, EveryProblemAtOnceWithoutSecrets) {
               "\"max_in_flight\" must be an integer between 1 and 10000\n"
               "\"timeout\" must be a duration between 100ms and 10min (a number of milliseconds "
               "or a string such as \"500ms\" or \"5s\")\n"
-              "\"ca_file\" must name a file the database server can read\n"
+              "\"ca_file\" must name a readable file (\"/nonexistent/ca.pem\": no such file)\n"
               "unknown key \"colour\" for an sqs destination\n"
               "\"queue_url\" must be the queue's URL, "
               "https://sqs.<region>.amazonaws.com/<account>/<queue name> (http only for a test "

@@ -125,16 +125,23 @@ std::string SqsRegionOfHost(const std::string &host) {
         if (h.size() <= suffix.size() ||
             h.compare(h.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) != 0)
             continue;
+        // The labels before the suffix: sqs.<region>, sqs-fips.<region>,
+        // vpce-....sqs.<region>.vpce (a VPC endpoint), or the legacy <region>.queue.
+        std::vector<std::string> labels;
         std::string rest = h.substr(0, h.size() - suffix.size());
-        // sqs.<region> (also sqs-fips.<region>, vpce-...sqs.<region>), or <region>.queue.
-        size_t dot = rest.rfind('.');
-        if (dot != std::string::npos && rest.compare(dot, std::string::npos, ".queue") == 0) {
-            std::string region = rest.substr(0, dot);
-            size_t before = region.rfind('.');
-            return before == std::string::npos ? region : region.substr(before + 1);
+        for (size_t start = 0;;) {
+            size_t dot = rest.find('.', start);
+            labels.push_back(rest.substr(start, dot == std::string::npos ? dot : dot - start));
+            if (dot == std::string::npos)
+                break;
+            start = dot + 1;
         }
-        if (dot != std::string::npos && IsValidRegion(rest.substr(dot + 1)))
-            return rest.substr(dot + 1);
+        for (size_t i = 0; i + 1 < labels.size(); ++i)
+            if ((labels[i] == "sqs" || labels[i] == "sqs-fips") && IsValidRegion(labels[i + 1]))
+                return labels[i + 1];
+        if (labels.size() >= 2 && labels.back() == "queue" &&
+            IsValidRegion(labels[labels.size() - 2]))
+            return labels[labels.size() - 2];
     }
     return std::string();
 }
