@@ -1,6 +1,6 @@
 # Per-key order for the sqs kind (BrokerScenarios::ordering) on a FIFO queue (MessageGroupId =
 # key), while the server is restarted twice under production: for every key, first arrivals (by
-# the queue's SequenceNumber) are in id order, and nothing is lost. 16 s of production by
+# the queue's SequenceNumber) are in id order, and nothing is lost. 12 s of production by
 # default, 40 s with OUTBOX_TEST_FULL.
 use strict;
 use warnings;
@@ -8,5 +8,5 @@ use BrokerScenarios;
 use Test::More;
 
 BrokerScenarios::ordering('sqs', $ENV{OUTBOX_TEST_FULL} ? ()
-    : (seconds => 16, up => 4, down => 2));
+    : (seconds => 12, up => 3, down => 2));
 done_testing();
