@@ -680,8 +680,9 @@ SET enable_seqscan = off SET jit = off AS $$
            ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
            coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
            blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
-           -- false only where TLS certificate verification was switched off explicitly
-           CASE WHEN d.kind IN ('webhook', 'amqp', 'nats')
+           -- false only where TLS certificate verification was switched off explicitly: every
+           -- kind but kafka (librdkafka's property) names it tls_verify (sqs since issue 42)
+           CASE WHEN d.kind <> 'kafka'
                 THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum,
