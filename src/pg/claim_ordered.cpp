@@ -405,134 +405,135 @@ std::vector<KeyTaken> TakeKeys(const std::string &destination, SPIPlanPtr *slot,
     return taken;
 }
 
-// The heads of a destination's keys: first the next messages of keys whose head this
-// transaction removed, then the due keys in due order from where this transaction's scan got
-// to. At most request.limit. Only keys whose row this transaction holds (kLockKeysSql).
-}  // namespace
+// Claims the heads of held keys, each from its floor (kHeadsSql), and finds their followers.
+void ProbeHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
+                const std::vector<NextOfKey> &keys, std::vector<Message> *out) {
+    if (keys.empty())
+        return;
+    std::vector<int64_t> order_keys, floors, versions;
+    for (const NextOfKey &next : keys) {
+        order_keys.push_back(next.order_key);
+        floors.push_back(next.floor);
+        versions.push_back(next.floor_version);
+    }
+    uint64 nclaimed = 0, nseen = 0;
+    KeySeen *seen = nullptr;
+    RawRow *rows = PgTry([&] {
+        Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
+        Datum args[6] = {CStringGetTextDatum(request.destination.c_str()),
+                         CStringGetTextDatum(request.config_json.c_str()),
+                         Int8Array(order_keys),
+                         Int8Array(floors),
+                         BoolGetDatum(request.block_on_dead),
+                         Int8Array(versions)};
+        return HeadsRaw(KeptPlan(&heads_plan, kHeadsSql, 6, types), args, &nclaimed, &seen, &nseen);
+    });
+    uint64 kept = 0;
+    for (uint64 i = 0; i < nclaimed; i++)
+        if (Book().heads_claimed.insert(rows[i].id).second)
+            rows[kept++] = rows[i];
+    AppendMessages(rows, kept, request.hold_locks, lease_token, out);
+    NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
+    FindFollowers(request.destination, seen, nseen);
+}
 
-void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
-                std::vector<Message> *out) {
-    Book().NoteOrdered(request.destination);
-    HeadsScan &scan = Book().heads_scans[request.destination];
-    if (!scan.started) {
-        scan.started = true;
-        auto cursor = Book().key_cursors.find(request.destination);
-        if (cursor != Book().key_cursors.end())
-            scan.start = scan.after = cursor->second;
-    }
+// Claims the known next messages of `followed` (KeyFollowers) by their tids: taken are the rows
+// that are the very versions the followers' snapshot saw. The keys whose next message was not
+// taken go to `looked_for`.
+void ClaimFollowed(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
+                   const std::vector<NextOfKey> &followed, std::vector<NextOfKey> *looked_for,
+                   std::vector<Message> *out) {
     auto &held = Book().keys_held[request.destination];
-    size_t first = out->size();
-    // The heads of held keys, each from its floor (kHeadsSql).
-    auto probe = [&](const std::vector<NextOfKey> &keys) {
-        if (keys.empty())
-            return;
-        std::vector<int64_t> order_keys, floors, versions;
-        for (const NextOfKey &next : keys) {
-            order_keys.push_back(next.order_key);
-            floors.push_back(next.floor);
-            versions.push_back(next.floor_version);
-        }
-        uint64 nclaimed = 0, nseen = 0;
-        KeySeen *seen = nullptr;
-        RawRow *rows = PgTry([&] {
-            Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
-            Datum args[6] = {CStringGetTextDatum(request.destination.c_str()),
-                             CStringGetTextDatum(request.config_json.c_str()),
-                             Int8Array(order_keys),
-                             Int8Array(floors),
-                             BoolGetDatum(request.block_on_dead),
-                             Int8Array(versions)};
-            return HeadsRaw(KeptPlan(&heads_plan, kHeadsSql, 6, types), args, &nclaimed, &seen,
-                            &nseen);
-        });
-        uint64 kept = 0;
-        for (uint64 i = 0; i < nclaimed; i++)
-            if (Book().heads_claimed.insert(rows[i].id).second)
-                rows[kept++] = rows[i];
-        AppendMessages(rows, kept, request.hold_locks, lease_token, out);
-        NoteKeysSeen(request.destination, seen, nseen, !request.hold_locks, lease_ms);
-        FindFollowers(request.destination, seen, nseen);
-    };
-    if (!scan.next.empty()) {
-        size_t take = std::min(scan.next.size(), size_t(std::max(request.limit, 0)));
-        std::vector<NextOfKey> next(scan.next.end() - ptrdiff_t(take), scan.next.end());
-        scan.next.resize(scan.next.size() - take);
-        std::vector<int64_t> not_held;
-        for (const NextOfKey &n : next)
-            if (held.count(n.order_key) == 0)
-                not_held.push_back(n.order_key);
-        if (!not_held.empty()) {
-            Oid types[2] = {TEXTOID, INT8ARRAYOID};
-            Datum args[2] = {0, 0};
-            PgTry([&] { args[1] = Int8Array(not_held); });
-            TakeKeys(request.destination, &lock_keys_plan, kLockKeysSql, 2, types, args);
-        }
-        std::vector<NextOfKey> looked_for;  // keys whose next message is looked for
-        std::vector<NextOfKey> followed;    // keys whose next message is known
-        auto &followers = Book().key_followers[request.destination];
-        for (const NextOfKey &n : next) {
-            auto h = held.find(n.order_key);
-            if (h == held.end())
-                continue;  // a transaction that lowers its floor holds it: a later scan finds it
-            auto f = followers.find(n.order_key);
-            bool known = f != followers.end() && f->second.after == n.floor - 1 &&
-                         f->second.floor_version == n.floor_version &&
-                         f->second.floor_version == h->second.floor_version &&
-                         f->second.taken < f->second.next.size();
-            (known ? followed : looked_for).push_back(n);
-        }
-        if (!followed.empty()) {
-            std::vector<ItemPointerData> tids;
-            for (const NextOfKey &n : followed) {
-                const KeyFollowers &f = followers[n.order_key];
-                tids.push_back(ToItemPointer(f.next[f.taken].tid));
-            }
-            uint64 n = 0;
-            FollowedRow *found = nullptr;
-            RawRow *rows = PgTry([&] {
-                Oid types[4] = {TEXTOID, TEXTOID, TIDARRAYOID, BOOLOID};
-                Datum args[4] = {CStringGetTextDatum(request.destination.c_str()),
-                                 CStringGetTextDatum(request.config_json.c_str()), TidArray(tids),
-                                 BoolGetDatum(request.block_on_dead)};
-                return FollowRaw(KeptPlan(&heads_follow_plan, kHeadsFollowSql, 4, types), args, &n,
-                                 &found);
-            });
-            // Taken: the rows that are the very versions the followers' snapshot saw.
-            std::vector<KeySeen> seen;
-            std::unordered_set<int64> claimed;
-            uint64 kept = 0;
-            for (uint64 i = 0; i < n; i++) {
-                auto f = followers.find(found[i].order_key);
-                if (f == followers.end() || f->second.taken >= f->second.next.size())
-                    continue;
-                const NextMessage &expected = f->second.next[f->second.taken];
-                if (expected.id != rows[i].id || expected.xmin != found[i].xmin ||
-                    !Book().heads_claimed.insert(rows[i].id).second)
-                    continue;
-                KeySeen k = {};
-                k.order_key = found[i].order_key;
-                k.floor_version = f->second.floor_version;
-                k.version = held[k.order_key].version;
-                k.has_head = k.head_due = k.claimed = true;
-                k.head_id = rows[i].id;
-                seen.push_back(k);
-                claimed.insert(k.order_key);
-                f->second.after = rows[i].id;
-                f->second.taken++;
-                rows[kept++] = rows[i];
-            }
-            AppendMessages(rows, kept, request.hold_locks, lease_token, out);
-            NoteKeysSeen(request.destination, seen.data(), seen.size(), !request.hold_locks,
-                         lease_ms);
-            for (const NextOfKey &next : followed) {
-                if (claimed.count(next.order_key) == 0) {
-                    followers.erase(next.order_key);
-                    looked_for.push_back(next);
-                }
-            }
-        }
-        probe(looked_for);
+    auto &followers = Book().key_followers[request.destination];
+    std::vector<ItemPointerData> tids;
+    for (const NextOfKey &n : followed) {
+        const KeyFollowers &f = followers[n.order_key];
+        tids.push_back(ToItemPointer(f.next[f.taken].tid));
     }
+    uint64 n = 0;
+    FollowedRow *found = nullptr;
+    RawRow *rows = PgTry([&] {
+        Oid types[4] = {TEXTOID, TEXTOID, TIDARRAYOID, BOOLOID};
+        Datum args[4] = {CStringGetTextDatum(request.destination.c_str()),
+                         CStringGetTextDatum(request.config_json.c_str()), TidArray(tids),
+                         BoolGetDatum(request.block_on_dead)};
+        return FollowRaw(KeptPlan(&heads_follow_plan, kHeadsFollowSql, 4, types), args, &n, &found);
+    });
+    std::vector<KeySeen> seen;
+    std::unordered_set<int64> claimed;
+    uint64 kept = 0;
+    for (uint64 i = 0; i < n; i++) {
+        auto f = followers.find(found[i].order_key);
+        if (f == followers.end() || f->second.taken >= f->second.next.size())
+            continue;
+        const NextMessage &expected = f->second.next[f->second.taken];
+        if (expected.id != rows[i].id || expected.xmin != found[i].xmin ||
+            !Book().heads_claimed.insert(rows[i].id).second)
+            continue;
+        KeySeen k = {};
+        k.order_key = found[i].order_key;
+        k.floor_version = f->second.floor_version;
+        k.version = held[k.order_key].version;
+        k.has_head = k.head_due = k.claimed = true;
+        k.head_id = rows[i].id;
+        seen.push_back(k);
+        claimed.insert(k.order_key);
+        f->second.after = rows[i].id;
+        f->second.taken++;
+        rows[kept++] = rows[i];
+    }
+    AppendMessages(rows, kept, request.hold_locks, lease_token, out);
+    NoteKeysSeen(request.destination, seen.data(), seen.size(), !request.hold_locks, lease_ms);
+    for (const NextOfKey &next : followed) {
+        if (claimed.count(next.order_key) == 0) {
+            followers.erase(next.order_key);
+            looked_for->push_back(next);
+        }
+    }
+}
+
+// The next messages of keys whose head this transaction removed (scan.next), at most
+// request.limit: their keys' rows taken, then each claimed from what is known of its followers
+// or probed.
+void ClaimNextOfKeys(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
+                     HeadsScan &scan, std::vector<Message> *out) {
+    auto &held = Book().keys_held[request.destination];
+    size_t take = std::min(scan.next.size(), size_t(std::max(request.limit, 0)));
+    std::vector<NextOfKey> next(scan.next.end() - ptrdiff_t(take), scan.next.end());
+    scan.next.resize(scan.next.size() - take);
+    std::vector<int64_t> not_held;
+    for (const NextOfKey &n : next)
+        if (held.count(n.order_key) == 0)
+            not_held.push_back(n.order_key);
+    if (!not_held.empty()) {
+        Oid types[2] = {TEXTOID, INT8ARRAYOID};
+        Datum args[2] = {0, 0};
+        PgTry([&] { args[1] = Int8Array(not_held); });
+        TakeKeys(request.destination, &lock_keys_plan, kLockKeysSql, 2, types, args);
+    }
+    std::vector<NextOfKey> looked_for;  // keys whose next message is looked for
+    std::vector<NextOfKey> followed;    // keys whose next message is known
+    auto &followers = Book().key_followers[request.destination];
+    for (const NextOfKey &n : next) {
+        auto h = held.find(n.order_key);
+        if (h == held.end())
+            continue;  // a transaction that lowers its floor holds it: a later scan finds it
+        auto f = followers.find(n.order_key);
+        bool known = f != followers.end() && f->second.after == n.floor - 1 &&
+                     f->second.floor_version == n.floor_version &&
+                     f->second.floor_version == h->second.floor_version &&
+                     f->second.taken < f->second.next.size();
+        (known ? followed : looked_for).push_back(n);
+    }
+    if (!followed.empty())
+        ClaimFollowed(request, lease_ms, lease_token, followed, &looked_for, out);
+    ProbeHeads(request, lease_ms, lease_token, looked_for, out);
+}
+
+// The due keys in due order from where this transaction's scan got to, until `out` holds
+// request.limit messages after `first` or the scan is done.
+void ScanDueKeys(const ClaimRequest &request, int64 lease_ms, int64 lease_token, HeadsScan &scan,
+                 size_t first, std::vector<Message> *out) {
     while (!scan.done && int(out->size() - first) < request.limit) {
         int want = request.limit - int(out->size() - first);
         // First from where the last scan stopped to the end, then from the beginning to there.
@@ -553,7 +554,7 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
         std::vector<NextOfKey> keys;
         for (const KeyTaken &k : taken)
             keys.push_back({k.order_key, PG_INT64_MIN, k.floor_version});  // from the row's floor
-        probe(keys);
+        ProbeHeads(request, lease_ms, lease_token, keys, out);
         if (int(taken.size()) < want) {  // this pass is over
             bool from_beginning = scan.start.due == DT_NOBEGIN && scan.start.key == PG_INT64_MIN;
             if (scan.wrapped || from_beginning) {
@@ -566,6 +567,27 @@ void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
             }
         }
     }
+}
+
+}  // namespace
+
+// The heads of a destination's keys: first the next messages of keys whose head this
+// transaction removed, then the due keys in due order from where this transaction's scan got
+// to. At most request.limit. Only keys whose row this transaction holds (kLockKeysSql).
+void ClaimHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
+                std::vector<Message> *out) {
+    Book().NoteOrdered(request.destination);
+    HeadsScan &scan = Book().heads_scans[request.destination];
+    if (!scan.started) {
+        scan.started = true;
+        auto cursor = Book().key_cursors.find(request.destination);
+        if (cursor != Book().key_cursors.end())
+            scan.start = scan.after = cursor->second;
+    }
+    size_t first = out->size();
+    if (!scan.next.empty())
+        ClaimNextOfKeys(request, lease_ms, lease_token, scan, out);
+    ScanDueKeys(request, lease_ms, lease_token, scan, first, out);
     if (request.hold_locks || out->size() == first)
         return;
     // The leased path: the heads are locked; lease them before the commit.

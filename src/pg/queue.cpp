@@ -384,132 +384,169 @@ std::vector<Message> ClaimRows(ClaimRequest &request, int64_t lease_ms, int64_t 
     return messages;
 }
 
-WriteBackCounts WriteBack(const std::string &destination,
-                          const std::vector<Resolution> &resolutions) {
+namespace {
+
+// One write-back's resolutions, sorted into the arrays of its statements.
+struct WriteBackArrays {
     std::vector<int64_t> del_ids, del_tokens, re_ids, re_tokens, re_delays, dead_ids, dead_tokens;
     std::vector<int64_t> locked_ids;  // del_tids' rows
     std::vector<int> re_kinds;
     std::vector<const char *> re_errors, dead_reasons, dead_errors;
     std::vector<ItemPointerData> del_tids;
-    bool archive = setting_retention_s > 0;
+    bool archive = false;
+    bool pause = false;
+};
+
+WriteBackArrays SortResolutions(const std::vector<Resolution> &resolutions) {
+    WriteBackArrays a;
+    a.archive = setting_retention_s > 0;
     FastPathState &state = FastPath().Current();
     auto &tids = state.tids;
     for (const Resolution &r : resolutions) {
         switch (r.action) {
             case Resolution::Action::Delete:
-                if (r.lease_token == 0 && !archive) {
+                if (r.lease_token == 0 && !a.archive) {
                     auto found = tids.find(r.id);
                     if (found != tids.end()) {
-                        del_tids.push_back(found->second);
-                        locked_ids.push_back(r.id);
+                        a.del_tids.push_back(found->second);
+                        a.locked_ids.push_back(r.id);
                         tids.erase(found);
                         break;
                     }
                 }
-                del_ids.push_back(r.id);
-                del_tokens.push_back(r.lease_token);
+                a.del_ids.push_back(r.id);
+                a.del_tokens.push_back(r.lease_token);
                 break;
             case Resolution::Action::Reschedule:
                 Book().held_heads.erase(r.id);  // its next claim reads its key again
-                re_ids.push_back(r.id);
-                re_tokens.push_back(r.lease_token);
-                re_delays.push_back(r.delay_ms);
-                re_kinds.push_back(!r.refund_attempt ? 0 : r.error.empty() ? 2 : 1);
-                re_errors.push_back(r.error.c_str());
+                a.re_ids.push_back(r.id);
+                a.re_tokens.push_back(r.lease_token);
+                a.re_delays.push_back(r.delay_ms);
+                a.re_kinds.push_back(!r.refund_attempt ? 0 : r.error.empty() ? 2 : 1);
+                a.re_errors.push_back(r.error.c_str());
                 break;
             case Resolution::Action::Bury:
-                dead_ids.push_back(r.id);
-                dead_tokens.push_back(r.lease_token);
-                dead_reasons.push_back(DeadReasonName(r.dead_reason));
-                dead_errors.push_back(r.error.empty() ? "unknown error" : r.error.c_str());
+                a.dead_ids.push_back(r.id);
+                a.dead_tokens.push_back(r.lease_token);
+                a.dead_reasons.push_back(DeadReasonName(r.dead_reason));
+                a.dead_errors.push_back(r.error.empty() ? "unknown error" : r.error.c_str());
                 break;
         }
     }
-    bool pause = std::any_of(resolutions.begin(), resolutions.end(),
-                             [](const Resolution &r) { return r.pause_destination; });
+    a.pause = std::any_of(resolutions.begin(), resolutions.end(),
+                          [](const Resolution &r) { return r.pause_destination; });
+    return a;
+}
+
+// The rows the write-back's statements removed (with RETURNING id), for ordered heads. The
+// functions below run inside PgTry: no objects with destructors.
+struct RemovedRows {
+    int64 *ids = nullptr;
+    uint64 n = 0;
+    size_t max = 0;
+};
+
+// Adds the ids in `column` of the last statement's RETURNING rows.
+void CollectRemoved(RemovedRows *removed, int column) {
+    for (uint64 i = 0; i < SPI_processed && removed->n < removed->max; i++) {
+        bool isnull;
+        removed->ids[removed->n++] = DatumGetInt64(
+            heap_getattr(SPI_tuptable->vals[i], column, SPI_tuptable->tupdesc, &isnull));
+    }
+}
+
+// The fast path's rows, locked by this transaction: deleted by their tids.
+void DeleteLockedRows(const WriteBackArrays &a, WriteBackCounts *counts) {
+    Oid types[1] = {TIDARRAYOID};
+    Datum args[1] = {TidArray(a.del_tids)};
+    int rc = SPI_execute_plan(KeptPlan(&delete_locked_plan, kDeleteLockedSql, 1, types), args,
+                              nullptr, false, 0);
+    if (rc != SPI_OK_DELETE)
+        elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
+    counts->delivered += int64(SPI_processed);
+}
+
+void DeleteOrArchive(const WriteBackArrays &a, WriteBackCounts *counts, RemovedRows *removed) {
+    Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+    Datum args[2] = {Int8Array(a.del_ids), Int8Array(a.del_tokens)};
+    int rc = SPI_execute_plan(a.archive ? KeptPlan(&archive_plan, kArchiveSql, 2, types)
+                                        : KeptPlan(&delete_plan, kDeleteSql, 2, types),
+                              args, nullptr, false, 0);
+    if (rc != (a.archive ? SPI_OK_INSERT_RETURNING : SPI_OK_DELETE_RETURNING))
+        elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
+    counts->delivered += int64(SPI_processed);
+    CollectRemoved(removed, 1);
+}
+
+void Reschedule(const WriteBackArrays &a, WriteBackCounts *counts) {
+    Oid types[5] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+    Datum args[5] = {Int8Array(a.re_ids), Int8Array(a.re_tokens), Int8Array(a.re_delays),
+                     Int4Array(a.re_kinds), TextArray(a.re_errors)};
+    int rc = SPI_execute_plan(KeptPlan(&reschedule_plan, kRescheduleSql, 5, types), args, nullptr,
+                              false, 0);
+    if (rc != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "outbox: reschedule failed: %s", SPI_result_code_string(rc));
+    for (uint64 i = 0; i < SPI_processed; i++) {
+        bool isnull;
+        int kind =
+            DatumGetInt32(heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
+        (kind == 0 ? counts->retried : kind == 1 ? counts->deferred : counts->released)++;
+    }
+}
+
+void Bury(const WriteBackArrays &a, WriteBackCounts *counts, RemovedRows *removed) {
+    Oid types[4] = {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+    Datum args[4] = {Int8Array(a.dead_ids), Int8Array(a.dead_tokens), TextArray(a.dead_reasons),
+                     TextArray(a.dead_errors)};
+    int rc = SPI_execute_plan(KeptPlan(&bury_plan, kBurySql, 4, types), args, nullptr, false, 0);
+    if (rc != SPI_OK_INSERT_RETURNING)
+        elog(ERROR, "outbox: moving to dead letters failed: %s", SPI_result_code_string(rc));
+    for (uint64 i = 0; i < SPI_processed; i++) {
+        bool isnull;
+        bool expired =
+            DatumGetBool(heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
+        (expired ? counts->expired : counts->dead)++;
+    }
+    CollectRemoved(removed, 2);
+}
+
+// 410 Gone: paused as outbox.pause would, in this write-back's transaction (its trigger wakes
+// the workers at commit; outbox.resume undoes it).
+void PauseGone(const std::string &destination) {
+    Oid types[1] = {TEXTOID};
+    Datum args[1] = {CStringGetTextDatum(destination.c_str())};
+    int rc = SPI_execute_with_args(kPauseGoneSql, 1, types, args, nullptr, false, 0);
+    if (rc != SPI_OK_UPDATE)
+        elog(ERROR, "outbox: pausing the destination failed: %s", SPI_result_code_string(rc));
+}
+
+}  // namespace
+
+WriteBackCounts WriteBack(const std::string &destination,
+                          const std::vector<Resolution> &resolutions) {
+    WriteBackArrays a = SortResolutions(resolutions);
     WriteBackCounts counts;
-    // The rows the statements below removed (with RETURNING id), for ordered heads.
-    size_t max_removed = del_ids.size() + dead_ids.size();
-    int64 *removed = nullptr;
-    uint64 nremoved = 0;
-    auto collect = [&](int column) {
-        for (uint64 i = 0; i < SPI_processed && nremoved < max_removed; i++) {
-            bool isnull;
-            removed[nremoved++] = DatumGetInt64(
-                heap_getattr(SPI_tuptable->vals[i], column, SPI_tuptable->tupdesc, &isnull));
-        }
-    };
+    RemovedRows removed;
+    removed.max = a.del_ids.size() + a.dead_ids.size();
     PgTry([&] {
-        removed = static_cast<int64 *>(palloc(sizeof(int64) * (max_removed + 1)));
-        if (!del_tids.empty()) {
-            Oid types[1] = {TIDARRAYOID};
-            Datum args[1] = {TidArray(del_tids)};
-            int rc = SPI_execute_plan(KeptPlan(&delete_locked_plan, kDeleteLockedSql, 1, types),
-                                      args, nullptr, false, 0);
-            if (rc != SPI_OK_DELETE)
-                elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
-            counts.delivered += int64(SPI_processed);
-        }
-        if (!del_ids.empty()) {
-            Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
-            Datum args[2] = {Int8Array(del_ids), Int8Array(del_tokens)};
-            int rc = SPI_execute_plan(archive ? KeptPlan(&archive_plan, kArchiveSql, 2, types)
-                                              : KeptPlan(&delete_plan, kDeleteSql, 2, types),
-                                      args, nullptr, false, 0);
-            if (rc != (archive ? SPI_OK_INSERT_RETURNING : SPI_OK_DELETE_RETURNING))
-                elog(ERROR, "outbox: delete failed: %s", SPI_result_code_string(rc));
-            counts.delivered += int64(SPI_processed);
-            collect(1);
-        }
-        if (!re_ids.empty()) {
-            Oid types[5] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-            Datum args[5] = {Int8Array(re_ids), Int8Array(re_tokens), Int8Array(re_delays),
-                             Int4Array(re_kinds), TextArray(re_errors)};
-            int rc = SPI_execute_plan(KeptPlan(&reschedule_plan, kRescheduleSql, 5, types), args,
-                                      nullptr, false, 0);
-            if (rc != SPI_OK_UPDATE_RETURNING)
-                elog(ERROR, "outbox: reschedule failed: %s", SPI_result_code_string(rc));
-            for (uint64 i = 0; i < SPI_processed; i++) {
-                bool isnull;
-                int kind = DatumGetInt32(
-                    heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
-                (kind == 0 ? counts.retried : kind == 1 ? counts.deferred : counts.released)++;
-            }
-        }
-        if (!dead_ids.empty()) {
-            Oid types[4] = {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-            Datum args[4] = {Int8Array(dead_ids), Int8Array(dead_tokens), TextArray(dead_reasons),
-                             TextArray(dead_errors)};
-            int rc =
-                SPI_execute_plan(KeptPlan(&bury_plan, kBurySql, 4, types), args, nullptr, false, 0);
-            if (rc != SPI_OK_INSERT_RETURNING)
-                elog(ERROR, "outbox: moving to dead letters failed: %s",
-                     SPI_result_code_string(rc));
-            for (uint64 i = 0; i < SPI_processed; i++) {
-                bool isnull;
-                bool expired = DatumGetBool(
-                    heap_getattr(SPI_tuptable->vals[i], 1, SPI_tuptable->tupdesc, &isnull));
-                (expired ? counts.expired : counts.dead)++;
-            }
-            collect(2);
-        }
-        if (pause) {
-            // 410 Gone: paused as outbox.pause would, in this write-back's transaction (its
-            // trigger wakes the workers at commit; outbox.resume undoes it).
-            Oid types[1] = {TEXTOID};
-            Datum args[1] = {CStringGetTextDatum(destination.c_str())};
-            int rc = SPI_execute_with_args(kPauseGoneSql, 1, types, args, nullptr, false, 0);
-            if (rc != SPI_OK_UPDATE)
-                elog(ERROR, "outbox: pausing the destination failed: %s",
-                     SPI_result_code_string(rc));
-        }
+        removed.ids = static_cast<int64 *>(palloc(sizeof(int64) * (removed.max + 1)));
+        if (!a.del_tids.empty())
+            DeleteLockedRows(a, &counts);
+        if (!a.del_ids.empty())
+            DeleteOrArchive(a, &counts, &removed);
+        if (!a.re_ids.empty())
+            Reschedule(a, &counts);
+        if (!a.dead_ids.empty())
+            Bury(a, &counts, &removed);
+        if (a.pause)
+            PauseGone(destination);
     });
     // ordering = key: removed heads let their keys' next messages go.
     if (!Book().held_heads.empty()) {
-        for (int64_t id : locked_ids)
+        for (int64_t id : a.locked_ids)
             Book().HeadRemoved(destination, id);
-        for (uint64 i = 0; i < nremoved; i++)
-            Book().HeadRemoved(destination, removed[i]);
+        for (uint64 i = 0; i < removed.n; i++)
+            Book().HeadRemoved(destination, removed.ids[i]);
     }
     return counts;
 }
