@@ -1,8 +1,8 @@
 # SQS delivery end to end, against ElasticMQ (test/tools/sqs_node) checked by boto3 (an
-# independent client): messages from 8 concurrent producer sessions arrive exactly once each on
-# a standard queue, with the body and message attributes a consumer relies on (CloudEvents
+# independent client): messages from 8 concurrent producer sessions all arrive on a standard queue, with the body and message attributes a consumer relies on (CloudEvents
 # ce-* attributes, the producer's headers as one JSON attribute); rolled-back inserts never
-# arrive; a binary payload arrives in base64 and says so; on a FIFO queue the key is the
+# arrive (copies only of batches sent again: a standard queue is at-least-once, and each copy
+# is reported); a binary payload arrives in base64 and says so; on a FIFO queue the key is the
 # MessageGroupId and the event id the MessageDeduplicationId, so a copy sent again is dropped;
 # a keyless message for a FIFO queue takes the destination's "group", or is dead-lettered
 # without one. 2,000 messages by default, 100,000 with OUTBOX_TEST_FULL (test/run_tests --full).
@@ -59,7 +59,11 @@ ok(wait_until(sub {
   or diag(explain(stats_row($node, 'orders')));
 diag(sprintf('produced and delivered %d messages in %.1f s', $n, time - $start));
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters'), '0', 'nothing dead-lettered');
-is($sqs->count('orders'), $n, "the queue holds exactly $n messages");
+# A standard queue is at-least-once: a batch whose answer did not come in time is sent again
+# (an attempt spent or deferred), and SQS may have stored the first copy. No copy without one.
+my $stats = stats_row($node, 'orders');
+my $resent = $stats->{failed_total} + $stats->{deferred_total};
+diag("failed attempts $stats->{failed_total}, deferred $stats->{deferred_total}");
 
 my %sent = map { my ($k, $e, $n) = split /\|/; ($e => { key => $k, n => $n }) }
   split /\n/, $node->safe_psql('postgres', 'SELECT key, event_id, n FROM sent');
@@ -86,9 +90,11 @@ for my $m (@$got) {
       unless ($headers->{'x-n'} // '') eq $s->{n} && ($headers->{'x-client'} // '') eq $payload->{client};
     push @wrong, "$e: group on a standard queue" if defined $m->{group};
 }
-is(scalar(@$got), $n, "boto3 reads exactly $n messages from queue orders");
+my $r = fault_summary('sqs_delivery', produced => [ keys %sent ],
+    received => [ map { $_->{headers}{'ce-id'} // () } @$got ]);
 is(scalar(grep { $sent{$_} } keys %seen), $n, 'every event id arrived');
-is(scalar(grep { $seen{$_} > 1 } keys %seen), 0, 'none arrived twice');
+cmp_ok($r->{duplicates}, '<=', 10 * $resent,
+    "copies only of batches sent again ($r->{duplicates} copies, $resent batches' attempts)");
 is(scalar(@wrong), 0, 'every message has the right body and attributes')
   or diag(join("\n", @wrong[0 .. ($#wrong < 9 ? $#wrong : 9)]));
 
@@ -101,7 +107,7 @@ $node->safe_psql('postgres', q{
               "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')});
 ok(wait_until(sub { stats_row($node, 'orders')->{delivered_total} == $n + 1 }, 30),
     'a binary message with its own topic delivered');
-my ($bin) = @{ $sqs->received('orders') }[$n .. $n];
+my ($bin) = grep { ($_->{headers}{'ce-type'} // '') eq 'orders.bin' } @{ $sqs->received('orders') };
 is($bin->{body}, 'AP8Q', 'the payload bytes arrive in base64');
 is($bin->{headers}{'body-encoding'}, 'base64', 'the body-encoding attribute says so');
 is($bin->{headers}{'content-type'}, 'application/x-thing', "content-type is the producer's");
