@@ -15,6 +15,7 @@
 #   # outbox-tap: kafka-cluster shared|exclusive -- WHY
 #   # outbox-tap: rabbitmq shared|exclusive
 #   # outbox-tap: nats shared|exclusive
+#   # outbox-tap: redis shared|exclusive
 #       it uses the run's one real Apache Kafka cluster (test/tools/kafka_cluster), RabbitMQ
 #       node or NATS server, which this script starts once (in the background, as soon as the
 #       run begins) and stops when its last user has ended. The files get their addresses from
@@ -185,6 +186,13 @@ my %RESOURCES = (
         restore => sub { [ "$root/test/tools/nats_node", 'start', $_[0] ] },
         stop => sub { [ "$root/test/tools/nats_node", 'kill', $_[0] ] },
     },
+    # redis (issue 42)
+    redis => {
+        env => 'OUTBOX_SHARED_REDIS',
+        start => sub { [ "$root/test/tools/redis_node", 'start', $_[0] ] },
+        restore => sub { [ "$root/test/tools/redis_node", 'start', $_[0] ] },
+        stop => sub { [ "$root/test/tools/redis_node", 'kill', $_[0] ] },
+    },
 );
 
 sub tags {
@@ -200,7 +208,7 @@ sub tags {
             } elsif ($tag =~ /^(\S+)\s+(shared|exclusive)$/ && $RESOURCES{$1}) {
                 $t{uses}{$1} = $2;
             } else {
-                die "$file: unknown outbox-tap tag '$tag' (alone; kafka-cluster, rabbitmq or nats, shared or exclusive)\n";
+                die "$file: unknown outbox-tap tag '$tag' (alone; kafka-cluster, rabbitmq, nats or redis, shared or exclusive)\n";
             }
         }
     }

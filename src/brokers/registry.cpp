@@ -10,6 +10,8 @@
 #include "outbox/brokers/amqp/kind.hpp"
 #include "outbox/brokers/kafka/kind.hpp"
 #include "outbox/brokers/nats/kind.hpp"
+// redis (issue 42)
+#include "outbox/brokers/redis/kind.hpp"
 // sqs kind (issue 42)
 #include "outbox/brokers/sqs/kind.hpp"
 #include "outbox/brokers/webhook/kind.hpp"
@@ -20,9 +22,11 @@ const std::vector<const BrokerKind *> &BrokerKinds() {
     // Built on first use, never destroyed: no global with a destructor (a static vector's would
     // run at exit, after a helper's threads may still look a kind up).
     static const std::vector<const BrokerKind *> *const kinds =
-        new std::vector<const BrokerKind *>{&kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
-                                           // sqs kind (issue 42)
-                                           &kSqsKind};
+        new std::vector<const BrokerKind *>{
+            &kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
+            &kRedisKind,  // redis (issue 42)
+            &kSqsKind,    // sqs kind (issue 42)
+        };
     return *kinds;
 }
 

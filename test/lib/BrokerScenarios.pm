@@ -21,9 +21,8 @@ sub produced_ids {
 }
 
 # kill -9 of the worker twice mid-drain, then an immediate stop of the server mid-drain:
-# nothing lost, duplicates reported.
-#
-# Sizes (defaults as for amqp and nats): n => messages per phase (30,000).
+# nothing lost, duplicates reported. Options: n (messages per phase, 30,000), kill_driver (also
+# kill -9 the worker's outbox-driver between the two worker kills).
 sub crash {
     my ($server_kind, %o) = @_;
     my $server = OutboxTest::BrokerNode->start($server_kind);
@@ -53,8 +52,22 @@ sub crash {
     # 1. kill -9 the worker twice mid-drain.
     $queue_batch->('crash1');
     my $killed = 0;
-    for my $below (int($n * 2 / 3), int($n / 3)) {
+    my @kills = $o{kill_driver}
+      ? ([ worker => int($n * 3 / 4) ], [ driver => int($n / 2) ], [ worker => int($n / 4) ])
+      : ([ worker => int($n * 2 / 3) ], [ worker => int($n / 3) ]);
+    for my $kill (@kills) {
+        my ($what, $below) = @$kill;
         ok(wait_until(sub { queued($node, 'crash1', restarting => 1) < $below }, 180), "drain passed $below remaining");
+        if ($what eq 'driver') {
+            my ($wpid, $dpid) = split /\|/, $node->safe_psql('postgres',
+                'SELECT pid || \'|\' || coalesce(driver_pid, 0) FROM outbox.workers() LIMIT 1');
+            my $remaining = queued($node, 'crash1', restarting => 1);
+            ok($dpid > 0 && kill('KILL', $dpid), "outbox-driver $dpid killed with SIGKILL at $remaining remaining");
+            ok(wait_until(sub {
+                my $d = $node->safe_psql('postgres', "SELECT coalesce(driver_pid, 0) FROM outbox.workers() WHERE pid = $wpid");
+                $d ne '' && $d != 0 && $d != $dpid }, 60), 'the worker started a new outbox-driver');
+            next;
+        }
         my ($pid) = worker_pids($node);
         my $remaining = queued($node, 'crash1', restarting => 1);
         ok(kill('KILL', $pid), "worker $pid killed with SIGKILL at $remaining remaining");
@@ -87,12 +100,11 @@ sub crash {
 }
 
 # The broker stopped for 20 s while producers commit 50 messages/s: nothing dead-lettered (with
-# max_attempts 2), no attempt spent, everything arrives once it is back. Sizes (defaults as for
-# amqp and nats): outage => seconds the broker is down (20), seconds => the producers' run (40).
+# max_attempts 2), no attempt spent, everything arrives once it is back. Options: down (the
+# outage's seconds, 20), seconds (the producers', 40).
 sub outage {
     my ($server_kind, %o) = @_;
-    my $outage = $o{outage} // 20;
-    my $seconds = $o{seconds} // 40;
+    my $down_for = $o{down} // 20;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_outage", conf => join("\n", 'log_statement = none',
@@ -103,7 +115,7 @@ sub outage {
         CREATE TABLE produced (dest text, event_id uuid PRIMARY KEY);
         CREATE SEQUENCE n_seq;
     });
-    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => $seconds, script => q{
+    my $pgbench = start_pgbench($node, clients => 2, rate => 50, seconds => $o{seconds} // 40, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'flow', 'k' || n, jsonb_build_object('n', n) FROM (SELECT nextval('n_seq') AS n) s
@@ -121,8 +133,8 @@ INSERT INTO produced SELECT * FROM m;
       or diag(explain(stats_row($node, 'flow')));
     my $during = stats_row($node, 'flow');
     diag("last_error during the outage: $during->{last_error}");
-    unlike($during->{last_error}, qr/guest:guest/, 'last_error does not show the credentials');
-    sleep($outage - (time - $down_at)) if time - $down_at < $outage;   # the outage's length: the scenario
+    unlike($during->{last_error}, qr/guest:guest|outbox-secret/, 'last_error does not show the credentials');
+    sleep($down_for - (time - $down_at)) if time - $down_at < $down_for;   # the outage's length: the scenario
     $server->up;
     diag(sprintf('%s started again after %.1f s', $server_kind, time - $down_at));
     ok($pgbench->finish, 'the producers ran throughout') or diag(${ $pgbench->{outbox_err} });
@@ -137,7 +149,7 @@ INSERT INTO produced SELECT * FROM m;
     is($s->{failed_total}, 0, 'no attempt was spent on the outage');
     cmp_ok($s->{deferred_total}, '>', 0, 'messages were deferred: ' . $s->{deferred_total});
     my $produced = produced_ids($node, 'flow');
-    my $r = fault_summary("${kind}_broker_stopped_${outage}s", produced => $produced,
+    my $r = fault_summary("${kind}_broker_stopped_${down_for}s", produced => $produced,
         received => $server->event_ids($server->container('flow')));
     is($r->{distinct}, scalar(@$produced), 'all ' . scalar(@$produced) . ' messages arrived');
 
@@ -147,11 +159,11 @@ INSERT INTO produced SELECT * FROM m;
 }
 
 # Per-key ordering while the broker is restarted twice under production: for every key, first
-# arrivals are in id order, and nothing is lost. Sizes (defaults as for amqp and nats): seconds
-# => the producers' run (40), up => seconds between restarts (6), down => seconds down (3).
+# arrivals are in id order, and nothing is lost. Options: seconds (the producers', 40; the two
+# restarts are spread over them).
 sub ordering {
     my ($server_kind, %o) = @_;
-    my ($seconds, $up, $down) = ($o{seconds} // 40, $o{up} // 6, $o{down} // 3);
+    my $seconds = $o{seconds} // 40;
     my $server = OutboxTest::BrokerNode->start($server_kind);
     my $kind = $server->destination_kind;
     my $node = outbox_node("${kind}_ordering", conf => join("\n", 'log_statement = none',
@@ -173,10 +185,10 @@ INSERT INTO produced SELECT * FROM m;
     # The restarts spread over the producers' 40 s: 6 s of production, 3 s down, twice (the
     # scenario's schedule, not waits).
     for my $round (1, 2) {
-        sleep $up;
+        sleep 6 * $seconds / 40;
         $server->down;
         diag("$server_kind stopped (round $round)");
-        sleep $down;
+        sleep 3 * $seconds / 40;
         $server->up;
         diag("$server_kind started (round $round)");
     }
@@ -194,8 +206,8 @@ INSERT INTO produced SELECT * FROM m;
     }
     my $got = $server->received($server->container('ord'));
     # nats and sqs (a FIFO queue's SequenceNumber) say in which order the server took them.
-    my @in_order = $kind eq 'amqp' ? @$got : sort { $a->{seq} <=> $b->{seq} } @$got;
-    my $id_header = $kind eq 'amqp' ? 'cloudEvents:id' : 'ce-id';
+    my @in_order = $kind eq 'nats' || $kind eq 'sqs' ? sort { $a->{seq} <=> $b->{seq} } @$got : @$got;
+    my $id_header = $server->id_header;
     my (%first, %last, %late);
     for my $m (@in_order) {
         my $e = $m->{headers}{$id_header} // next;

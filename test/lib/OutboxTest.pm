@@ -518,6 +518,9 @@ sub fault_summary {
 package OutboxTest;
 
 push @EXPORT, qw(rabbitmq_node nats_node);
+# redis (issue 42): test/tools/redis_node, checked with redis-py (test/tools/redis_client.py).
+push @EXPORT, qw(redis_node);
+sub redis_node { return OutboxTest::BrokerNode->start('redis', @_) }
 
 sub rabbitmq_node { return OutboxTest::BrokerNode->start('rabbitmq', @_) }
 sub nats_node { return OutboxTest::BrokerNode->start('nats', @_) }
@@ -541,8 +544,7 @@ my $venv_python = ($ENV{OUTBOX_TEST_VENV} // '/var/cache/outbox-test/venv') . '/
 sub start {
     my ($class, $kind, %opts) = @_;
     my $work = PostgreSQL::Test::Utils::tempdir();
-    my $shared = $ENV{ $kind eq 'rabbitmq' ? 'OUTBOX_SHARED_RABBITMQ'
-        : $kind eq 'nats' ? 'OUTBOX_SHARED_NATS' : 'OUTBOX_SHARED_' . uc $kind };
+    my $shared = $ENV{ 'OUTBOX_SHARED_' . uc $kind };
     $shared = undef if @{ $opts{args} // [] };
     my $self = bless { kind => $kind, dir => $shared // "$work/$kind", work => $work,
         shared => defined $shared, args => $opts{args} // [] }, $class;
@@ -569,9 +571,20 @@ sub dir { $_[0]{dir} }
 # The destination address: amqp://guest:guest@127.0.0.1:P (vhost "/") or nats://127.0.0.1:P.
 sub url {
     my ($self) = @_;
+    return "127.0.0.1:$self->{port}" if $self->{kind} eq 'redis';    # redis: "server"
     return "http://127.0.0.1:$self->{port}" if $self->{kind} eq 'sqs';    # sqs kind (issue 42)
     return $self->{kind} eq 'rabbitmq' ? "amqp://guest:guest\@127.0.0.1:$self->{port}"
       : "nats://127.0.0.1:$self->{port}";
+}
+
+# redis (issue 42): test/tools/redis_client.py (redis-py) with the test venv's python.
+sub redis_client {
+    my ($self, $cmd, @args) = @_;
+    my ($out, $err) = ('', '');
+    IPC::Run::run([$venv_python, "$root/test/tools/redis_client.py", $cmd, '--port', $self->{port},
+            @args], '>', \$out, '2>', \$err, IPC::Run::timeout(300))
+      or die "redis_client.py $cmd @args failed: $err";
+    return $out;
 }
 
 # Start (again): same port, same data.
@@ -634,6 +647,8 @@ sub nats_delete_stream {
 sub received {
     my ($self, $name, %o) = @_;
     my $file = "$self->{work}/received-$name.jsonl";
+    # redis: the entries of the stream, in stream order, their fields as "headers".
+    return $self->redis_received($name, $file) if $self->{kind} eq 'redis';
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
         : $self->{kind} eq 'sqs' ? ('sqs-drain', '--queue', $name)
         : ('nats-drain', '--stream', $name), '--out', $file,
@@ -647,10 +662,33 @@ sub received {
     return \@got;
 }
 
-# The event ids received (cloudEvents:id / ce-id), repeats included.
+sub redis_received {
+    my ($self, $name, $file) = @_;
+    $self->redis_client('drain', '--stream', $name, '--out', $file);
+    # JSON::XS (test/install_deps) when there: JSON::PP takes half a minute for 30,000 entries.
+    my $decode = eval { require JSON::XS; \&JSON::XS::decode_json } // \&decode_json;
+    my @got;
+    open my $fh, '<', $file or return [];
+    while (my $line = <$fh>) {
+        my $m = $decode->($line);
+        $m->{headers} = $m->{fields};
+        push @got, $m;
+    }
+    close $fh;
+    return \@got;
+}
+
+# The header (redis: field) that carries the event id.
+sub id_header {
+    my ($self) = @_;
+    return { rabbitmq => 'cloudEvents:id', nats => 'ce-id', redis => 'ce_id', sqs => 'ce-id' }
+        ->{ $self->{kind} };
+}
+
+# The event ids received (cloudEvents:id / ce-id / ce_id), repeats included.
 sub event_ids {
     my ($self, $name) = @_;
-    my $key = $self->{kind} eq 'rabbitmq' ? 'cloudEvents:id' : 'ce-id';    # nats, sqs
+    my $key = $self->id_header;
     return [ map { $_->{headers}{$key} // () } @{ $self->received($name) } ];
 }
 
@@ -665,6 +703,12 @@ sub prepare {
         my $queue = $self->container($dest, %extra);
         $self->{queue_urls}{$queue} = $self->sqs_queue($queue);
         return $self->sqs_config($queue, %extra);
+    } elsif ($self->{kind} eq 'redis') {
+        # A stream of its own (the shared server outlives a file run twice), and the ACL user of
+        # redis_node (AUTH), allowed on the tests' stream names.
+        $self->redis_client('exec', 'DEL', $dest);
+        %config = (server => $self->url, stream => $dest, user => 'outbox',
+            password => 'outbox-secret');
     } elsif ($self->{kind} eq 'rabbitmq') {
         $self->amqp_setup(exchange => 'outbox', queue => $dest, bind => [$dest]);
         %config = (url => $self->url, exchange => 'outbox', routing_key => $dest);
@@ -682,15 +726,22 @@ sub container {
         $self->{fifo}{$dest} = 1 if $extra{ordering};
         return $self->{fifo}{$dest} ? "$dest.fifo" : $dest;
     }
-    return $self->{kind} eq 'rabbitmq' ? $dest : uc $dest;
+    return $self->{kind} eq 'nats' ? uc $dest : $dest;
 }
 
 # The destination kind this server is for.
-sub destination_kind { $_[0]{kind} eq 'rabbitmq' ? 'amqp' : $_[0]{kind} eq 'sqs' ? 'sqs' : 'nats' }
+sub destination_kind {
+    { rabbitmq => 'amqp', nats => 'nats', redis => 'redis', sqs => 'sqs' }->{ $_[0]{kind} }
+}
 
 # Messages the server holds in a queue / stream now.
 sub count {
     my ($self, $name) = @_;
+    if ($self->{kind} eq 'redis') {
+        my $n = $self->redis_client('count', '--stream', $name);
+        chomp $n;
+        return $n;
+    }
     my $n = $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-count', '--queue', $name)
         : $self->{kind} eq 'sqs' ? ('sqs-count', '--queue', $name)
         : ('nats-count', '--stream', $name));

@@ -6,6 +6,7 @@
 #   :'kafka'        the test broker's bootstrap list
 #   :'webhook_url'  the webhook sink's base URL (a path such as /audit;status=422 answers 422)
 #   :'amqp_url', :'nats_url'  a RabbitMQ URL and a NATS server where nothing listens
+#   :'redis_server'           a Redis server where nothing listens
 #   :'sqs_queue_url'  an SQS queue URL where nothing listens (sqs kind, issue 42)
 # Markers, as a block's first line:
 #   -- a moment later     wait until the database's queues are settled (nothing pending or in
@@ -64,8 +65,9 @@ my $sink = webhook_sink();
 # where nothing listens (an outage, which is all the examples need).
 my %vars = (kafka => $broker->bootstrap, webhook_url => 'http://127.0.0.1:' . $sink->port,
     amqp_url => 'amqp://outbox:change-me@127.0.0.1:1/shop', nats_url => 'nats://127.0.0.1:1',
-    # sqs kind (issue 42)
-    sqs_queue_url => 'http://127.0.0.1:1/000000000000/orders');
+    redis_server => '127.0.0.1:1',    # redis (issue 42): nothing listens, like the two above
+    sqs_queue_url => 'http://127.0.0.1:1/000000000000/orders',    # sqs kind (issue 42)
+);
 my $node = outbox_node('docs', extension => 0,
     conf => "outbox.databases = '" . join(', ', @dbs) . "'\nlog_statement = none");
 

@@ -7,5 +7,5 @@ use warnings;
 use BrokerScenarios;
 use Test::More;
 
-BrokerScenarios::crash('sqs', n => $ENV{OUTBOX_TEST_FULL} ? 30000 : 2000);
+BrokerScenarios::crash('sqs', n => $ENV{OUTBOX_TEST_FULL} ? 30000 : 2000, kill_driver => 1);
 done_testing();

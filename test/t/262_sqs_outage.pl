@@ -6,6 +6,6 @@ use warnings;
 use BrokerScenarios;
 use Test::More;
 
-BrokerScenarios::outage('sqs', $ENV{OUTBOX_TEST_FULL} ? (outage => 30, seconds => 50)
-    : (outage => 6, seconds => 12));
+BrokerScenarios::outage('sqs', $ENV{OUTBOX_TEST_FULL} ? (down => 30, seconds => 50)
+    : (down => 6, seconds => 12));
 done_testing();

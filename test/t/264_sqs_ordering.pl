@@ -7,6 +7,5 @@ use warnings;
 use BrokerScenarios;
 use Test::More;
 
-BrokerScenarios::ordering('sqs', $ENV{OUTBOX_TEST_FULL} ? ()
-    : (seconds => 12, up => 3, down => 2));
+BrokerScenarios::ordering('sqs', $ENV{OUTBOX_TEST_FULL} ? () : (seconds => 12));
 done_testing();
