@@ -261,7 +261,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
-    'define a kafka, webhook, amqp, nats or redis destination; the config is checked now, every problem reported at once';
+    'define a kafka, webhook, amqp, nats, redis or sqs destination; the config is checked now, every problem reported at once';
 
 CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -1174,7 +1174,7 @@ COMMENT ON FUNCTION outbox.grant_admin(regrole) IS
 -- generated from them and from the COMMENTs above).
 --------------------------------------------------------------------------------------------------
 COMMENT ON COLUMN outbox.destinations.name IS 'the name producers write in outbox.messages.destination';
-COMMENT ON COLUMN outbox.destinations.kind IS 'kafka, webhook, amqp, nats or redis';
+COMMENT ON COLUMN outbox.destinations.kind IS 'kafka, webhook, amqp, nats, redis or sqs';
 COMMENT ON COLUMN outbox.destinations.config IS 'the settings (docs/destinations.md), secrets included: readable by the table''s owner only';
 COMMENT ON COLUMN outbox.destinations.paused IS 'set by outbox.pause (or a webhook''s 410 Gone): messages keep queueing, none is delivered';
 
