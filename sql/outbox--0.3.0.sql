@@ -261,7 +261,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outbox.create_destination(text, text, jsonb) IS
-    'define a kafka, webhook, amqp, nats, redis or mqtt destination; the config is checked now, every problem reported at once';
+    'define a kafka, webhook, amqp, nats, redis, mqtt or sqs destination; the config is checked now, every problem reported at once';
 
 CREATE FUNCTION outbox.alter_destination(name text, config jsonb)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -681,8 +681,9 @@ SET enable_seqscan = off SET jit = off AS $$
            ahead.scheduled + coalesce(keyed.scheduled, 0), coalesce(c.dead, 0),
            coalesce(c.expired, 0), coalesce(c.deferred, 0), c.stats_reset,
            blocked.keys, coalesce(blocked.waiting + keyed.behind_scheduled, 0),
-           -- false only where TLS certificate verification was switched off explicitly
-           CASE WHEN d.kind IN ('webhook', 'amqp', 'nats', 'redis', 'mqtt')
+           -- false only where TLS certificate verification was switched off explicitly: every
+           -- kind but kafka (librdkafka's property) names it tls_verify (redis, mqtt, sqs: issue 42)
+           CASE WHEN d.kind <> 'kafka'
                 THEN coalesce((d.config->>'tls_verify')::boolean, true)
                 ELSE coalesce((d.config->>'enable.ssl.certificate.verification')::boolean, true) END,
            t.n_dead_tup, t.last_autovacuum,
@@ -1177,7 +1178,7 @@ COMMENT ON FUNCTION outbox.grant_admin(regrole) IS
 -- generated from them and from the COMMENTs above).
 --------------------------------------------------------------------------------------------------
 COMMENT ON COLUMN outbox.destinations.name IS 'the name producers write in outbox.messages.destination';
-COMMENT ON COLUMN outbox.destinations.kind IS 'kafka, webhook, amqp, nats, redis or mqtt';
+COMMENT ON COLUMN outbox.destinations.kind IS 'kafka, webhook, amqp, nats, redis, mqtt or sqs';
 COMMENT ON COLUMN outbox.destinations.config IS 'the settings (docs/destinations.md), secrets included: readable by the table''s owner only';
 COMMENT ON COLUMN outbox.destinations.paused IS 'set by outbox.pause (or a webhook''s 410 Gone): messages keep queueing, none is delivered';
 

@@ -14,6 +14,8 @@
 #include "outbox/brokers/nats/kind.hpp"
 // redis (issue 42)
 #include "outbox/brokers/redis/kind.hpp"
+// sqs kind (issue 42)
+#include "outbox/brokers/sqs/kind.hpp"
 #include "outbox/brokers/webhook/kind.hpp"
 
 namespace outbox {
@@ -25,6 +27,7 @@ const std::vector<const BrokerKind *> &BrokerKinds() {
         &kKafkaKind, &kWebhookKind, &kAmqpKind, &kNatsKind,
         &kRedisKind,  // redis (issue 42)
         &kMqttKind,   // mqtt kind
+        &kSqsKind,    // sqs kind (issue 42)
     };
     return *kinds;
 }

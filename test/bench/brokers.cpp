@@ -6,6 +6,11 @@
 //           --url U (amqp://... or nats://...) --target T [--rate R] [--connections N]
 //           [--duration S] [--warmup S]
 //   brokers publish --kind amqp|nats --url U --target T --count N [--window W]
+//   (--kind sqs: --url is the queue URL of an SQS-compatible server, signed for region
+//   "elasticmq"; --target is unused. publish: SendMessageBatch requests of 10 on a libcurl multi
+//   handle, W/10 in flight; latency direct: one-entry SendMessageBatch requests at the pace;
+//   the consumer: 4 threads of ReceiveMessage (long polls) + DeleteMessageBatch, by the ce-id
+//   attribute.)
 //
 // T is where messages go and are read back: for amqp the queue (published through the default
 // exchange with routing key T), for nats the subject (a stream must store it).
@@ -26,6 +31,8 @@
 // mqtt kind
 #include <mosquitto.h>
 #include <mqtt_protocol.h>
+#include <curl/curl.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -85,8 +92,8 @@ Options Parse(int argc, char **argv) {
         else if (a == "--window") o.window = std::atol(v.c_str());
         else Die("unknown option " + a);
     }
-    if (o.kind != "amqp" && o.kind != "nats" && o.kind != "mqtt")
-        Die("--kind must be amqp, nats or mqtt");
+    if (o.kind != "amqp" && o.kind != "nats" && o.kind != "mqtt" && o.kind != "sqs")
+        Die("--kind must be amqp, nats, mqtt or sqs");
     return o;
 }
 
@@ -342,6 +349,135 @@ void MqttPublishOne(struct mosquitto *m, const std::string &topic, const std::st
 // ---- end of the mqtt kind -------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------------
+// SQS (libcurl with its AWS SigV4, the relay's own library), sqs kind (issue 42)
+// ---------------------------------------------------------------------------------------------
+std::string SqsEndpoint(const std::string &queue_url) {
+    size_t slash = queue_url.find('/', queue_url.find("://") + 3);
+    return queue_url.substr(0, slash) + "/";
+}
+
+size_t SqsCollect(char *data, size_t size, size_t count, void *userp) {
+    static_cast<std::string *>(userp)->append(data, size * count);
+    return size * count;
+}
+
+// One AWS JSON 1.0 request on an easy handle (body and response owned by the caller).
+CURL *SqsEasy(const std::string &queue_url, const char *target, const std::string &body,
+              std::string *response, curl_slist **headers) {
+    CURL *e = curl_easy_init();
+    *headers = curl_slist_append(nullptr, "Content-Type: application/x-amz-json-1.0");
+    *headers = curl_slist_append(*headers, (std::string("X-Amz-Target: AmazonSQS.") + target).c_str());
+    *headers = curl_slist_append(*headers, "Expect:");
+    curl_easy_setopt(e, CURLOPT_URL, SqsEndpoint(queue_url).c_str());
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, *headers);
+    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, "aws:amz:elasticmq:sqs");
+    curl_easy_setopt(e, CURLOPT_USERNAME, "bench");
+    curl_easy_setopt(e, CURLOPT_PASSWORD, "bench");
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, long(body.size()));
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, SqsCollect);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, response);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 30000L);
+    return e;
+}
+
+std::string SqsBatch(const std::string &queue_url, const std::vector<std::string> &ids,
+                     const std::string &body) {
+    nlohmann::json entries = nlohmann::json::array();
+    for (size_t i = 0; i < ids.size(); i++)
+        entries.push_back({{"Id", std::to_string(i)}, {"MessageBody", body},
+                           {"MessageAttributes", {{"ce-id", {{"DataType", "String"},
+                                                             {"StringValue", ids[i]}}}}}});
+    return nlohmann::json{{"QueueUrl", queue_url}, {"Entries", entries}}.dump();
+}
+
+// A pool of SendMessageBatch requests on one multi handle.
+struct SqsSender {
+    struct Req {
+        CURL *easy = nullptr;
+        curl_slist *headers = nullptr;
+        std::string body, response;
+        size_t n = 0;
+    };
+    std::string queue_url;
+    CURLM *multi = curl_multi_init();
+    std::vector<Req *> active;
+    long done = 0, failed = 0;
+
+    void Send(const std::vector<std::string> &ids, const std::string &body) {
+        auto *r = new Req;
+        r->body = SqsBatch(queue_url, ids, body);
+        r->n = ids.size();
+        r->easy = SqsEasy(queue_url, "SendMessageBatch", r->body, &r->response, &r->headers);
+        curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
+        curl_multi_add_handle(multi, r->easy);
+        active.push_back(r);
+    }
+    // Serves the transfers for up to `wait_ms`; collects the finished ones.
+    void Pump(int wait_ms) {
+        int running = 0;
+        curl_multi_perform(multi, &running);
+        if (running > 0 && wait_ms > 0)
+            curl_multi_poll(multi, nullptr, 0, wait_ms, nullptr);
+        curl_multi_perform(multi, &running);
+        int queued = 0;
+        while (CURLMsg *m = curl_multi_info_read(multi, &queued)) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            Req *r = nullptr;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &r);
+            long status = 0;
+            curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+            bool ok = m->data.result == CURLE_OK && status == 200 &&
+                      r->response.find("\"Failed\":[{") == std::string::npos;
+            (ok ? done : failed) += static_cast<long>(r->n);
+            curl_multi_remove_handle(multi, r->easy);
+            curl_easy_cleanup(r->easy);
+            curl_slist_free_all(r->headers);
+            active.erase(std::find(active.begin(), active.end(), r));
+            delete r;
+        }
+    }
+};
+
+// Consumer thread: ReceiveMessage long polls and DeleteMessageBatch until `stop`.
+void SqsConsume(const std::string &queue_url, Times *times, std::atomic<bool> *stop) {
+    std::string receive = nlohmann::json{{"QueueUrl", queue_url}, {"MaxNumberOfMessages", 10},
+                                         {"WaitTimeSeconds", 1},
+                                         {"MessageAttributeNames", {"ce-id"}}}.dump();
+    while (!stop->load()) {
+        std::string response;
+        curl_slist *h = nullptr;
+        CURL *e = SqsEasy(queue_url, "ReceiveMessage", receive, &response, &h);
+        CURLcode rc = curl_easy_perform(e);
+        int64_t t = NowNs();
+        curl_easy_cleanup(e);
+        curl_slist_free_all(h);
+        if (rc != CURLE_OK)
+            continue;
+        nlohmann::json doc = nlohmann::json::parse(response, nullptr, false);
+        if (doc.is_discarded() || !doc.contains("Messages"))
+            continue;
+        nlohmann::json del = nlohmann::json::array();
+        for (const auto &m : doc["Messages"]) {
+            if (m.contains("MessageAttributes") && m["MessageAttributes"].contains("ce-id"))
+                times->Arrived(m["MessageAttributes"]["ce-id"]["StringValue"].get<std::string>(), t);
+            del.push_back({{"Id", std::to_string(del.size())}, {"ReceiptHandle", m["ReceiptHandle"]}});
+        }
+        if (del.empty())
+            continue;
+        std::string body = nlohmann::json{{"QueueUrl", queue_url}, {"Entries", del}}.dump();
+        std::string ignored;
+        e = SqsEasy(queue_url, "DeleteMessageBatch", body, &ignored, &h);
+        curl_easy_perform(e);
+        curl_easy_cleanup(e);
+        curl_slist_free_all(h);
+    }
+}
+// --- end of the sqs kind's block
+
+// ---------------------------------------------------------------------------------------------
 // The relay's producers: paced single-row transactions.
 // ---------------------------------------------------------------------------------------------
 void RelayProducer(const Options &o, int index, int64_t start_ns, std::atomic<long> *next,
@@ -386,8 +522,12 @@ int Latency(const Options &o) {
     natsConnection *sub_nc = nullptr;
     natsSubscription *sub = nullptr;
     struct mosquitto *mqtt_sub = nullptr;  // mqtt kind
+    std::vector<std::thread> sqs_consumers;
     if (o.kind == "mqtt") {
         mqtt_sub = MqttSubscribe(o.url, o.target, &times);
+    } else if (o.kind == "sqs") {
+        for (int i = 0; i < 4; i++)
+            sqs_consumers.emplace_back(SqsConsume, o.url, &times, &stop);
     } else if (o.kind == "amqp") {
         consumer = std::thread(AmqpConsume, o.url, o.target, &times, &stop, &ready);
         while (!ready.load())
@@ -407,6 +547,25 @@ int Latency(const Options &o) {
             producers.emplace_back(RelayProducer, std::cref(o), i, start, &next, total, &times);
         for (auto &t : producers)
             t.join();
+    } else if (o.kind == "sqs") {
+        SqsSender sender;
+        sender.queue_url = o.url;
+        for (long n = 0; n < total; n++) {
+            int64_t due = start + static_cast<int64_t>(n * 1e9 / o.rate);
+            for (;;) {
+                int64_t now = NowNs();
+                if (now >= due)
+                    break;
+                sender.Pump(static_cast<int>(std::min<int64_t>((due - now) / 1000000, 1)));
+            }
+            std::string id = IdFor(n);
+            if (static_cast<double>(due - start) / 1e9 >= o.warmup)
+                times.Sent(id, NowNs());
+            sender.Send({id}, "{\"bench\": true}");
+            sender.Pump(0);
+        }
+        while (!sender.active.empty())
+            sender.Pump(100);
     } else {
         amqp_connection_state_t c = nullptr;
         natsConnection *nc = nullptr;
@@ -489,6 +648,8 @@ int Latency(const Options &o) {
         mosquitto_loop_stop(mqtt_sub, false);
         mosquitto_destroy(mqtt_sub);
     }
+    for (auto &t : sqs_consumers)
+        t.join();
     if (sub != nullptr) {
         natsSubscription_Unsubscribe(sub);
         natsSubscription_Destroy(sub);
@@ -530,6 +691,22 @@ int Publish(const Options &o) {
         mosquitto_disconnect(m);
         mosquitto_loop_stop(m, false);
         mosquitto_destroy(m);
+    } else if (o.kind == "sqs") {
+        SqsSender sender;
+        sender.queue_url = o.url;
+        size_t requests = static_cast<size_t>(std::max<long>(1, o.window / 10));
+        long n = 0;
+        while (n < o.count || !sender.active.empty()) {
+            while (n < o.count && sender.active.size() < requests) {
+                std::vector<std::string> ids;
+                for (; ids.size() < 10 && n < o.count; n++)
+                    ids.push_back(IdFor(n));
+                sender.Send(ids, body);
+            }
+            sender.Pump(100);
+        }
+        if (sender.failed > 0)
+            Die(std::to_string(sender.failed) + " messages failed");
     } else if (o.kind == "amqp") {
         amqp_connection_state_t c = AmqpConnect(o.url);
         amqp_confirm_select(c, 1);

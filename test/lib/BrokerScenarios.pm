@@ -205,7 +205,8 @@ INSERT INTO produced SELECT * FROM m;
         ($id_of{$e}, $key_of{$e}) = ($id, $k);
     }
     my $got = $server->received($server->container('ord'));
-    my @in_order = $kind eq 'nats' ? sort { $a->{seq} <=> $b->{seq} } @$got : @$got;
+    # nats and sqs (a FIFO queue's SequenceNumber) say in which order the server took them.
+    my @in_order = $kind eq 'nats' || $kind eq 'sqs' ? sort { $a->{seq} <=> $b->{seq} } @$got : @$got;
     my $id_header = $server->id_header;
     my (%first, %last, %late);
     for my $m (@in_order) {

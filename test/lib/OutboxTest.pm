@@ -530,6 +530,9 @@ sub nats_node { return OutboxTest::BrokerNode->start('nats', @_) }
 # mqtt kind: a mosquitto broker of the test's own (test/tools/mosquitto_node), checked by a
 # paho-mqtt subscriber (test/tools/mqtt_client.py).
 sub mosquitto_node { return OutboxTest::BrokerNode->start('mosquitto', @_) }
+# sqs kind (issue 42): ElasticMQ (test/tools/sqs_node), checked with boto3.
+push @EXPORT, qw(sqs_node);
+sub sqs_node { return OutboxTest::BrokerNode->start('sqs', @_) }
 
 package OutboxTest::BrokerNode;
 
@@ -577,6 +580,7 @@ sub dir { $_[0]{dir} }
 sub url {
     my ($self) = @_;
     return "127.0.0.1:$self->{port}" if $self->{kind} eq 'redis';    # redis: "server"
+    return "http://127.0.0.1:$self->{port}" if $self->{kind} eq 'sqs';    # sqs kind (issue 42)
     return $self->{kind} eq 'rabbitmq' ? "amqp://guest:guest\@127.0.0.1:$self->{port}"
       : "nats://127.0.0.1:$self->{port}";
 }
@@ -623,6 +627,23 @@ sub nats_stream {
         (defined $o{max_msg_size} ? ('--max-msg-size', $o{max_msg_size}) : ()));
 }
 
+# sqs kind (issue 42): a queue (a FIFO queue when the name ends in ".fifo"); its URL.
+sub sqs_queue {
+    my ($self, $queue, %o) = @_;
+    my $url = $self->client('sqs-create', '--queue', $queue,
+        (defined $o{max_size} ? ('--max-size', $o{max_size}) : ()));
+    chomp $url;
+    return $url;
+}
+
+# The config of an sqs destination on this server's queue $queue, %extra merged in (JSON).
+sub sqs_config {
+    my ($self, $queue, %extra) = @_;
+    return JSON::PP->new->canonical->encode({ queue_url => "$self->{queue_urls}{$queue}",
+        region => 'elasticmq', access_key_id => 'outbox', secret_access_key => 'outbox-secret',
+        %extra });
+}
+
 sub nats_delete_stream {
     my ($self, $stream) = @_;
     $self->client('nats-delete', '--stream', $stream);
@@ -638,7 +659,9 @@ sub received {
     # redis: the entries of the stream, in stream order, their fields as "headers".
     return $self->redis_received($name, $file) if $self->{kind} eq 'redis';
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
-        : ('nats-drain', '--stream', $name), '--out', $file, '--idle', $o{idle} // 0.5);
+        : $self->{kind} eq 'sqs' ? ('sqs-drain', '--queue', $name)
+        : ('nats-drain', '--stream', $name), '--out', $file,
+        '--idle', $o{idle} // ($self->{kind} eq 'sqs' ? 1 : 0.5));
     my @got;
     open my $fh, '<', $file or return [];
     while (my $line = <$fh>) {
@@ -667,7 +690,7 @@ sub redis_received {
 # The header (redis: field) that carries the event id.
 sub id_header {
     my ($self) = @_;
-    return { rabbitmq => 'cloudEvents:id', nats => 'ce-id', redis => 'ce_id',
+    return { rabbitmq => 'cloudEvents:id', nats => 'ce-id', redis => 'ce_id', sqs => 'ce-id',
         mosquitto => 'id' }->{ $self->{kind} };  # mqtt: the user property
 }
 
@@ -685,7 +708,12 @@ sub prepare {
     my ($self, $dest, %extra) = @_;
     my %config;
     return $self->mqtt_prepare($dest, %extra) if $self->{kind} eq 'mosquitto';  # mqtt kind
-    if ($self->{kind} eq 'redis') {
+    if ($self->{kind} eq 'sqs') {
+        # sqs kind (issue 42): queue $dest, or the FIFO queue "$dest.fifo" for per-key order.
+        my $queue = $self->container($dest, %extra);
+        $self->{queue_urls}{$queue} = $self->sqs_queue($queue);
+        return $self->sqs_config($queue, %extra);
+    } elsif ($self->{kind} eq 'redis') {
         # A stream of its own (the shared server outlives a file run twice), and the ACL user of
         # redis_node (AUTH), allowed on the tests' stream names.
         $self->redis_client('exec', 'DEL', $dest);
@@ -703,14 +731,19 @@ sub prepare {
 
 # Where destination $dest's messages are read back (see prepare).
 sub container {
-    my ($self, $dest) = @_;
+    my ($self, $dest, %extra) = @_;
     return $dest if $self->{kind} eq 'mosquitto';  # mqtt kind
+    if ($self->{kind} eq 'sqs') {    # sqs kind (issue 42)
+        $self->{fifo}{$dest} = 1 if $extra{ordering};
+        return $self->{fifo}{$dest} ? "$dest.fifo" : $dest;
+    }
     return $self->{kind} eq 'nats' ? uc $dest : $dest;
 }
 
 # The destination kind this server is for.
 sub destination_kind {
-    { rabbitmq => 'amqp', nats => 'nats', redis => 'redis', mosquitto => 'mqtt' }->{ $_[0]{kind} }
+    { rabbitmq => 'amqp', nats => 'nats', redis => 'redis', mosquitto => 'mqtt', sqs => 'sqs' }
+        ->{ $_[0]{kind} }
 }
 
 # Messages the server holds in a queue / stream now.
@@ -723,6 +756,7 @@ sub count {
         return $n;
     }
     my $n = $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-count', '--queue', $name)
+        : $self->{kind} eq 'sqs' ? ('sqs-count', '--queue', $name)
         : ('nats-count', '--stream', $name));
     chomp $n;
     return $n;

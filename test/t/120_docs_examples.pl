@@ -9,6 +9,7 @@
 #   :'redis_server'           a Redis server where nothing listens
 #   :'mqtt_host'    an MQTT broker's host (mqtt kind: 127.0.0.1; port 1883, where nothing
 #                   listens in the tests)
+#   :'sqs_queue_url'  an SQS queue URL where nothing listens (sqs kind, issue 42)
 # Markers, as a block's first line:
 #   -- a moment later     wait until the database's queues are settled (nothing pending or in
 #                         flight, every subscription caught up) before running the block
@@ -67,6 +68,7 @@ my $sink = webhook_sink();
 my %vars = (kafka => $broker->bootstrap, webhook_url => 'http://127.0.0.1:' . $sink->port,
     amqp_url => 'amqp://outbox:change-me@127.0.0.1:1/shop', nats_url => 'nats://127.0.0.1:1',
     redis_server => '127.0.0.1:1',    # redis (issue 42): nothing listens, like the two above
+    sqs_queue_url => 'http://127.0.0.1:1/000000000000/orders',    # sqs kind (issue 42)
 );
 $vars{mqtt_host} = '127.0.0.1';  # mqtt kind
 my $node = outbox_node('docs', extension => 0,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Independent clients for the amqp and nats destination tests: pika (RabbitMQ) and nats-py
-(NATS JetStream), neither of which is the library the relay uses. Sets up exchanges, queues and
+"""Independent clients for the amqp, nats and sqs destination tests: pika (RabbitMQ), nats-py
+(NATS JetStream) and boto3 (SQS), none of which is the library the relay uses. Sets up exchanges, queues and
 streams, and drains what arrived into a JSON-lines file (appended, so a test can read
 everything it received so far). Run with the test venv's python (test/install_deps).
 
@@ -12,6 +12,11 @@ everything it received so far). Run with the test venv's python (test/install_de
   broker_client.py nats-drain   --port P --stream S --out FILE [--idle 0.5]
   broker_client.py nats-count   --port P --stream S
   broker_client.py nats-publish --port P --subject SUBJ --count N --out FILE   (direct, PubAck)
+  broker_client.py sqs-create   --port P --queue Q [--max-size BYTES]   (Q ending in .fifo: FIFO)
+  broker_client.py sqs-delete   --port P --queue Q
+  broker_client.py sqs-drain    --port P --queue Q --out FILE [--idle 0.5] [--threads 4]
+  broker_client.py sqs-count    --port P --queue Q
+  broker_client.py sqs-send     --port P --queue Q --count N   (direct SendMessageBatch of 10)
 
 Each drained message is one line: {"routing_key"/"subject", "headers", "properties" (amqp),
 "body_b64", "body" (text or null), "seq" (nats stream sequence), "redelivered"}.
@@ -192,6 +197,102 @@ async def nats_publish(a):
     await nc.close()
 
 
+# ---------------------------------------------------------------------------------------------
+# SQS (boto3) -- sqs kind (issue 42)
+# ---------------------------------------------------------------------------------------------
+def _sqs(port):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="elasticmq",
+                        aws_access_key_id="verify", aws_secret_access_key="verify",
+                        config=Config(retries={"max_attempts": 10, "mode": "standard"},
+                                      max_pool_connections=16))
+
+
+def sqs_create(a):
+    c = _sqs(a.port)
+    attrs = {}
+    if a.queue.endswith(".fifo"):
+        attrs["FifoQueue"] = "true"
+    if a.max_size is not None:
+        attrs["MaximumMessageSize"] = str(a.max_size)
+    print(c.create_queue(QueueName=a.queue, Attributes=attrs)["QueueUrl"])
+
+
+def sqs_delete(a):
+    c = _sqs(a.port)
+    c.delete_queue(QueueUrl=c.get_queue_url(QueueName=a.queue)["QueueUrl"])
+
+
+def sqs_drain(a):
+    """Receives until the queue stays empty for --idle seconds, in 4 threads; each message is
+    written to the file before it is deleted from the queue."""
+    import threading
+
+    c = _sqs(a.port)
+    url = c.get_queue_url(QueueName=a.queue)["QueueUrl"]
+    lock = threading.Lock()
+    count = [0]
+    out = open(a.out, "a")
+
+    def worker():
+        idle_since = time.time()
+        while time.time() - idle_since < a.idle:
+            got = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                    VisibilityTimeout=120, MessageAttributeNames=["All"],
+                                    AttributeNames=["All"]).get("Messages", [])
+            if not got:
+                time.sleep(0.05)
+                continue
+            idle_since = time.time()
+            with lock:
+                for m in got:
+                    attrs = m.get("Attributes", {})
+                    headers = {k: v.get("StringValue") for k, v in
+                               m.get("MessageAttributes", {}).items()}
+                    seq = attrs.get("SequenceNumber")
+                    _record(out, queue=a.queue, headers=headers,
+                            seq=int(seq) if seq else None, group=attrs.get("MessageGroupId"),
+                            dedup=attrs.get("MessageDeduplicationId"),
+                            redelivered=int(attrs.get("ApproximateReceiveCount", "1")) > 1,
+                            body_bytes=m["Body"].encode("utf-8"))
+                count[0] += len(got)
+                out.flush()
+            c.delete_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+
+    threads = [threading.Thread(target=worker) for _ in range(a.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.close()
+    print(count[0])
+
+
+def sqs_count(a):
+    c = _sqs(a.port)
+    url = c.get_queue_url(QueueName=a.queue)["QueueUrl"]
+    attrs = c.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    print(int(attrs["ApproximateNumberOfMessages"]) +
+          int(attrs["ApproximateNumberOfMessagesNotVisible"]))
+
+
+def sqs_send(a):
+    """Direct SendMessageBatch calls of 10 (the bench's and the tests' reference client)."""
+    c = _sqs(a.port)
+    url = c.get_queue_url(QueueName=a.queue)["QueueUrl"]
+    start = time.time()
+    for i in range(0, a.count, 10):
+        c.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(j), "MessageBody": json.dumps({"n": i + j})}
+            for j in range(min(10, a.count - i))])
+    print("%.3f" % (time.time() - start))
+# --- end of the sqs kind's block
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -227,11 +328,26 @@ def main():
     s.add_argument("--subject", required=True)
     s.add_argument("--count", type=int, default=1)
 
+    # sqs kind (issue 42)
+    for name in ("sqs-create", "sqs-delete", "sqs-drain", "sqs-count", "sqs-send"):
+        s = sub.add_parser(name)
+        s.add_argument("--port", type=int, required=True)
+        s.add_argument("--queue", required=True)
+        s.add_argument("--out")
+        s.add_argument("--idle", type=float, default=0.5)
+        s.add_argument("--threads", type=int, default=4)
+        s.add_argument("--max-size", type=int)
+        s.add_argument("--count", type=int, default=1)
+    # --- end of the sqs kind's block
+
     a = p.parse_args()
     table = {
         "amqp-setup": amqp_setup, "amqp-drain": amqp_drain, "amqp-count": amqp_count,
         "nats-stream": nats_stream, "nats-delete": nats_delete, "nats-drain": nats_drain,
         "nats-count": nats_count, "nats-publish": nats_publish,
+        # sqs kind (issue 42)
+        "sqs-create": sqs_create, "sqs-delete": sqs_delete, "sqs-drain": sqs_drain,
+        "sqs-count": sqs_count, "sqs-send": sqs_send,
     }
     f = table[a.cmd]
     if asyncio.iscoroutinefunction(f):

@@ -92,8 +92,9 @@ TEST(MqttConfigTest, EveryProblemAtOnceWithoutTheSecret) {
         "cert_file": "/nonexistent/cert.pem", "colour": "blue"})");
     EXPECT_FALSE(check.ok());
     const std::string all = JoinProblems(check);
-    EXPECT_TRUE(HasProblem(check, "\"host\" must be a host name or an IP address (no scheme, no "
-                                  "port: the port is \"port\")"))
+    EXPECT_TRUE(HasProblem(check,
+                           "\"host\" must be a host name or an IP address (no scheme, no "
+                           "port: the port is \"port\")"))
         << all;
     EXPECT_TRUE(HasProblem(check, "\"port\" must be an integer between 1 and 65535")) << all;
     EXPECT_TRUE(HasProblem(check,
@@ -101,15 +102,17 @@ TEST(MqttConfigTest, EveryProblemAtOnceWithoutTheSecret) {
                            "control characters or wildcards (\"+\", \"#\"), not starting with "
                            "\"$\", at most 65535 bytes"))
         << all;
-    EXPECT_TRUE(HasProblem(check, "\"qos\" must be 1 (acknowledged by PUBACK) or 2 (PUBCOMP): "
-                                  "QoS 0 has no acknowledgement to delete a message on"))
+    EXPECT_TRUE(HasProblem(check,
+                           "\"qos\" must be 1 (acknowledged by PUBACK) or 2 (PUBCOMP): "
+                           "QoS 0 has no acknowledgement to delete a message on"))
         << all;
     EXPECT_TRUE(HasProblem(check, "\"password\" must be a non-empty string")) << all;
     EXPECT_TRUE(HasProblem(check, "\"password\" needs \"username\"")) << all;
     EXPECT_TRUE(HasProblem(check, "unknown key \"subject\" for an mqtt destination")) << all;
     EXPECT_TRUE(HasProblem(check, "unknown key \"url\" for an mqtt destination")) << all;
     EXPECT_TRUE(HasProblem(check, "unknown key \"colour\" for an mqtt destination")) << all;
-    EXPECT_TRUE(HasProblem(check, "\"cert_file\" and \"key_file\" go together: set both or neither"))
+    EXPECT_TRUE(
+        HasProblem(check, "\"cert_file\" and \"key_file\" go together: set both or neither"))
         << all;
     EXPECT_TRUE(all.find("\"max_in_flight\"") != std::string::npos) << all;
     EXPECT_TRUE(all.find("\"ack_timeout\" must be a duration between 100ms and 10min") !=
@@ -152,10 +155,10 @@ TEST(MqttConfigTest, FileSettingsArePrivileged) {
 TEST(MqttTopicTest, Rule) {
     for (const char *ok : {"a", "a/b/c", "orders/created", "/leading", "trailing/", "a b", "ü/ñ"})
         EXPECT_TRUE(IsValidMqttTopic(ok)) << ok;
-    for (std::string bad : {std::string(""), std::string("a/+/b"), std::string("a/#"),
-                            std::string("$SYS/x"), std::string("a\nb"), std::string("a\x7f"),
-                            std::string("a\0b", 3), std::string("\xc3"), std::string("\xc0\xaf"),
-                            std::string("\xed\xa0\x80"), std::string(65536, 'a')})
+    for (std::string bad :
+         {std::string(""), std::string("a/+/b"), std::string("a/#"), std::string("$SYS/x"),
+          std::string("a\nb"), std::string("a\x7f"), std::string("a\0b", 3), std::string("\xc3"),
+          std::string("\xc0\xaf"), std::string("\xed\xa0\x80"), std::string(65536, 'a')})
         EXPECT_FALSE(IsValidMqttTopic(bad)) << bad;
     EXPECT_TRUE(IsValidMqttTopic(std::string(65535, 'a')));
 }
@@ -211,8 +214,8 @@ TEST(MqttEncodeTest, CloudEventsBindingAndProperties) {
                  {"content-type", "application/vnd.x+json"},
                  {"ce_type", "order.created"},
                  {"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}};
-    MqttPublication p = BuildMqttPublication(m, "orders/new", "/outbox/db", "orders/new",
-                                             1700000000000);
+    MqttPublication p =
+        BuildMqttPublication(m, "orders/new", "/outbox/db", "orders/new", 1700000000000);
     EXPECT_EQ(p.topic, "orders/new");
     EXPECT_EQ(p.payload, R"({"n":1})");
     EXPECT_EQ(p.content_type, "application/vnd.x+json");

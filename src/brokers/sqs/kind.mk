@@ -1,0 +1,3 @@
+# The library the sqs kind links (Makefile: outbox-driver and the unit tests): libcurl, as the
+# webhook kind (its AWS Signature Version 4 signs the requests).
+BROKER_LIBS += -lcurl
