@@ -30,7 +30,11 @@
 #include <nats/nats.h>
 // mqtt kind
 #include <mosquitto.h>
+#if __has_include(<mosquitto/mqtt_protocol.h>)  // libmosquitto 2.1+
+#include <mosquitto/mqtt_protocol.h>
+#else
 #include <mqtt_protocol.h>
+#endif
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 

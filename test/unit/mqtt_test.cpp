@@ -3,7 +3,7 @@
 // codes and libmosquitto errors, and the publication a message becomes.
 #include <gtest/gtest.h>
 #include <mosquitto.h>
-#include <mqtt_protocol.h>
+#include "outbox/brokers/mqtt/protocol.hpp"
 
 #include <string>
 

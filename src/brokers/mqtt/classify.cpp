@@ -4,7 +4,7 @@
 #include "outbox/brokers/mqtt/classify.hpp"
 
 #include <mosquitto.h>
-#include <mqtt_protocol.h>
+#include "outbox/brokers/mqtt/protocol.hpp"
 
 #include <cstdio>
 #include <string>

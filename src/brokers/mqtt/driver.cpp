@@ -39,7 +39,7 @@
 #include <vector>
 
 #include <mosquitto.h>
-#include <mqtt_protocol.h>
+#include "outbox/brokers/mqtt/protocol.hpp"
 
 #include "outbox/broker_address.hpp"
 #include "outbox/brokers/mqtt/classify.hpp"
