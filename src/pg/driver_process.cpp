@@ -5,6 +5,7 @@
 
 #include "outbox/broker_kind.hpp"
 #include "outbox/ipc/protocol.hpp"
+#include "outbox/pg/debug.hpp"
 #include "outbox/pg/driver_process.hpp"
 
 extern "C" {
@@ -31,7 +32,7 @@ DriverProcessOptions CurrentDriverProcessOptions() {
     o.poison_after = setting_poison_after;
     // A suspect waits for its turn at most half a lease: its row stays leased to this worker.
     o.hold_limit_ms = std::max<int64_t>(500, setting_lease_timeout_ms / 2);
-    o.fault = setting_debug_driver_fault ? setting_debug_driver_fault : "";
+    o.fault = DriverFaultForTests();  // empty unless outbox.test_switches is on
     o.answer_timeout_ms = kAnswerTimeoutMs;
     return o;
 }

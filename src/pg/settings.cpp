@@ -11,7 +11,7 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
-#include "outbox/pg/guard.hpp"
+#include "outbox/pg/debug.hpp"
 #include "outbox/pg/settings.hpp"
 
 namespace outbox::pg {
@@ -29,10 +29,7 @@ int setting_retention_s = 0;
 int setting_inbox_retention_s = 7 * 24 * 3600;  // the inbox (issue 23)
 int setting_poison_after = 3;
 int setting_driver_memory_limit_mb = 1024;
-char *setting_debug_driver_fault = nullptr;
 int setting_max_pending = 0;
-char *setting_debug_pause = nullptr;
-char *setting_debug_fault = nullptr;
 char *setting_webhook_allowed_networks = nullptr;
 char *setting_broker_allowed_networks = nullptr;
 int setting_inbox_handler_timeout_ms = 5000;
@@ -40,7 +37,6 @@ char *setting_traceparent = nullptr;
 char *setting_tracestate = nullptr;
 bool setting_drop_nonempty = false;
 bool setting_internal_call = false;
-int setting_debug_pause_ms = 0;
 
 // outbox.databases must be a list of database names PostgreSQL could have.
 static bool CheckDatabases(char **newval, void **, GucSource) {
@@ -81,18 +77,6 @@ static bool CheckAllowedNetworks(char **newval, void **, GucSource) {
     if (!ok)
         GUC_check_errdetail("%s.", error.c_str());
     return ok;
-}
-
-// outbox.debug_fault: arms the one-shot fault of this process (see guard.hpp).
-static bool CheckDebugFault(char **newval, void **, GucSource) {
-    if (**newval == '\0' || strcmp(*newval, "bad_alloc_in_pg_try") == 0)
-        return true;
-    GUC_check_errdetail("outbox.debug_fault is empty or \"bad_alloc_in_pg_try\".");
-    return false;
-}
-
-static void AssignDebugFault(const char *newval, void *) {
-    debug_bad_alloc_in_pg_try = strcmp(newval, "bad_alloc_in_pg_try") == 0;
 }
 
 // The workers and their driver processes.
@@ -235,30 +219,13 @@ static void DefineSessionSettings() {
         &setting_tracestate, "", PGC_USERSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
 }
 
-// The test switches (hidden).
-static void DefineTestSwitches() {
-    DefineCustomStringVariable("outbox.debug_driver_fault", "Fault injection for tests only.",
-                               nullptr, &setting_debug_driver_fault, "", PGC_SUSET,
-                               GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
-    DefineCustomStringVariable("outbox.debug_pause", "Fault injection for tests only.", nullptr,
-                               &setting_debug_pause, "", PGC_SIGHUP,
-                               GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("outbox.debug_pause_ms", "Fault injection for tests only.", nullptr,
-                            &setting_debug_pause_ms, 0, 0, 600 * 1000, PGC_SIGHUP,
-                            GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_UNIT_MS, nullptr, nullptr,
-                            nullptr);
-    DefineCustomStringVariable(
-        "outbox.debug_fault", "Fault injection for tests only.", nullptr, &setting_debug_fault, "",
-        PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, CheckDebugFault, AssignDebugFault, nullptr);
-}
-
 void DefineSettings() {
     DefineServingSettings();
     DefineDeliverySettings();
     DefineNetworkSettings();
     DefineInboxSettings();
     DefineSessionSettings();
-    DefineTestSwitches();
+    DefineTestSwitches();  // debug.cpp: every test switch, behind outbox.test_switches
     MarkGUCPrefixReserved("outbox");
 }
 

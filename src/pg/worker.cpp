@@ -562,8 +562,7 @@ bool Worker::Turn(bool woken, bool poll_due) {
     // a webhook driver starts its transfers in Submit, and a hold that arrived later could find
     // the request sent (test/t/084 b1: a message the paused worker holds never reaches the
     // endpoint, as when the drivers ran inside the worker).
-    bool hold_first = paused_drivers && setting_debug_pause &&
-                      strcmp(setting_debug_pause, "publish") == 0 &&
+    bool hold_first = paused_drivers && PausesInPhase("publish") &&
                       std::any_of(claimed.begin(), claimed.end(),
                                   [](const auto &c) { return !c.second.empty(); });
     if (hold_first)

@@ -25,7 +25,9 @@ my $root = $ENV{OUTBOX_ROOT} // die "OUTBOX_ROOT is not set (run through test/ru
 
 # A started node with shared_preload_libraries = outbox and CREATE EXTENSION done in
 # database postgres (the default outbox.databases). Options: conf => extra postgresql.conf
-# text, extension => 0 to skip CREATE EXTENSION, start => 0 to leave it stopped.
+# text, extension => 0 to skip CREATE EXTENSION, start => 0 to leave it stopped,
+# test_switches => 1 to turn on outbox.test_switches (the outbox.debug_* fault injection) for the
+# files that use a debug switch; every other node is configured as a user's would be.
 sub outbox_node {
     my ($name, %opts) = @_;
     my $node = PostgreSQL::Test::Cluster->new($name);
@@ -38,6 +40,7 @@ sub outbox_node {
         "outbox.webhook_allowed_networks = '127.0.0.0/8, ::1'",
         "outbox.broker_allowed_networks = '127.0.0.0/8, ::1'",
         "log_min_messages = info",
+        ($opts{test_switches} ? "outbox.test_switches = on" : ()),
         $opts{conf} // '') . "\n");
     return $node if defined $opts{start} && !$opts{start};
     $node->start;

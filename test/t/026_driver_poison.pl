@@ -20,7 +20,7 @@ use Time::HiRes qw(time sleep);
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 my $sink = webhook_sink();
-my $node = outbox_node('drvpoison', conf => join("\n", 'log_statement = none',
+my $node = outbox_node('drvpoison', test_switches => 1, conf => join("\n", 'log_statement = none',
     "outbox.lease_timeout = '10s'", "outbox.debug_driver_fault = 'segv:poison-1'"));
 my $hook_url = $sink->url('/flow');
 $node->safe_psql('postgres', qq{

@@ -20,7 +20,7 @@ $plain->stop;
 
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
-my $node = outbox_node('life', conf => "outbox.databases = 'postgres, app, noext, missing'");
+my $node = outbox_node('life', test_switches => 1, conf => "outbox.databases = 'postgres, app, noext, missing'");
 $node->safe_psql('postgres', 'CREATE DATABASE app; CREATE DATABASE noext;');
 $node->safe_psql('app', 'CREATE EXTENSION outbox');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');  # the launcher looks again at once

@@ -15,7 +15,7 @@ use Time::HiRes qw(time sleep);
 my $secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 my $key = decode_base64(substr($secret, 6));
 my $sink = webhook_sink();
-my $node = outbox_node('webhooks', conf => join("\n", 'restart_after_crash = on',
+my $node = outbox_node('webhooks', test_switches => 1, conf => join("\n", 'restart_after_crash = on',
     "outbox.retry_base = '50ms'", "outbox.retry_max = '500ms'", "outbox.lease_timeout = '10s'"));
 
 # This file's webhook destinations sign with $secret and send a static header.

@@ -18,7 +18,7 @@ use Time::HiRes qw(time sleep);
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 # A short lease, so rows leased by the stopped server are taken over within seconds.
-my $node = outbox_node('istop', conf => join("\n", 'log_statement = none',
+my $node = outbox_node('istop', test_switches => 1, conf => join("\n", 'log_statement = none',
     "outbox.lease_timeout = '4s'", 'outbox.batch_size = 500'));
 $node->safe_psql('postgres', 'CREATE TABLE produced (phase text, event_id uuid PRIMARY KEY)');
 

@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $sink = webhook_sink();
-my $node = outbox_node('poison', conf => join("\n", 'log_statement = none',
+my $node = outbox_node('poison', test_switches => 1, conf => join("\n", 'log_statement = none',
     'restart_after_crash = on', "outbox.lease_timeout = '2s'"));
 $node->safe_psql('postgres', 'CREATE TABLE produced (part text, event_id uuid PRIMARY KEY)');
 

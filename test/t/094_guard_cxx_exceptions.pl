@@ -29,7 +29,7 @@ is(scalar(@raw), 0, 'no PG_TRY/PG_CATCH/PG_FINALLY outside include/outbox/pg/gua
 
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
-my $node = outbox_node('guard');
+my $node = outbox_node('guard', test_switches => 1);
 $node->safe_psql('postgres', qq{
     SELECT outbox.create_destination('d', 'kafka', '{"bootstrap.servers": "$bootstrap", "topic": "t"}');
     INSERT INTO outbox.messages (destination, key, payload) VALUES ('d', 'before', '{}');

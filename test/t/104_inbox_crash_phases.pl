@@ -12,7 +12,7 @@ use Time::HiRes qw(time sleep);
 my $broker = kafka_broker();
 my $bootstrap = $broker->bootstrap;
 $broker->ctl('create phases 1');
-my $node = outbox_node('inbox_phases');
+my $node = outbox_node('inbox_phases', test_switches => 1);
 $node->safe_psql('postgres', qq{
     CREATE TABLE applied (n int, "offset" bigint);
     CREATE FUNCTION public.apply(m outbox.inbox_message) RETURNS void LANGUAGE sql AS

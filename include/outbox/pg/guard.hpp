@@ -56,9 +56,10 @@ class PgError : public std::exception {
     std::string hint;
 };
 
-// Fault injection for the tests only (outbox.debug_fault = 'bad_alloc_in_pg_try'): the next
-// PgTry of this process throws std::bad_alloc inside its PG_TRY body, as a container that runs
-// out of memory there would. One shot: cleared when it fires.
+// Fault injection for the tests only (outbox.debug_fault = 'bad_alloc_in_pg_try', which exists
+// only while outbox.test_switches is on: debug.cpp sets this flag): the next PgTry of this
+// process throws std::bad_alloc inside its PG_TRY body, as a container that runs out of memory
+// there would. One shot: cleared when it fires.
 extern bool debug_bad_alloc_in_pg_try;
 
 // Copies the current PostgreSQL error (already caught with PG_CATCH) into a PgError, flushes

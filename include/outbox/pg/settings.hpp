@@ -20,10 +20,6 @@ extern bool
 extern int setting_poison_after;  // outbox.poison_after (sighup): driver crashes -> poison
 extern int setting_driver_memory_limit_mb;  // outbox.driver_memory_limit (sighup); 0: none
 
-// Test switch (superuser, not shown, not in the sample config): outbox.debug_driver_fault makes
-// the driver process fail on purpose (see src/ipc/helper_main.cpp: "segv:KEY", "abort:KEY",
-// "oom:KEY", "hang:KEY", "leak:BYTES").
-extern char *setting_debug_driver_fault;
 // outbox.webhook_allowed_networks (sighup, superuser only): CIDR list, network_policy.hpp
 extern char *setting_webhook_allowed_networks;
 // outbox.broker_allowed_networks (sighup, superuser only): the internal networks a broker of a
@@ -43,16 +39,7 @@ extern bool setting_internal_call;
 extern char *setting_traceparent;  // outbox.traceparent
 extern char *setting_tracestate;   // outbox.tracestate
 
-// Fault injection for the crash tests only (not shown, not in the sample config): the worker
-// stops for outbox.debug_pause_ms in the named phase ("claim": claimed, before the commit;
-// "publish": messages handed to the driver; "write-back": written back, before the commit), so
-// a test can stop the server at exactly that point. Off (empty) costs one string test per phase.
-extern char *setting_debug_pause;
-extern int setting_debug_pause_ms;
-// Fault injection for the boundary tests only (superuser, not shown): "bad_alloc_in_pg_try"
-// makes the next PgTry of each process that takes the setting throw std::bad_alloc inside its
-// PG_TRY body (include/outbox/pg/guard.hpp). Set again (or reloaded) to fire again.
-extern char *setting_debug_fault;
+// The test switches (outbox.test_switches, outbox.debug_*) are in debug.hpp.
 
 // Defines every setting and reserves the "outbox." prefix. Called once from _PG_init.
 void DefineSettings();
