@@ -42,9 +42,14 @@ like(psql_error(q{SET outbox.debug_pause = 'claim'}),
 like(psql_error(q{SET outbox.debug_fault = 'bad_alloc_in_pg_try'}),
     qr/ERROR:  42602: invalid configuration parameter name "outbox\.debug_fault"/,
     'gate off: SET outbox.debug_fault fails with 42602');
+# ALTER SYSTEM of an unknown name: PostgreSQL 15 and 16 know no such parameter (42704); 17 and
+# later accept unknown custom names there unless, as here, their prefix is reserved (42602).
+my $major = int($node->safe_psql('postgres', 'SHOW server_version_num') / 10000);
 like(psql_error(q{ALTER SYSTEM SET outbox.debug_driver_fault = 'segv:boom'}),
-    qr/ERROR:  42704: unrecognized configuration parameter "outbox\.debug_driver_fault"/,
-    'gate off: ALTER SYSTEM SET outbox.debug_driver_fault fails with 42704');
+    $major >= 17
+      ? qr/ERROR:  42602: invalid configuration parameter name "outbox\.debug_driver_fault"\nDETAIL:  "outbox" is a reserved prefix\./
+      : qr/ERROR:  42704: unrecognized configuration parameter "outbox\.debug_driver_fault"/,
+    'gate off: ALTER SYSTEM SET outbox.debug_driver_fault fails (' . ($major >= 17 ? 42602 : 42704) . ')');
 like(psql_error(q{SHOW outbox.debug_pause}),
     qr/ERROR:  42704: unrecognized configuration parameter "outbox\.debug_pause"/,
     'gate off: SHOW outbox.debug_pause fails with 42704');
