@@ -29,8 +29,9 @@
 # (test/run_tests makes it; test/pg_chroot shows it in the roots): at most OUTBOX_TAP_JOBS
 # files run at once on the whole machine, whichever run they belong to (a build or the unit
 # tests count as two: run_tap.pl --hold 2 -- make ...), the runs whose files run at the same
-# time share them evenly, and while a serial group runs, at most one other file runs beside it
-# anywhere, and no build.
+# time share them in proportion to the work each has left, and while a serial group runs, at
+# most one other file runs beside it anywhere, and no build (a waiting build goes between two
+# of its files).
 # OUTBOX_TAP_TIMES names a file of each file's seconds in an earlier run ("S FILE" lines):
 # the longest start first (files it does not know count as long).
 use strict;
@@ -105,6 +106,13 @@ sub take_slots {
     $want = $jobs if $want > $jobs;
     my $t0 = time;
     my @fhs;
+    # A waiting build says so (a shared lock on "build-waiting"): a serial group lets it in
+    # between two of its files.
+    my $waiting;
+    if ($yield) {
+        $waiting = lock_file('build-waiting');
+        flock($waiting, LOCK_SH) or die "build-waiting: $!\n";
+    }
     TRY: while (1) {
         if ($yield) {
             my $serial = lock_file('serial');
@@ -132,6 +140,7 @@ sub take_slots {
         close $turnstile;
         last;
     }
+    close $waiting if $waiting;
     my @held = map { $_->{fh} } @fhs;
     $held{ fileno $_ } = $_ for @held;
     return (time - $t0, @held);
@@ -403,32 +412,57 @@ sub stop_everything {
 }
 $SIG{INT} = $SIG{TERM} = sub { $interrupted = 1; stop_everything(); exit 1 };
 
-# The runs whose files are running now on this machine share its slots evenly: each registers
-# with a lock it holds while it runs (run.PID), and takes at most its share of the slots.
+# The runs whose files are running now on this machine share its slots in proportion to the
+# work each has left (the expected seconds of its files still to run or running; a file with no
+# earlier time counts as 30 s), so that the longest run gets the most: each registers with a
+# lock it holds while it runs (run.PID) and writes that figure into it; each takes at most its
+# share of the slots, at least one.
 my $registration = $slot_dir ? lock_file("run.$$") : undef;
 if ($registration) {
     flock($registration, LOCK_EX);
     $held{ fileno $registration } = $registration;
 }
+my $published = -1;
+sub publish_work_left {
+    my ($seconds) = @_;
+    return unless $registration && int($seconds) != $published;
+    $published = int($seconds);
+    truncate($registration, 0);
+    sysseek($registration, 0, 0);
+    syswrite($registration, "$published\n");
+}
 sub fair_share {
+    my ($mine) = @_;
     return $jobs unless $slot_dir;
-    my $runs = 0;
+    publish_work_left($mine);
+    my $all = 0;
     for my $path (glob "$slot_dir/run.*") {
         open(my $fh, '<', $path) or next;
         if (flock($fh, LOCK_EX | LOCK_NB)) {    # its run has ended
             unlink $path;
-        } else {
-            $runs++;
+            next;
         }
+        my $left = <$fh> // '';
+        $all += $left =~ /^(\d+)/ ? $1 : 0;
     }
-    return $runs > 1 ? int(($jobs + $runs - 1) / $runs) : $jobs;
+    return $jobs if $all <= $mine;
+    my $share = int($jobs * $mine / $all + 0.5);
+    return $share < 1 ? 1 : $share;
+}
+sub work_seconds {
+    my $s = 0;
+    for my $file (@_) {
+        my $known = $known_seconds{ short_name($file) };
+        $s += defined $known ? $known : 30;
+    }
+    return $s;
 }
 
 # The parallel group.
 my @pending = @parallel;
 while (@pending || grep { $_->{kind} eq 'test' } values %children) {
     my $started = 0;
-    my $share = fair_share();
+    my $share = fair_share(work_seconds(@pending, map { $_->{file} } grep { $_->{kind} eq 'test' } values %children));
     while (@pending && (grep { $_->{kind} eq 'test' } values %children) < $share) {
         my ($i) = grep { startable($pending[$_]) } 0 .. $#pending;
         last unless defined $i;
@@ -441,18 +475,23 @@ while (@pending || grep { $_->{kind} eq 'test' } values %children) {
 }
 
 # The serial group: one file at a time.
+publish_work_left(0);
 if (@alone) {
     print "# the serial group: " . join(' ', map { short_name($_) } @alone) . "\n";
     # All slots but one: the serial group's files run with at most one other file on the
     # machine (what they saw when CI ran one file at a time in each of its two lanes), and no
     # build (test/run_tests holds two slots for those).
+    my ($serial, @all);
     my $t0 = time;
-    my $serial = $slot_dir ? lock_file('serial') : undef;
-    if ($serial) {
-        flock($serial, LOCK_EX) or die "serial: $!\n";
-        $held{ fileno $serial } = $serial;
-    }
-    my (undef, @all) = take_slots($jobs > 1 ? $jobs - 1 : 1);
+    my $take_machine = sub {
+        $serial = $slot_dir ? lock_file('serial') : undef;
+        if ($serial) {
+            flock($serial, LOCK_EX) or die "serial: $!\n";
+            $held{ fileno $serial } = $serial;
+        }
+        (undef, @all) = take_slots($jobs > 1 ? $jobs - 1 : 1);
+    };
+    $take_machine->();
     my $waited = time - $t0;
     printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
       if $waited >= 1;
@@ -461,6 +500,19 @@ if (@alone) {
         start_test($file, undef);
         reap(1) while grep { $_->{kind} eq 'test' } values %children;
         stop_unused(@alone);
+        # A build waiting elsewhere (another major's extension or unit tests: a few seconds with
+        # ccache) goes between two files rather than after the whole group; the group takes
+        # the machine back when it has its slots (and waits for it to end).
+        if (@alone && $slot_dir) {
+            my $waiting = lock_file('build-waiting');
+            my $yield = !flock($waiting, LOCK_EX | LOCK_NB);
+            if ($yield) {
+                release($_) for @all, $serial;
+                flock($waiting, LOCK_EX) or die "build-waiting: $!\n";
+            }
+            close $waiting;
+            $take_machine->() if $yield;
+        }
     }
     release($_) for @all, $serial;
 }
