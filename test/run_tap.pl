@@ -29,9 +29,9 @@
 # (test/run_tests makes it; test/pg_chroot shows it in the roots): at most OUTBOX_TAP_JOBS
 # files run at once on the whole machine, whichever run they belong to (a build or the unit
 # tests count as two: run_tap.pl --hold 2 -- make ...), the runs whose files run at the same
-# time share them in proportion to the work each has left, and while a serial group runs, at
-# most one other file runs beside it anywhere, and no build (a waiting build goes between two
-# of its files).
+# time share them in proportion to the work each has left, and while a file of a serial group
+# runs, at most one other file runs anywhere (a parallel file, or a file of another run's serial
+# group), and no build (a waiting build goes between two of its files).
 # OUTBOX_TAP_TIMES names a file of each file's seconds in an earlier run ("S FILE" lines):
 # the longest start first (files it does not know count as long).
 use strict;
@@ -45,8 +45,8 @@ use TAP::Parser::Aggregator;
 use Time::HiRes qw(time sleep);
 
 #-------------------------------------------------------------------------------------------
-# Machine-wide slots (OUTBOX_TAP_SLOTS): a file holds one while it runs, a build or the unit
-# tests two (--hold), the serial group all but one.
+# Machine-wide slots (OUTBOX_TAP_SLOTS): a file holds one while it runs, a build two (--hold),
+# a serial group one of two tokens.
 #-------------------------------------------------------------------------------------------
 my $jobs = $ENV{OUTBOX_TAP_JOBS} || 4;
 my $slot_dir = $ENV{OUTBOX_TAP_SLOTS};
@@ -63,14 +63,33 @@ sub lock_file {
     return $fh;
 }
 
-# A free slot's locked handle, or undef (none free now, or the serial group of a run holds
-# them).
+# How many of the named locks another process holds now (tried without waiting; a lock this
+# process holds through another handle counts too). Under the turnstile, so that what it
+# counts cannot change but by a file or build ending.
+sub held_elsewhere {
+    my $n = 0;
+    for my $name (@_) {
+        my $fh = lock_file($name);
+        $n++ unless flock($fh, LOCK_SH | LOCK_NB);
+        close $fh;
+    }
+    return $n;
+}
+my @slot_names = map { "slot.$_" } 0 .. $jobs - 1;
+# A serial group running a file holds one of two tokens (a file of one run's serial group may
+# run beside a file of another's: each then has exactly one other file beside it).
+my @serial_names = ('serial.0', 'serial.1');
+
+# A free slot's locked handle, or undef: none is free now, or a serial file runs (then a file
+# may start only as the one file beside it).
 sub try_slot {
     return 'none' unless $slot_dir;
     my $turnstile = lock_file('turnstile');
     flock($turnstile, LOCK_EX | LOCK_NB) or return undef;
-    for my $i (0 .. $jobs - 1) {
-        my $fh = lock_file("slot.$i");
+    my $serial = held_elsewhere(@serial_names);
+    return undef if $serial > 1 || ($serial == 1 && held_elsewhere(@slot_names) > 0);
+    for my $name (@slot_names) {
+        my $fh = lock_file($name);
         if (flock($fh, LOCK_EX | LOCK_NB)) {
             $held{ fileno $fh } = $fh;
             return $fh;
@@ -86,64 +105,68 @@ sub release {
     close $fh;
 }
 
-# $want slots, waiting until files or builds running elsewhere give them back (no new file
-# starts meanwhile: the turnstile). Returns their locked handles.
-# A serial group holds the lock file "serial" from before it takes its slots to its end, so that
-# the serial groups of several runs follow one another without holding the turnstile (the one
-# slot a running serial group leaves free stays usable by other runs' files). A build or the
-# unit tests ($yield) give way to a serial group: they wait while one holds "serial", without
-# the turnstile, and hand back what they took if one comes while they wait.
-sub serial_running {
-    my $fh = lock_file('serial');
-    my $free = flock($fh, LOCK_SH | LOCK_NB);
-    close $fh;
-    return !$free;
-}
-
+# A build or the unit tests: $want slots, once no serial file runs anywhere. While it waits
+# it says so (a shared lock on "build-waiting"), and every serial group lets it in between two
+# of its files; it holds the turnstile while it waits for files elsewhere to give slots back,
+# so that no new file takes them meanwhile. Returns the seconds it waited and the handles.
 sub take_slots {
-    my ($want, $yield) = @_;
+    my ($want) = @_;
     return (0) unless $slot_dir;
     $want = $jobs if $want > $jobs;
     my $t0 = time;
+    my $waiting = lock_file('build-waiting');
+    flock($waiting, LOCK_SH) or die "build-waiting: $!\n";
     my @fhs;
-    # A waiting build says so (a shared lock on "build-waiting"): a serial group lets it in
-    # between two of its files.
-    my $waiting;
-    if ($yield) {
-        $waiting = lock_file('build-waiting');
-        flock($waiting, LOCK_SH) or die "build-waiting: $!\n";
-    }
-    TRY: while (1) {
-        if ($yield) {
-            my $serial = lock_file('serial');
-            flock($serial, LOCK_SH) or die "serial: $!\n";
-            close $serial;
-        }
+    while (1) {
         my $turnstile = lock_file('turnstile');
         flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
-        while (@fhs < $want) {
-            for my $i (0 .. $jobs - 1) {
-                last if @fhs >= $want;
-                next if grep { $_->{i} == $i } @fhs;
-                my $fh = lock_file("slot.$i");
-                push @fhs, { i => $i, fh => $fh } if flock($fh, LOCK_EX | LOCK_NB);
-            }
-            last if @fhs >= $want;
-            if ($yield && serial_running()) {
-                close $_->{fh} for @fhs;
-                @fhs = ();
-                close $turnstile;
-                next TRY;
-            }
+        if (held_elsewhere(@serial_names)) {
+            close $_ for @fhs;
+            @fhs = ();
+            close $turnstile;
             sleep 0.2;
+            next;
         }
+        for my $name (@slot_names) {
+            last if @fhs >= $want;
+            next if grep { $_->{name} eq $name } @fhs;
+            my $fh = lock_file($name);
+            push @fhs, { name => $name, fh => $fh } if flock($fh, LOCK_EX | LOCK_NB);
+        }
+        close $turnstile if @fhs >= $want;
+        last if @fhs >= $want;
+        # Still under the turnstile: wait for a file or build elsewhere to end.
+        sleep 0.2;
         close $turnstile;
-        last;
     }
-    close $waiting if $waiting;
+    close $waiting;
     my @held = map { $_->{fh} } @fhs;
     $held{ fileno $_ } = $_ for @held;
     return (time - $t0, @held);
+}
+
+# A serial group's token: once at most one other file runs on the whole machine (a parallel
+# file of any run, or the file of another run's serial group) and no build. Waits under the
+# turnstile, so that no new file starts meanwhile (two serial groups pair up rather than one
+# waiting for the other's end). Returns the seconds it waited and the token.
+sub take_serial_token {
+    return (0, undef) unless $slot_dir;
+    my $t0 = time;
+    my $turnstile = lock_file('turnstile');
+    flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
+    while (1) {
+        my $beside = held_elsewhere(@serial_names) + held_elsewhere(@slot_names);
+        if ($beside <= 1 && $beside < $jobs) {
+            for my $name (@serial_names) {
+                my $fh = lock_file($name);
+                next unless flock($fh, LOCK_EX | LOCK_NB);
+                $held{ fileno $fh } = $fh;
+                close $turnstile;
+                return (time - $t0, $fh);
+            }
+        }
+        sleep 0.2;
+    }
 }
 
 # test/run_tap.pl --hold N -- COMMAND...: runs COMMAND holding N slots (a build or the unit
@@ -152,7 +175,7 @@ sub take_slots {
 if (@ARGV && $ARGV[0] eq '--hold') {
     my (undef, $n, $dashes, @cmd) = @ARGV;
     die "usage: $0 --hold N -- COMMAND...\n" unless defined $n && $n =~ /^\d+$/ && ($dashes // '') eq '--' && @cmd;
-    my ($waited, @slots) = take_slots($n, 1);
+    my ($waited, @slots) = take_slots($n);
     printf STDERR "run_tap: waited %.0f s for %d slots\n", $waited, $n if $waited >= 10;
     system { $cmd[0] } @cmd;
     exit($? == -1 ? 127 : $? & 127 ? 128 + ($? & 127) : $? >> 8);
@@ -478,21 +501,10 @@ while (@pending || grep { $_->{kind} eq 'test' } values %children) {
 publish_work_left(0);
 if (@alone) {
     print "# the serial group: " . join(' ', map { short_name($_) } @alone) . "\n";
-    # All slots but one: the serial group's files run with at most one other file on the
-    # machine (what they saw when CI ran one file at a time in each of its two lanes), and no
-    # build (test/run_tests holds two slots for those).
-    my ($serial, @all);
-    my $t0 = time;
-    my $take_machine = sub {
-        $serial = $slot_dir ? lock_file('serial') : undef;
-        if ($serial) {
-            flock($serial, LOCK_EX) or die "serial: $!\n";
-            $held{ fileno $serial } = $serial;
-        }
-        (undef, @all) = take_slots($jobs > 1 ? $jobs - 1 : 1);
-    };
-    $take_machine->();
-    my $waited = time - $t0;
+    # Its files run with at most one other file on the machine (what they saw when CI ran one
+    # file at a time in each of its two lanes), which may be a file of another run's serial
+    # group, and no build (test/run_tests holds two slots for those).
+    my ($waited, $token) = take_serial_token();
     printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
       if $waited >= 1;
     while (my $file = shift @alone) {
@@ -500,21 +512,21 @@ if (@alone) {
         start_test($file, undef);
         reap(1) while grep { $_->{kind} eq 'test' } values %children;
         stop_unused(@alone);
-        # A build waiting elsewhere (another major's extension or unit tests: a few seconds with
-        # ccache) goes between two files rather than after the whole group; the group takes
-        # the machine back when it has its slots (and waits for it to end).
+        # A build waiting elsewhere (another major's extension or unit tests: seconds with
+        # ccache) goes between two files rather than after the whole group; the group goes on
+        # once the build has its slots and has ended.
         if (@alone && $slot_dir) {
             my $waiting = lock_file('build-waiting');
             my $yield = !flock($waiting, LOCK_EX | LOCK_NB);
             if ($yield) {
-                release($_) for @all, $serial;
+                release($token);
                 flock($waiting, LOCK_EX) or die "build-waiting: $!\n";
             }
             close $waiting;
-            $take_machine->() if $yield;
+            (undef, $token) = take_serial_token() if $yield;
         }
     }
-    release($_) for @all, $serial;
+    release($token);
 }
 # Whatever is still starting (a restore after the last file) is stopped once it is up.
 while (1) {
