@@ -1,6 +1,6 @@
-# Per-key ordering while several producers write the same keys at once: three sessions commit
-# transactions of 1,000 ordered messages over the same 997 keys as fast as they can, while two
-# workers drain the destination. A worker never waits for a producer: it writes a key's row at
+# Per-key ordering while several producers write the same keys at once: four sessions commit
+# 15 transactions each of 1,000 ordered messages over the same 997 keys as fast as they can,
+# while two workers drain the destination. A worker never waits for a producer: it writes a key's row at
 # the end of its transaction only if it can lock that very row version now, and skips a row a
 # producer holds or has changed. (Its earlier FOR NO KEY UPDATE SKIP LOCKED followed a row
 # updated by a producer that committed during the statement to the newer version, and waited
@@ -26,7 +26,7 @@ $node->safe_psql('postgres', qq{
 });
 
 # Each transaction: 1,000 messages, 997 keys (three of them twice), recorded with their ids.
-my $bench = start_pgbench($node, clients => 4, threads => 4, transactions => 30, script => q{
+my $bench = start_pgbench($node, clients => 4, threads => 4, transactions => 15, script => q{
 WITH m AS (
     INSERT INTO outbox.messages (destination, key, payload)
     SELECT 'busy', 'k' || (g % 997), jsonb_build_object('n', g) FROM generate_series(1, 1000) g
