@@ -10,7 +10,7 @@
 # A file says what it needs in comment lines of its own, anywhere in it:
 #
 #   # outbox-tap: alone -- WHY
-#       it runs in the serial group, after the others, one file at a time: it asserts a
+#       it runs in the serial group, before the others, one file at a time: it asserts a
 #       latency, a rate or a ratio of times, or loads the machine on purpose.
 #   # outbox-tap: kafka-cluster shared|exclusive -- WHY
 #   # outbox-tap: rabbitmq shared|exclusive
@@ -481,23 +481,10 @@ sub work_seconds {
     return $s;
 }
 
-# The parallel group.
-my @pending = @parallel;
-while (@pending || grep { $_->{kind} eq 'test' } values %children) {
-    my $started = 0;
-    my $share = fair_share(work_seconds(@pending, map { $_->{file} } grep { $_->{kind} eq 'test' } values %children));
-    while (@pending && (grep { $_->{kind} eq 'test' } values %children) < $share) {
-        my ($i) = grep { startable($pending[$_]) } 0 .. $#pending;
-        last unless defined $i;
-        my $slot = try_slot() // last;
-        start_test(splice(@pending, $i, 1), $slot);
-        $started = 1;
-    }
-    stop_unused(@pending, @alone);
-    reap(0) or $started or sleep 0.2;
-}
-
-# The serial group: one file at a time.
+# The serial group first, one file at a time: the runs of all majors start at about the same
+# time, so their serial groups pair up (two at once, see take_serial_token) while the machine
+# has little else to run, and the parallel files of all runs fill the slots at the end, rather
+# than the longest run's serial group running last with nothing beside it.
 publish_work_left(0);
 if (@alone) {
     print "# the serial group: " . join(' ', map { short_name($_) } @alone) . "\n";
@@ -511,7 +498,7 @@ if (@alone) {
         reap(1) until startable($file);
         start_test($file, undef);
         reap(1) while grep { $_->{kind} eq 'test' } values %children;
-        stop_unused(@alone);
+        stop_unused(@alone, @parallel);
         # A build waiting elsewhere (another major's extension or unit tests: seconds with
         # ccache) goes between two files rather than after the whole group; the group goes on
         # once the build has its slots and has ended.
@@ -528,6 +515,23 @@ if (@alone) {
     }
     release($token);
 }
+
+# The parallel group.
+my @pending = @parallel;
+while (@pending || grep { $_->{kind} eq 'test' } values %children) {
+    my $started = 0;
+    my $share = fair_share(work_seconds(@pending, map { $_->{file} } grep { $_->{kind} eq 'test' } values %children));
+    while (@pending && (grep { $_->{kind} eq 'test' } values %children) < $share) {
+        my ($i) = grep { startable($pending[$_]) } 0 .. $#pending;
+        last unless defined $i;
+        my $slot = try_slot() // last;
+        start_test(splice(@pending, $i, 1), $slot);
+        $started = 1;
+    }
+    stop_unused(@pending);
+    reap(0) or $started or sleep 0.2;
+}
+
 # Whatever is still starting (a restore after the last file) is stopped once it is up.
 while (1) {
     stop_unused();
