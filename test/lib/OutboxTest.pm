@@ -12,6 +12,20 @@ use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use POSIX ();
+
+# decode_json from JSON::XS (libjson-xs-perl: test/install_deps) where there is one, in each
+# package of this file: JSON::PP took ~15 s of CPU for the 30,000 messages a crash test reads
+# back, most of what such a file spent in Perl.
+BEGIN {
+    sub prefer_json_xs {
+        my ($package) = @_;
+        return unless eval { require JSON::XS; 1 };
+        no strict 'refs';
+        no warnings qw(redefine prototype);
+        *{"${package}::decode_json"} = \&JSON::XS::decode_json;
+    }
+    prefer_json_xs(__PACKAGE__);
+}
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -63,9 +77,15 @@ sub refusing_port {
 sub wait_until {
     my ($check, $timeout, $what) = @_;
     my $deadline = time + ($timeout // 60);
+    # The poll's pace: quick at first (most conditions hold within a few tenths of a second),
+    # then four times a second. Each poll of a check is a psql process and a new backend, tens
+    # of milliseconds of CPU: at ten polls a second, four files waiting kept most of a core
+    # busy in CI.
+    my $pause = 0.05;
     while (time < $deadline) {
         return 1 if $check->();
-        sleep 0.1;   # the poll's pace
+        sleep $pause;
+        $pause = $pause * 1.5 > 0.25 ? 0.25 : $pause * 1.5;
     }
     diag("timed out after ${timeout}s waiting for: " . ($what // 'condition'));
     return 0;
@@ -216,6 +236,7 @@ use File::Temp;
 use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
+BEGIN { OutboxTest::prefer_json_xs(__PACKAGE__) }
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -315,6 +336,7 @@ package OutboxTest::Sink;
 
 use IPC::Run;
 use JSON::PP;
+BEGIN { OutboxTest::prefer_json_xs(__PACKAGE__) }
 use PostgreSQL::Test::Utils;
 
 sub start {
@@ -543,6 +565,7 @@ package OutboxTest::BrokerNode;
 
 use IPC::Run;
 use JSON::PP;
+BEGIN { OutboxTest::prefer_json_xs(__PACKAGE__) }
 use Time::HiRes ();
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -679,12 +702,10 @@ sub received {
 sub redis_received {
     my ($self, $name, $file) = @_;
     $self->redis_client('drain', '--stream', $name, '--out', $file);
-    # JSON::XS (test/install_deps) when there: JSON::PP takes half a minute for 30,000 entries.
-    my $decode = eval { require JSON::XS; \&JSON::XS::decode_json } // \&decode_json;
     my @got;
     open my $fh, '<', $file or return [];
     while (my $line = <$fh>) {
-        my $m = $decode->($line);
+        my $m = decode_json($line);
         $m->{headers} = $m->{fields};
         push @got, $m;
     }
