@@ -121,7 +121,7 @@ sub take_slots {
         my $turnstile = lock_file('turnstile');
         flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
         if (held_elsewhere(@serial_names)) {
-            close $_ for @fhs;
+            close $_->{fh} for @fhs;
             @fhs = ();
             close $turnstile;
             sleep 0.2;
@@ -525,7 +525,8 @@ if (@alone) {
 my @pending = @parallel;
 while (@pending || grep { $_->{kind} eq 'test' } values %children) {
     my $started = 0;
-    my $share = fair_share(work_seconds(@pending, map { $_->{file} } grep { $_->{kind} eq 'test' } values %children));
+    my @running = map { $_->{file} } grep { $_->{kind} eq 'test' } values %children;
+    my $share = fair_share(work_seconds(@pending, @running));
     while (@pending && (grep { $_->{kind} eq 'test' } values %children) < $share) {
         my ($i) = grep { startable($pending[$_]) } 0 .. $#pending;
         last unless defined $i;
