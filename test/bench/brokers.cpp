@@ -30,11 +30,7 @@
 #include <nats/nats.h>
 // mqtt kind
 #include <mosquitto.h>
-#if __has_include(<mosquitto/mqtt_protocol.h>)  // libmosquitto 2.1+
-#include <mosquitto/mqtt_protocol.h>
-#else
-#include <mqtt_protocol.h>
-#endif
+#include "outbox/brokers/mqtt/protocol.hpp"  // MQTT_PROP_*: picks libmosquitto 2.0's or 2.1's header
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 
