@@ -2,7 +2,7 @@
 //
 //   latency --mode relay  --conninfo C --bootstrap B --topic T --destination D
 //           [--rate R] [--connections N] [--duration S] [--warmup S] [--backlog] [--dump FILE]
-//           [--fetch-wait-ms MS]
+//           [--fetch-wait-ms MS] [--isolation-level read_committed|read_uncommitted]
 //   latency --mode direct --bootstrap B --topic T [--rate R] [--connections N] [--duration S]
 //
 // relay: N producer connections each run single-row transactions
@@ -15,13 +15,14 @@
 // Both: a librdkafka consumer assigned to every partition of T at the current end offsets
 // (fetch.wait.max.ms 1, or --fetch-wait-ms: a real cluster holds a fetch until data arrives or
 // the wait passes, so it is asked with a long wait rather than polled every millisecond, which
-// costs its brokers CPU the figures would show) notes when each ce_id arrives; latency =
-// arrival - commit (or produce). Sending is paced to R messages/s over all connections (a
-// global schedule; a late sender catches up without sleeping), or unpaced with R = 0. Messages
-// sent during the first --warmup seconds are delivered but not counted. With --backlog (relay), a
-// separate connection samples SELECT count(*) FROM outbox.messages every second. --dump writes
-// one line per counted message, "<ms since the start> <latency ms>" in commit order, to look at
-// outliers.
+// costs its brokers CPU the figures would show; --isolation-level, default read_committed as
+// librdkafka's: a message of a Kafka transaction arrives when its transaction commits) notes
+// when each ce_id arrives; latency = arrival - commit (or produce). Sending is paced to R
+// messages/s over all connections (a global schedule; a late sender catches up without
+// sleeping), or unpaced with R = 0. Messages sent during the first --warmup seconds are
+// delivered but not counted. With --backlog (relay), a separate connection samples SELECT
+// count(*) FROM outbox.messages every second. --dump writes one line per counted message,
+// "<ms since the start> <latency ms>" in commit order, to look at outliers.
 //
 // Prints one line of key=value pairs:
 //   sent= received= missing= duplicates= seconds= rate= p50_ms= p90_ms= p99_ms= p999_ms= max_ms=
@@ -70,6 +71,7 @@ struct Options {
     double duration = 10;
     double warmup = 1;
     std::string fetch_wait_ms = "1";
+    std::string isolation_level = "read_committed";
     bool backlog = false;
     double drain_timeout = 120;
     std::string dump;
@@ -104,6 +106,8 @@ Options Parse(int argc, char **argv) {
             o.warmup = std::atof(value().c_str());
         else if (a == "--fetch-wait-ms")
             o.fetch_wait_ms = value();
+        else if (a == "--isolation-level")
+            o.isolation_level = value();
         else if (a == "--backlog")
             o.backlog = true;
         else if (a == "--dump")
@@ -185,6 +189,7 @@ class Consumer {
         set("fetch.wait.max.ms", o.fetch_wait_ms.c_str());
         set("fetch.min.bytes", "1");
         set("fetch.error.backoff.ms", "1");
+        set("isolation.level", o.isolation_level.c_str());
         set("client.id", "outbox-bench-consumer");
         rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
         if (!rk_)

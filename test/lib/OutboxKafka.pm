@@ -12,6 +12,7 @@
 #   $kafka->kill(2); $kafka->start_broker(2); $kafka->restart(3); $kafka->wait_healthy;
 #   my $ids = $kafka->event_ids('orders');  # every ce_id, repeats included
 #   my $msgs = $kafka->consume('orders');   # partition, offset, key, headers{ce_id} (, payload)
+#   $kafka->transact('t', 'tx-1', 'commit:a,b', 'abort:c');   # Kafka's transactional producer
 package OutboxKafka;
 
 use strict;
@@ -223,6 +224,18 @@ sub event_ids {
         '--format', 'ids',
         ($o{read_committed} ? ('--property', 'isolation.level=read_committed') : ()));
     return [ grep { $_ ne '\N' } split /\n/, $out ];
+}
+
+# transact(TOPIC, TRANSACTIONAL_ID, 'commit:ID,ID', 'abort:ID,ID', ...): Kafka's own
+# transactional producer writes each batch as one transaction, in order, each record keyed and
+# ce_id'd by its ID with the value {"id":"ID"}, and commits or aborts it (the aborted records
+# are in the log, under an abort marker). Returns "committed=N aborted=N".
+sub transact {
+    my ($self, $topic, $transactional_id, @batches) = @_;
+    my $out = $self->run([ 'verify', 'transact', '--bootstrap', $self->bootstrap, '--topic', $topic,
+        '--transactional-id', $transactional_id, map { ('--batch', $_) } @batches ], 300);
+    chomp $out;
+    return $out;
 }
 
 sub end_offset_sum {

@@ -23,6 +23,15 @@
 //   KafkaVerify metadata-sync --bootstrap B --brokers 1,2,3 [--wait S]
 //       Exits 0 once each broker listed has fetched the metadata log up to where the
 //       controller's was when it started (an ACL or a SCRAM user applies on a broker then).
+//   KafkaVerify transact --bootstrap B --topic T --transactional-id X --batch commit:ID,ID...
+//                        [--batch abort:ID,ID...]... [--property K=V]...
+//       A transactional producer (Kafka's own, acks=all, idempotent): each --batch in order is
+//       one transaction of one record per ID (key ID, header ce_id = ID, value {"id":"ID"}),
+//       flushed to the brokers (so an aborted one's records are in the log, under its abort
+//       marker) and then committed or aborted. Prints "committed=N aborted=N" (records).
+//   KafkaVerify committed --bootstrap B --group G --topic T --partition P
+//       The offset consumer group G has committed for T-P, -1 when none (an exactly-once
+//       destination's marker: its committed batches).
 //   KafkaVerify storage-format --config F [--config F]... ARGS...
 //       Kafka's own `kafka-storage format --config F ARGS...` for each config, in this one JVM
 //       (kafka_cluster formats four nodes: one JVM start instead of four).
@@ -38,12 +47,16 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 public class KafkaVerify {
     static Map<String, List<String>> opts = new HashMap<>();
@@ -82,6 +95,8 @@ public class KafkaVerify {
             case "leader": leader(); break;
             case "offsets": offsets(); break;
             case "metadata-sync": System.exit(metadataSync()); break;
+            case "transact": transact(); break;
+            case "committed": committed(); break;
             default: fail("unknown command " + args[0]);
         }
     }
@@ -118,6 +133,48 @@ public class KafkaVerify {
         // committed transactions hold only (the exactly-once tests).
         p.putIfAbsent(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
         return new KafkaConsumer<>(p);
+    }
+
+    // Transactions that commit and transactions that abort, in the order given, from one
+    // transactional producer: what a reader with read_committed must skip and one with
+    // read_uncommitted sees.
+    static void transact() throws Exception {
+        String topic = need("topic");
+        List<String> batches = opts.getOrDefault("batch", List.of());
+        if (batches.isEmpty()) fail("--batch commit:ID,... or abort:ID,... is required");
+        Properties p = clientProps();
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, need("transactional-id"));
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        long committed = 0, aborted = 0;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            for (String batch : batches) {
+                int colon = batch.indexOf(':');
+                String how = colon < 0 ? "" : batch.substring(0, colon);
+                if (!how.equals("commit") && !how.equals("abort"))
+                    fail("--batch wants commit:ID,... or abort:ID,..., not " + batch);
+                String[] ids = batch.substring(colon + 1).split(",");
+                producer.beginTransaction();
+                for (String id : ids) {
+                    ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic,
+                        id.getBytes(StandardCharsets.UTF_8),
+                        ("{\"id\":\"" + id + "\"}").getBytes(StandardCharsets.UTF_8));
+                    r.headers().add("ce_id", id.getBytes(StandardCharsets.UTF_8));
+                    producer.send(r).get();  // in the log before the transaction ends
+                }
+                if (how.equals("commit")) {
+                    producer.commitTransaction();
+                    committed += ids.length;
+                } else {
+                    producer.abortTransaction();
+                    aborted += ids.length;
+                }
+            }
+        }
+        System.out.println("committed=" + committed + " aborted=" + aborted);
     }
 
     static List<TopicPartition> partitions(KafkaConsumer<byte[], byte[]> c, String topic) {
@@ -346,6 +403,17 @@ public class KafkaVerify {
                 }
         }
         fail(topic + " has no partition " + partition);
+    }
+
+    static void committed() throws Exception {
+        TopicPartition tp = new TopicPartition(need("topic"), Integer.parseInt(need("partition")));
+        try (Admin a = admin()) {
+            Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> m =
+                a.listConsumerGroupOffsets(need("group")).partitionsToOffsetAndMetadata()
+                    .get(15, TimeUnit.SECONDS);
+            org.apache.kafka.clients.consumer.OffsetAndMetadata o = m.get(tp);
+            System.out.println(o == null ? -1 : o.offset());
+        }
     }
 
     static int storageFormat(String[] args) throws Exception {
