@@ -31,7 +31,6 @@ namespace {
 
 constexpr size_t kResponseKeepBytes = 1 << 20;  // a batch's answer is ~300 bytes an entry
 constexpr size_t kQueryErrorKeepBytes = 256;
-constexpr size_t kMaxRequests = 64;  // requests in flight, at most (connections)
 
 // The start of a server's text as one line of printable characters, for error texts.
 std::string OneLine(std::string_view text, size_t max_bytes = 300) {
@@ -141,8 +140,9 @@ SqsDriver::SqsDriver(const SqsDriverOptions &options)
     : config_(options.config),
       destination_(options.destination),
       max_in_flight_(std::max<size_t>(1, options.max_in_flight)),
-      max_requests_(
-          std::min(kMaxRequests, (max_in_flight_ + kSqsMaxBatchEntries - 1) / kSqsMaxBatchEntries)),
+      // A request holds its connection until SQS answers, so the answers' round trip sets the
+      // pace: as many requests as max_in_flight fills (at most 1,000: max_in_flight's limit).
+      max_requests_((max_in_flight_ + kSqsMaxBatchEntries - 1) / kSqsMaxBatchEntries),
       timeout_ms_(std::max<int64_t>(100, options.timeout_ms)),
       address_rule_(options.address_rule) {
     entry_options_.source = options.source;
