@@ -210,16 +210,11 @@ Request *SqsDriver::NewRequest(std::string *error) {
     }
     CURL *e = r->easy;
     r->guard = &guard_;
-    HttpPostOptions options;
-    options.url = config_.endpoint.c_str();
-    options.timeout_ms = timeout_ms_;
-    options.tls_verify = config_.tls_verify;
-    options.ca_file = &ca_file_;
-    options.error_buffer = r->error;
-    options.on_header = OnHeader;
-    options.on_body = OnBody;
-    options.request = r.get();
-    options.on_open_socket = OnOpenSocket;
+    // In HttpPostOptions' order: URL, timeout, TLS, CA file, error buffer, callbacks, their data.
+    // clang-format off
+    HttpPostOptions options{config_.endpoint.c_str(), timeout_ms_, config_.tls_verify, &ca_file_, r->error,
+                            OnHeader, OnBody, r.get(), OnOpenSocket};
+    // clang-format on
     bool ok = SetHttpPostOptions(e, options) &&
               curl_easy_setopt(e, CURLOPT_HTTP_VERSION, long(CURL_HTTP_VERSION_1_1)) == CURLE_OK &&
               curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers_) == CURLE_OK &&

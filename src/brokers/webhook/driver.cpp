@@ -245,16 +245,11 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
     }
     CURL *e = t->easy;
     t->allowed = &allowed_;
-    HttpPostOptions options;
-    options.url = config_.url.c_str();
-    options.timeout_ms = timeout_ms_;
-    options.tls_verify = config_.tls_verify;
-    options.ca_file = &ca_file_;
-    options.error_buffer = t->error;
-    options.on_header = OnHeader;
-    options.on_body = OnBody;
-    options.request = t.get();
-    options.on_open_socket = OnOpenSocket;
+    // In HttpPostOptions' order: URL, timeout, TLS, CA file, error buffer, callbacks, their data.
+    // clang-format off
+    HttpPostOptions options{config_.url.c_str(), timeout_ms_, config_.tls_verify, &ca_file_, t->error,
+                            OnHeader, OnBody, t.get(), OnOpenSocket};
+    // clang-format on
     if (!SetHttpPostOptions(e, options)) {
         *error = "libcurl refused an option for destination " + destination_;
         return nullptr;
