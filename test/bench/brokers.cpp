@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -382,14 +383,39 @@ CURL *SqsEasy(const std::string &queue_url, const char *target, const std::strin
     return e;
 }
 
+// The entries carry what the relay's carry (docs/destinations.md#sqs): the same message
+// attributes (ce-id, ce-type, ce-source, ce-time, ce-specversion, content-type), so that SQS has
+// the same work with each message from either client.
 std::string SqsBatch(const std::string &queue_url, const std::vector<std::string> &ids,
-                     const std::string &body) {
+                     const std::vector<std::string> &bodies) {
+    auto attribute = [](const std::string &value) {
+        return nlohmann::json{{"DataType", "String"}, {"StringValue", value}};
+    };
+    char now[32];
+    time_t t = time(nullptr);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%S.000Z", gmtime(&t));
     nlohmann::json entries = nlohmann::json::array();
     for (size_t i = 0; i < ids.size(); i++)
-        entries.push_back({{"Id", std::to_string(i)}, {"MessageBody", body},
-                           {"MessageAttributes", {{"ce-id", {{"DataType", "String"},
-                                                             {"StringValue", ids[i]}}}}}});
+        entries.push_back({{"Id", std::to_string(i)}, {"MessageBody", bodies[i]},
+                           {"MessageAttributes", {{"ce-id", attribute(ids[i])},
+                                                  {"ce-type", attribute("bench")},
+                                                  {"ce-source", attribute("/outbox/bench")},
+                                                  {"ce-time", attribute(now)},
+                                                  {"ce-specversion", attribute("1.0")},
+                                                  {"content-type", attribute("application/json")}}}});
     return nlohmann::json{{"QueueUrl", queue_url}, {"Entries", entries}}.dump();
+}
+
+// The payload the bench queues for the relay (PAYLOAD_SQL in test/bench/lib.sh), as jsonb prints
+// it: the direct client sends the same bodies.
+std::string SqsBenchPayload(long g) {
+    char buf[320];
+    snprintf(buf, sizeof buf,
+             "{\"items\": %ld, \"amount\": %.2f, \"status\": \"created\", \"channel\": \"web\", "
+             "\"currency\": \"EUR\", \"customer\": \"customer-%ld\", \"order_id\": %ld, "
+             "\"placed_at\": \"2024-05-01T12:00:00Z\"}",
+             g % 7 + 1, (g % 10000) * 1.37, g % 1000, g);
+    return buf;
 }
 
 // A pool of SendMessageBatch requests on one multi handle.
@@ -405,9 +431,9 @@ struct SqsSender {
     std::vector<Req *> active;
     long done = 0, failed = 0;
 
-    void Send(const std::vector<std::string> &ids, const std::string &body) {
+    void Send(const std::vector<std::string> &ids, const std::vector<std::string> &bodies) {
         auto *r = new Req;
-        r->body = SqsBatch(queue_url, ids, body);
+        r->body = SqsBatch(queue_url, ids, bodies);
         r->n = ids.size();
         r->easy = SqsEasy(queue_url, "SendMessageBatch", r->body, &r->response, &r->headers);
         curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
@@ -561,7 +587,7 @@ int Latency(const Options &o) {
             std::string id = IdFor(n);
             if (static_cast<double>(due - start) / 1e9 >= o.warmup)
                 times.Sent(id, NowNs());
-            sender.Send({id}, "{\"bench\": true}");
+            sender.Send({id}, {"{\"bench\": true}"});
             sender.Pump(0);
         }
         while (!sender.active.empty())
@@ -698,10 +724,12 @@ int Publish(const Options &o) {
         long n = 0;
         while (n < o.count || !sender.active.empty()) {
             while (n < o.count && sender.active.size() < requests) {
-                std::vector<std::string> ids;
-                for (; ids.size() < 10 && n < o.count; n++)
+                std::vector<std::string> ids, bodies;
+                for (; ids.size() < 10 && n < o.count; n++) {
                     ids.push_back(IdFor(n));
-                sender.Send(ids, body);
+                    bodies.push_back(SqsBenchPayload(n + 1));
+                }
+                sender.Send(ids, bodies);
             }
             sender.Pump(100);
         }

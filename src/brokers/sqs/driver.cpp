@@ -1,8 +1,5 @@
-// SQS driver: one libcurl multi handle per destination, driven with the multi socket API as the
-// webhook driver's (src/brokers/webhook/driver.cpp says why each part is as it is): the sockets
-// libcurl watches in an epoll fd that is the driver's WaitFd, libcurl's timer as PollTimeoutMs,
-// every curl_multi_* call with signals blocked (the threaded resolver's threads must never run
-// PostgreSQL's handlers). No thread of its own.
+// SQS driver: one libcurl multi handle per destination (CurlMulti, brokers/curl_multi.hpp says
+// how it is driven and why every call into it runs with signals blocked). No thread of its own.
 //
 // Messages are encoded when submitted (a message SQS cannot take is dead at once) and packed
 // into SendMessageBatch requests of up to 10 entries and 256 KiB, in submission order; a
@@ -10,16 +7,10 @@
 // Every address a connection uses is checked as its socket is opened (BrokerGuard).
 #include "outbox/brokers/sqs/driver.hpp"
 
-#include <sys/epoll.h>
+#include <strings.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <strings.h>
-
-#include <cstring>
-#include <ctime>
 #include <deque>
 #include <string_view>
 #include <utility>
@@ -28,27 +19,18 @@
 #include <curl/curl.h>
 
 #include "outbox/broker_address.hpp"
+#include "outbox/brokers/curl_multi.hpp"
 #include "outbox/brokers/signals.hpp"
 #include "outbox/brokers/sqs/classify.hpp"
 #include "outbox/brokers/sqs/request.hpp"
-#include "outbox/brokers/webhook/driver.hpp"
+#include "outbox/clock.hpp"
 
 namespace outbox {
 
 namespace {
 
-constexpr const char *kUserAgent = "outbox/0.1";
-constexpr int64_t kMaxConnectTimeoutMs = 10000;
 constexpr size_t kResponseKeepBytes = 1 << 20;  // a batch's answer is ~300 bytes an entry
 constexpr size_t kQueryErrorKeepBytes = 256;
-constexpr int kMaxEpollEvents = 64;
-constexpr size_t kMaxRequests = 64;  // requests in flight, at most (connections)
-
-int64_t MonotonicNs() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 // The start of a server's text as one line of printable characters, for error texts.
 std::string OneLine(std::string_view text, size_t max_bytes = 300) {
@@ -102,21 +84,20 @@ class SqsDriver final : public Driver {
     void Poll(std::vector<Outcome> &out) override;
     size_t InFlight() const override { return in_requests_ + waiting_.size() + ready_.size(); }
     size_t Capacity() const override {
-        return broken_ || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
+        return Broken() || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
     }
-    int WaitFd() const override { return epoll_fd_; }
+    int WaitFd() const override { return multi_.WaitFd(); }
     int64_t PollTimeoutMs() const override;
     void Abandon() override;
-    bool Broken() const override { return broken_; }
+    bool Broken() const override { return multi_.Broken(); }
     void TakeLog(std::vector<std::string> &lines) override {
+        multi_.TakeLog(lines);
         for (std::string &l : log_)
             lines.push_back(std::move(l));
         log_.clear();
     }
 
   private:
-    static int OnSocket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
-    static int OnTimer(CURLM *multi, long timeout_ms, void *userp);
     static curl_socket_t OnOpenSocket(void *clientp, curlsocktype purpose,
                                       struct curl_sockaddr *address);
     static size_t OnHeader(char *data, size_t size, size_t count, void *userp);
@@ -124,12 +105,10 @@ class SqsDriver final : public Driver {
 
     Request *NewRequest(std::string *error);
     void StartWaiting();
-    void SocketAction(curl_socket_t s, int mask);
     void CollectFinished();
     void Finish(Request *r, CURLcode result);
     void FinishAll(Request *r, OutcomeKind kind, const std::string &error);
     void Release(Request *r);
-    static bool RequestSent(Request *r);
     void AddLog(std::string line);
 
     SqsConfig config_;
@@ -144,10 +123,8 @@ class SqsDriver final : public Driver {
     std::string ca_file_;
     curl_slist *headers_ = nullptr;  // the same for every request
 
-    CURLM *multi_ = nullptr;
-    int epoll_fd_ = -1;
-    int64_t timer_deadline_ns_ = -1;
-    std::vector<curl_socket_t> sockets_;
+    // Before pool_: the easy handles are cleaned up before the multi handle.
+    CurlMulti multi_;
 
     std::vector<std::unique_ptr<Request>> pool_;
     std::vector<Request *> free_;
@@ -157,16 +134,15 @@ class SqsDriver final : public Driver {
     std::vector<Outcome> ready_;
     std::vector<std::string> log_;
     std::string last_refusal_;
-    bool broken_ = false;
-    int socket_errno_ = 0;
 };
 
 SqsDriver::SqsDriver(const SqsDriverOptions &options)
     : config_(options.config),
       destination_(options.destination),
       max_in_flight_(std::max<size_t>(1, options.max_in_flight)),
-      max_requests_(
-          std::min(kMaxRequests, (max_in_flight_ + kSqsMaxBatchEntries - 1) / kSqsMaxBatchEntries)),
+      // A request holds its connection until SQS answers, so the answers' round trip sets the
+      // pace: as many requests as max_in_flight fills (at most 1,000: max_in_flight's limit).
+      max_requests_((max_in_flight_ + kSqsMaxBatchEntries - 1) / kSqsMaxBatchEntries),
       timeout_ms_(std::max<int64_t>(100, options.timeout_ms)),
       address_rule_(options.address_rule) {
     entry_options_.source = options.source;
@@ -180,18 +156,7 @@ SqsDriver::SqsDriver(const SqsDriverOptions &options)
 bool SqsDriver::Init(std::string *error) {
     if (!guard_.Set(address_rule_, error))
         return false;
-    ca_file_ = config_.ca_file;
-#if LIBCURL_VERSION_NUM >= 0x075400
-    if (ca_file_.empty()) {
-        if (CURL *probe = curl_easy_init()) {
-            char *path = nullptr;
-            if (curl_easy_getinfo(probe, CURLINFO_CAINFO, &path) == CURLE_OK && path != nullptr &&
-                access(path, R_OK) == 0)
-                ca_file_ = path;
-            curl_easy_cleanup(probe);
-        }
-    }
-#endif
+    ca_file_ = config_.ca_file.empty() ? CurlDefaultCaFile() : config_.ca_file;
     for (std::string line :
          {std::string("Content-Type: application/x-amz-json-1.0"),
           std::string("X-Amz-Target: AmazonSQS.SendMessageBatch"), std::string("Expect:"),
@@ -206,27 +171,8 @@ bool SqsDriver::Init(std::string *error) {
         }
         headers_ = next;
     }
-    sockets_.reserve(max_requests_ + 8);
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd_ < 0) {
-        *error = std::string("could not create an epoll fd: ") + strerror(errno);
+    if (!multi_.Init(max_requests_, error))
         return false;
-    }
-    multi_ = curl_multi_init();
-    if (multi_ == nullptr) {
-        *error = "could not create a libcurl multi handle";
-        return false;
-    }
-    long max = static_cast<long>(max_requests_);
-    if (curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, OnSocket) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, OnTimer) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, max) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, max) != CURLM_OK) {
-        *error = "libcurl refused the multi handle options";
-        return false;
-    }
     Request *r = NewRequest(error);
     if (r == nullptr)
         return false;
@@ -239,15 +185,11 @@ bool SqsDriver::Init(std::string *error) {
 SqsDriver::~SqsDriver() {
     SignalsBlocked blocked;
     for (auto &r : pool_) {
-        if (r->active && multi_)
-            curl_multi_remove_handle(multi_, r->easy);
+        if (r->active && multi_.handle())
+            multi_.Remove(r->easy);
         r->active = false;
     }
-    pool_.clear();
-    if (multi_)
-        curl_multi_cleanup(multi_);
-    if (epoll_fd_ >= 0)
-        close(epoll_fd_);
+    pool_.clear();  // easy handles go before the multi handle (multi_'s destructor)
     curl_slist_free_all(headers_);
 }
 
@@ -268,91 +210,24 @@ Request *SqsDriver::NewRequest(std::string *error) {
     }
     CURL *e = r->easy;
     r->guard = &guard_;
-    bool ok =
-        curl_easy_setopt(e, CURLOPT_URL, config_.endpoint.c_str()) == CURLE_OK &&
-#if LIBCURL_VERSION_NUM >= 0x075500
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
-#else
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS)) ==
-            CURLE_OK &&
-#endif
-        curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(timeout_ms_)) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                         long(std::min(timeout_ms_, kMaxConnectTimeoutMs))) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_USERAGENT, kUserAgent) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, config_.tls_verify ? 1L : 0L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, config_.tls_verify ? 2L : 0L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, long(CURL_HTTP_VERSION_1_1)) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers_) == CURLE_OK &&
-        // libcurl's AWS Signature Version 4 (service "sqs"), over the body and the headers.
-        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4_.c_str()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_USERNAME, config_.access_key_id.c_str()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_PASSWORD, config_.secret_access_key.c_str()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->error) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_HEADERDATA, r.get()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_PRIVATE, r.get()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, OnOpenSocket) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r.get()) == CURLE_OK &&
-        // No proxy from the environment: the guard must see where the request goes.
-        curl_easy_setopt(e, CURLOPT_PROXY, "") == CURLE_OK;
-    if (ok && !ca_file_.empty())
-        ok = curl_easy_setopt(e, CURLOPT_CAINFO, ca_file_.c_str()) == CURLE_OK &&
-             curl_easy_setopt(e, CURLOPT_CAPATH, static_cast<char *>(nullptr)) == CURLE_OK;
+    // In HttpPostOptions' order: URL, timeout, TLS, CA file, error buffer, callbacks, their data.
+    // clang-format off
+    HttpPostOptions options{config_.endpoint.c_str(), timeout_ms_, config_.tls_verify, &ca_file_, r->error,
+                            OnHeader, OnBody, r.get(), OnOpenSocket};
+    // clang-format on
+    bool ok = SetHttpPostOptions(e, options) &&
+              curl_easy_setopt(e, CURLOPT_HTTP_VERSION, long(CURL_HTTP_VERSION_1_1)) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers_) == CURLE_OK &&
+              // libcurl's AWS Signature Version 4 (service "sqs"), over the body and the headers.
+              curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4_.c_str()) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_USERNAME, config_.access_key_id.c_str()) == CURLE_OK &&
+              curl_easy_setopt(e, CURLOPT_PASSWORD, config_.secret_access_key.c_str()) == CURLE_OK;
     if (!ok) {
         *error = "libcurl refused an option for destination " + destination_;
         return nullptr;
     }
-#if LIBCURL_VERSION_NUM >= 0x075700
-    curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
-#endif
     pool_.push_back(std::move(r));
     return pool_.back().get();
-}
-
-int SqsDriver::OnSocket(CURL *, curl_socket_t s, int what, void *userp, void *socketp) {
-    auto *self = static_cast<SqsDriver *>(userp);
-    std::vector<curl_socket_t> &known = self->sockets_;
-    auto it = std::find(known.begin(), known.end(), s);
-    if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(self->epoll_fd_, EPOLL_CTL_DEL, s, nullptr);
-        if (it != known.end()) {
-            *it = known.back();
-            known.pop_back();
-        }
-        return 0;
-    }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = ((what & CURL_POLL_IN) ? uint32_t(EPOLLIN) : 0u) |
-                ((what & CURL_POLL_OUT) ? uint32_t(EPOLLOUT) : 0u);
-    ev.data.fd = s;
-    int op = socketp != nullptr ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(self->epoll_fd_, op, s, &ev) != 0) {
-        int other = op == EPOLL_CTL_MOD && errno == ENOENT   ? EPOLL_CTL_ADD
-                    : op == EPOLL_CTL_ADD && errno == EEXIST ? EPOLL_CTL_MOD
-                                                             : -1;
-        if (other < 0 || epoll_ctl(self->epoll_fd_, other, s, &ev) != 0) {
-            self->socket_errno_ = errno;
-            return 0;
-        }
-    }
-    if (socketp == nullptr)
-        curl_multi_assign(self->multi_, s, self);
-    if (it == known.end()) {
-        try {
-            known.push_back(s);
-        } catch (...) {
-            self->socket_errno_ = ENOMEM;
-        }
-    }
-    return 0;
 }
 
 // libcurl is about to connect to `address`: refused unless the guard allows it (a refused
@@ -375,13 +250,6 @@ curl_socket_t SqsDriver::OnOpenSocket(void *clientp, curlsocktype purpose,
     }
     r->opened++;
     return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
-}
-
-int SqsDriver::OnTimer(CURLM *, long timeout_ms, void *userp) {
-    auto *self = static_cast<SqsDriver *>(userp);
-    self->timer_deadline_ns_ =
-        timeout_ms < 0 ? -1 : MonotonicNs() + static_cast<int64_t>(timeout_ms) * 1000000;
-    return 0;
 }
 
 // Records x-amzn-query-error of the final response (it names the error in both protocols).
@@ -425,7 +293,7 @@ void SqsDriver::Submit(std::vector<Message> batch) {
     }
     SignalsBlocked blocked;
     StartWaiting();
-    SocketAction(CURL_SOCKET_TIMEOUT, 0);
+    multi_.Kick();
     CollectFinished();
 }
 
@@ -476,7 +344,7 @@ void SqsDriver::StartWaiting() {
         r->opened = 0;
         curl_easy_setopt(r->easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(r->body.size()));
         curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, r->body.data());
-        CURLMcode rc = curl_multi_add_handle(multi_, r->easy);
+        CURLMcode rc = multi_.Add(r->easy);
         if (rc != CURLM_OK) {
             for (const Entry &e : r->entries)
                 ready_.push_back(Outcome{
@@ -492,44 +360,14 @@ void SqsDriver::StartWaiting() {
     }
 }
 
-void SqsDriver::SocketAction(curl_socket_t s, int mask) {
-    int running = 0;
-    CURLMcode rc = curl_multi_socket_action(multi_, s, mask, &running);
-    if (rc != CURLM_OK && rc != CURLM_BAD_SOCKET) {
-        broken_ = true;
-        AddLog(std::string("libcurl multi handle failed: ") + curl_multi_strerror(rc) +
-               "; the driver will be rebuilt");
-    }
-}
-
 void SqsDriver::Poll(std::vector<Outcome> &out) {
     SignalsBlocked blocked;
-    struct epoll_event events[kMaxEpollEvents];
-    int n = epoll_wait(epoll_fd_, events, kMaxEpollEvents, 0);
-    for (int i = 0; i < n; ++i) {
-        int mask = 0;
-        if (events[i].events & EPOLLIN)
-            mask |= CURL_CSELECT_IN;
-        if (events[i].events & EPOLLOUT)
-            mask |= CURL_CSELECT_OUT;
-        if (events[i].events & (EPOLLERR | EPOLLHUP))
-            mask |= CURL_CSELECT_ERR;
-        SocketAction(events[i].data.fd, mask);
-    }
-    if (timer_deadline_ns_ >= 0 && MonotonicNs() >= timer_deadline_ns_) {
-        timer_deadline_ns_ = -1;
-        SocketAction(CURL_SOCKET_TIMEOUT, 0);
-    }
+    multi_.ServeReady();
     CollectFinished();
     if (!waiting_.empty() && active_ < max_requests_) {
         StartWaiting();
-        SocketAction(CURL_SOCKET_TIMEOUT, 0);
+        multi_.Kick();
         CollectFinished();
-    }
-    if (socket_errno_ != 0 && !broken_) {
-        broken_ = true;
-        AddLog("could not add a socket to the epoll set: " + std::string(strerror(socket_errno_)) +
-               "; the driver will be rebuilt");
     }
     for (Outcome &o : ready_)
         out.push_back(std::move(o));
@@ -539,34 +377,21 @@ void SqsDriver::Poll(std::vector<Outcome> &out) {
 int64_t SqsDriver::PollTimeoutMs() const {
     if (!ready_.empty() || (!waiting_.empty() && active_ < max_requests_))
         return 0;
-    if (timer_deadline_ns_ >= 0) {
-        int64_t left = timer_deadline_ns_ - MonotonicNs();
+    if (int64_t deadline = multi_.TimerDeadlineNs(); deadline >= 0) {
+        int64_t left = deadline - MonotonicNs();
         return left <= 0 ? 0 : (left + 999999) / 1000000;
     }
     return active_ > 0 ? 1000 : -1;
 }
 
 void SqsDriver::CollectFinished() {
-    int queued = 0;
-    while (CURLMsg *msg = curl_multi_info_read(multi_, &queued)) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        CURLcode result = msg->data.result;
-        char *priv = nullptr;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
-        auto *r = reinterpret_cast<Request *>(priv);
-        if (r == nullptr || !r->active)
-            continue;
+    multi_.CollectFinished([this](void *request, CURLcode result) {
+        auto *r = static_cast<Request *>(request);
+        if (!r->active)
+            return;
         Finish(r, result);
         Release(r);
-    }
-}
-
-bool SqsDriver::RequestSent(Request *r) {
-    long request_size = 0;
-    if (curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &request_size) != CURLE_OK)
-        return true;
-    return request_size > 0;
+    });
 }
 
 void SqsDriver::FinishAll(Request *r, OutcomeKind kind, const std::string &error) {
@@ -630,11 +455,11 @@ void SqsDriver::Finish(Request *r, CURLcode result) {
     std::string detail = OneLine(r->error);
     if (!detail.empty() && detail != text)
         text += ": " + detail;
-    FinishAll(r, ClassifySqsTransport(code, RequestSent(r)), "cannot reach SQS: " + text);
+    FinishAll(r, ClassifySqsTransport(code, CurlRequestSent(r->easy)), "cannot reach SQS: " + text);
 }
 
 void SqsDriver::Release(Request *r) {
-    curl_multi_remove_handle(multi_, r->easy);
+    multi_.Remove(r->easy);
     r->active = false;
     --active_;
     in_requests_ -= r->entries.size();
@@ -651,7 +476,7 @@ void SqsDriver::Abandon() {
         Request *r = owned.get();
         if (!r->active)
             continue;
-        bool sent = RequestSent(r);
+        bool sent = CurlRequestSent(r->easy);
         FinishAll(r, sent ? OutcomeKind::Retry : OutcomeKind::Defer,
                   sent ? "abandoned after the request was sent, before an answer"
                        : "abandoned before the request was sent");

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "outbox/brokers/curl_multi.hpp"
 #include "outbox/brokers/sqs/config.hpp"
 #include "outbox/brokers/sqs/driver.hpp"
-#include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/brokers/webhook/url.hpp"
 
 namespace outbox {

@@ -1,26 +1,15 @@
-// Webhook driver: one libcurl multi handle per destination, driven with the multi socket API.
-//
-// Threads: libcurl runs no threads of its own except the threaded resolver, which only resolves
-// names. Every curl_multi_* call that may start a resolver thread runs with all signals
-// blocked, so those threads never run PostgreSQL's handlers. libcurl's callbacks (sockets,
-// timer, headers, body) run on the worker's thread inside those calls and only record into
-// plain members (the socket callback catches what its bookkeeping could throw).
-//
-// Waiting: the sockets libcurl asks to watch are kept in an epoll fd owned by the driver, which
-// is the driver's WaitFd (an epoll fd is readable when any fd in it is ready). libcurl's timer
-// is reported by PollTimeoutMs. Poll serves the ready sockets and the expired timer with
-// curl_multi_socket_action, then collects finished transfers. Over HTTPS it also serves every
-// socket every 50 ms while transfers run, against a lost HTTP/2 wake-up in libcurl (Sweep).
+// Webhook driver: one libcurl multi handle per destination (CurlMulti, brokers/curl_multi.hpp
+// says how it is driven and why every call into it runs with signals blocked), one POST per
+// message. libcurl's callbacks (headers, body, open socket) run on the worker's thread inside
+// those calls and only record into plain members. Over HTTPS, Poll also serves every socket
+// every 50 ms while transfers run, against a lost HTTP/2 wake-up in libcurl (Sweep).
 #include "outbox/brokers/webhook/driver.hpp"
 
 #include <arpa/inet.h>
 #include <strings.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -34,6 +23,7 @@
 
 #include "outbox/brokers/webhook/classify.hpp"
 #include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/curl_multi.hpp"
 #include "outbox/brokers/signals.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/headers.hpp"
@@ -46,13 +36,10 @@ namespace outbox {
 
 namespace {
 
-constexpr const char *kUserAgent = "outbox/0.1";
-constexpr int64_t kMaxConnectTimeoutMs = 10000;
 constexpr size_t kBodySnippetBytes = 200;
 // Response bytes kept: enough for the snippet; the rest of a response is read and discarded.
 constexpr size_t kBodyKeepBytes = 256;
 constexpr size_t kRetryAfterKeepBytes = 128;
-constexpr int kMaxEpollEvents = 64;
 // How often every socket of an HTTPS destination is served even without an event (see Sweep).
 constexpr int64_t kSweepIntervalNs = 50 * 1000000;
 // Parts of the URL shorter than this are not searched for in error texts: too likely to match
@@ -105,21 +92,20 @@ class WebhookDriver final : public Driver {
     void Poll(std::vector<Outcome> &out) override;
     size_t InFlight() const override { return active_ + waiting_.size() + ready_.size(); }
     size_t Capacity() const override {
-        return broken_ || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
+        return Broken() || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
     }
-    int WaitFd() const override { return epoll_fd_; }
+    int WaitFd() const override { return multi_.WaitFd(); }
     int64_t PollTimeoutMs() const override;
     void Abandon() override;
-    bool Broken() const override { return broken_; }
+    bool Broken() const override { return multi_.Broken(); }
     void TakeLog(std::vector<std::string> &lines) override {
+        multi_.TakeLog(lines);
         for (std::string &l : log_)
             lines.push_back(std::move(l));
         log_.clear();
     }
 
   private:
-    static int OnSocket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
-    static int OnTimer(CURLM *multi, long timeout_ms, void *userp);
     static curl_socket_t OnOpenSocket(void *clientp, curlsocktype purpose,
                                       struct curl_sockaddr *address);
     static size_t OnHeader(char *data, size_t size, size_t count, void *userp);
@@ -129,12 +115,10 @@ class WebhookDriver final : public Driver {
     void StartWaiting();
     bool Start(Message &m, int64_t waited_ms, Transfer *t, std::string *why, OutcomeKind *kind);
     curl_slist *BuildHeaders(const Message &m, int64_t timestamp, const std::string &signature);
-    void SocketAction(curl_socket_t s, int mask);
     void Sweep();
     void CollectFinished();
     Outcome Finish(Transfer *t, CURLcode result);
     void Release(Transfer *t);
-    bool RequestSent(Transfer *t) const;
     std::string Redact(std::string text) const;
     void AddLog(std::string line);
 
@@ -152,11 +136,9 @@ class WebhookDriver final : public Driver {
     std::string ca_file_;                    // the CA bundle trusted; empty: libcurl's defaults
     std::vector<std::string> secret_parts_;  // URL parts never to be shown in an error
 
-    CURLM *multi_ = nullptr;
-    int epoll_fd_ = -1;
-    int64_t timer_deadline_ns_ = -1;      // when libcurl wants socket_action(TIMEOUT); -1: never
-    std::vector<curl_socket_t> sockets_;  // every socket in the epoll set
-    int64_t next_sweep_ns_ = -1;          // HTTPS only; -1 while nothing is in flight
+    // Before pool_: the easy handles are cleaned up before the multi handle.
+    CurlMulti multi_;
+    int64_t next_sweep_ns_ = -1;  // HTTPS only; -1 while nothing is in flight
 
     std::vector<std::unique_ptr<Transfer>> pool_;  // every transfer ever made (<= max_in_flight)
     std::vector<Transfer *> free_;                 // idle ones, ready for reuse
@@ -168,8 +150,6 @@ class WebhookDriver final : public Driver {
     std::deque<Waiting> waiting_;  // submitted beyond max_in_flight, not started yet
     std::vector<Outcome> ready_;   // known outcomes not yet returned by Poll
     std::vector<std::string> log_;
-    bool broken_ = false;
-    int socket_errno_ = 0;  // set by OnSocket when epoll_ctl failed; reported by the next Poll
 };
 
 WebhookDriver::WebhookDriver(const WebhookDriverOptions &options)
@@ -209,20 +189,7 @@ bool WebhookDriver::Init(std::string *error) {
         curl_url_cleanup(u);
     }
 
-    ca_file_ = config_.ca_file;
-#if LIBCURL_VERSION_NUM >= 0x075400
-    // libcurl's built-in bundle, when it exists; otherwise its defaults (file and/or directory)
-    // stay as they are.
-    if (ca_file_.empty()) {
-        if (CURL *probe = curl_easy_init()) {
-            char *path = nullptr;
-            if (curl_easy_getinfo(probe, CURLINFO_CAINFO, &path) == CURLE_OK && path != nullptr &&
-                access(path, R_OK) == 0)
-                ca_file_ = path;
-            curl_easy_cleanup(probe);
-        }
-    }
-#endif
+    ca_file_ = config_.ca_file.empty() ? CurlDefaultCaFile() : config_.ca_file;
 
     std::string network_error;
     if (!ParseNetworkList(allowed_text_, &allowed_, &network_error)) {
@@ -234,30 +201,11 @@ bool WebhookDriver::Init(std::string *error) {
                std::to_string(timeout_ms_) + " ms to stay within half of outbox.lease_timeout (" +
                std::to_string(budget_ms_ * 2) + " ms): a longer request would outlive its lease");
 
-    sockets_.reserve(max_in_flight_ + 8);
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd_ < 0) {
-        *error = std::string("could not create an epoll fd: ") + strerror(errno);
+    if (!multi_.Init(max_in_flight_, error))
         return false;
-    }
-    multi_ = curl_multi_init();
-    if (multi_ == nullptr) {
-        *error = "could not create a libcurl multi handle";
-        return false;
-    }
-    long max = static_cast<long>(max_in_flight_);
-    if (curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, OnSocket) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, OnTimer) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, max) != CURLM_OK ||
-        curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, max) != CURLM_OK) {
-        *error = "libcurl refused the multi handle options";
-        return false;
-    }
     // HTTP/2 multiplexing where the server offers it; without nghttp2 libcurl says no and
     // HTTP/1.1 keep-alive does the job.
-    curl_multi_setopt(multi_, CURLMOPT_PIPELINING, long(CURLPIPE_MULTIPLEX));
+    curl_multi_setopt(multi_.handle(), CURLMOPT_PIPELINING, long(CURLPIPE_MULTIPLEX));
 
     // One transfer now, so that a libcurl that refuses an option fails here, not per message.
     Transfer *t = NewTransfer(error);
@@ -273,15 +221,11 @@ bool WebhookDriver::Init(std::string *error) {
 WebhookDriver::~WebhookDriver() {
     SignalsBlocked blocked;
     for (auto &t : pool_) {
-        if (t->active && multi_)
-            curl_multi_remove_handle(multi_, t->easy);
+        if (t->active && multi_.handle())
+            multi_.Remove(t->easy);
         t->active = false;
     }
-    pool_.clear();  // easy handles go before the multi handle
-    if (multi_)
-        curl_multi_cleanup(multi_);  // closes the cached connections (OnSocket still works)
-    if (epoll_fd_ >= 0)
-        close(epoll_fd_);
+    pool_.clear();  // easy handles go before the multi handle (multi_'s destructor)
 }
 
 void WebhookDriver::AddLog(std::string line) {
@@ -300,45 +244,13 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
         return nullptr;
     }
     CURL *e = t->easy;
-    int64_t connect_ms = std::min<int64_t>(timeout_ms_, kMaxConnectTimeoutMs);
     t->allowed = &allowed_;
-    bool ok =
-        curl_easy_setopt(e, CURLOPT_URL, config_.url.c_str()) == CURLE_OK &&
-#if LIBCURL_VERSION_NUM >= 0x075500
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
-#else
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS)) ==
-            CURLE_OK &&
-#endif
-        curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(timeout_ms_)) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, long(connect_ms)) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_USERAGENT, kUserAgent) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, config_.tls_verify ? 1L : 0L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, config_.tls_verify ? 2L : 0L) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get()) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_PRIVATE, t.get()) == CURLE_OK &&
-        // Every address a connection uses is checked as its socket is opened.
-        curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, OnOpenSocket) == CURLE_OK &&
-        curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, t.get()) == CURLE_OK &&
-        // No proxy from the server's environment (http_proxy...): the address check must see
-        // where the request goes, not a proxy that would go anywhere for it.
-        curl_easy_setopt(e, CURLOPT_PROXY, "") == CURLE_OK;
-    // Trust exactly one CA file and no CA directory: a configured ca_file is then the only
-    // trust anchor (not added to the system's), and libcurl caches the parsed store in the multi
-    // handle, which it never does while a CA directory is set (Debian's default). Parsing the
-    // system bundle costs ~50 ms of CPU per new TLS connection otherwise.
-    if (ok && !ca_file_.empty())
-        ok = curl_easy_setopt(e, CURLOPT_CAINFO, ca_file_.c_str()) == CURLE_OK &&
-             curl_easy_setopt(e, CURLOPT_CAPATH, static_cast<char *>(nullptr)) == CURLE_OK;
-    if (!ok) {
+    // In HttpPostOptions' order: URL, timeout, TLS, CA file, error buffer, callbacks, their data.
+    // clang-format off
+    HttpPostOptions options{config_.url.c_str(), timeout_ms_, config_.tls_verify, &ca_file_, t->error,
+                            OnHeader, OnBody, t.get(), OnOpenSocket};
+    // clang-format on
+    if (!SetHttpPostOptions(e, options)) {
         *error = "libcurl refused an option for destination " + destination_;
         return nullptr;
     }
@@ -347,58 +259,8 @@ Transfer *WebhookDriver::NewTransfer(std::string *error) {
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, long(CURL_HTTP_VERSION_2TLS));
     if (is_https_)
         curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-#if LIBCURL_VERSION_NUM >= 0x075700
-    // Removing a handle while its name is being resolved would otherwise join the resolver
-    // thread, i.e. block for as long as the DNS lookup takes.
-    curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
-#endif
     pool_.push_back(std::move(t));
     return pool_.back().get();
-}
-
-// libcurl wants socket `s` watched for `what` (or no longer watched): mirror it in the epoll set.
-int WebhookDriver::OnSocket(CURL *, curl_socket_t s, int what, void *userp, void *socketp) {
-    auto *self = static_cast<WebhookDriver *>(userp);
-    std::vector<curl_socket_t> &known = self->sockets_;
-    auto it = std::find(known.begin(), known.end(), s);
-    if (what == CURL_POLL_REMOVE) {
-        // Fails harmlessly when libcurl already closed the socket (closing drops it from epoll).
-        epoll_ctl(self->epoll_fd_, EPOLL_CTL_DEL, s, nullptr);
-        if (it != known.end()) {
-            *it = known.back();
-            known.pop_back();
-        }
-        return 0;
-    }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = ((what & CURL_POLL_IN) ? uint32_t(EPOLLIN) : 0u) |
-                ((what & CURL_POLL_OUT) ? uint32_t(EPOLLOUT) : 0u);
-    ev.data.fd = s;
-    // socketp is non-null once the socket was added; a closed and reused fd number may still
-    // disagree with the kernel, hence the fallback to the other operation.
-    int op = socketp != nullptr ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(self->epoll_fd_, op, s, &ev) != 0) {
-        int other = op == EPOLL_CTL_MOD && errno == ENOENT   ? EPOLL_CTL_ADD
-                    : op == EPOLL_CTL_ADD && errno == EEXIST ? EPOLL_CTL_MOD
-                                                             : -1;
-        if (other < 0 || epoll_ctl(self->epoll_fd_, other, s, &ev) != 0) {
-            // Out of memory or epoll watches: this transfer ends by its timeout; rebuild.
-            self->socket_errno_ = errno;
-            return 0;
-        }
-    }
-    if (socketp == nullptr)
-        curl_multi_assign(self->multi_, s, self);
-    if (it == known.end()) {
-        // Reserved for max_in_flight + a few sockets in Init; growing beyond may still fail.
-        try {
-            known.push_back(s);
-        } catch (...) {
-            self->socket_errno_ = ENOMEM;
-        }
-    }
-    return 0;
 }
 
 // libcurl is about to connect to `address` (each address of the name in turn): refused unless
@@ -422,14 +284,6 @@ curl_socket_t WebhookDriver::OnOpenSocket(void *clientp, curlsocktype purpose,
     }
     t->opened++;
     return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
-}
-
-// libcurl wants socket_action(CURL_SOCKET_TIMEOUT) after `timeout_ms` (-1: cancel).
-int WebhookDriver::OnTimer(CURLM *, long timeout_ms, void *userp) {
-    auto *self = static_cast<WebhookDriver *>(userp);
-    self->timer_deadline_ns_ =
-        timeout_ms < 0 ? -1 : MonotonicNs() + static_cast<int64_t>(timeout_ms) * 1000000;
-    return 0;
 }
 
 // Records Retry-After of the final response (a new status line forgets earlier headers).
@@ -608,11 +462,11 @@ bool WebhookDriver::Start(Message &m, int64_t waited_ms, Transfer *t, std::strin
     t->opened = 0;
     curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, long(timeout_ms));
     curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     long(std::min<int64_t>(timeout_ms, kMaxConnectTimeoutMs)));
+                     long(std::min<int64_t>(timeout_ms, kCurlMaxConnectTimeoutMs)));
     curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
     curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(t->body.size()));
     curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, t->body.data());
-    CURLMcode rc = curl_multi_add_handle(multi_, t->easy);
+    CURLMcode rc = multi_.Add(t->easy);
     if (rc != CURLM_OK) {
         *kind = OutcomeKind::Retry;
         *why = std::string("could not start the request: ") + curl_multi_strerror(rc);
@@ -656,51 +510,19 @@ void WebhookDriver::Submit(std::vector<Message> batch) {
     StartWaiting();
     // Kick the new transfers off now (connect, or send on a kept-alive connection) rather than
     // one wait later; whatever finishes at once is collected so PollTimeoutMs reports it.
-    SocketAction(CURL_SOCKET_TIMEOUT, 0);
+    multi_.Kick();
     CollectFinished();
-}
-
-// One curl_multi_socket_action call; a failure of the multi handle itself makes the driver
-// broken (it is rebuilt once everything in flight has come back).
-void WebhookDriver::SocketAction(curl_socket_t s, int mask) {
-    int running = 0;
-    CURLMcode rc = curl_multi_socket_action(multi_, s, mask, &running);
-    if (rc != CURLM_OK && rc != CURLM_BAD_SOCKET) {
-        broken_ = true;
-        AddLog(std::string("libcurl multi handle failed: ") + curl_multi_strerror(rc) +
-               "; the driver will be rebuilt");
-    }
 }
 
 void WebhookDriver::Poll(std::vector<Outcome> &out) {
     SignalsBlocked blocked;
-    struct epoll_event events[kMaxEpollEvents];
-    int n = epoll_wait(epoll_fd_, events, kMaxEpollEvents, 0);
-    for (int i = 0; i < n; ++i) {
-        int mask = 0;
-        if (events[i].events & EPOLLIN)
-            mask |= CURL_CSELECT_IN;
-        if (events[i].events & EPOLLOUT)
-            mask |= CURL_CSELECT_OUT;
-        if (events[i].events & (EPOLLERR | EPOLLHUP))
-            mask |= CURL_CSELECT_ERR;
-        SocketAction(events[i].data.fd, mask);
-    }
-    if (timer_deadline_ns_ >= 0 && MonotonicNs() >= timer_deadline_ns_) {
-        timer_deadline_ns_ = -1;  // libcurl sets the next one from inside the call
-        SocketAction(CURL_SOCKET_TIMEOUT, 0);
-    }
+    multi_.ServeReady();
     Sweep();
     CollectFinished();
     if (!waiting_.empty() && active_ < max_in_flight_) {
         StartWaiting();
-        SocketAction(CURL_SOCKET_TIMEOUT, 0);
+        multi_.Kick();
         CollectFinished();
-    }
-    if (socket_errno_ != 0 && !broken_) {
-        broken_ = true;
-        AddLog("could not add a socket to the epoll set: " + std::string(strerror(socket_errno_)) +
-               "; the driver will be rebuilt");
     }
     for (Outcome &o : ready_)
         out.push_back(std::move(o));
@@ -710,7 +532,7 @@ void WebhookDriver::Poll(std::vector<Outcome> &out) {
 int64_t WebhookDriver::PollTimeoutMs() const {
     if (!ready_.empty() || (!waiting_.empty() && active_ < max_in_flight_))
         return 0;
-    int64_t deadline = timer_deadline_ns_;
+    int64_t deadline = multi_.TimerDeadlineNs();
     if (active_ > 0 && next_sweep_ns_ >= 0 && (deadline < 0 || next_sweep_ns_ < deadline))
         deadline = next_sweep_ns_;
     if (deadline >= 0) {
@@ -741,37 +563,18 @@ void WebhookDriver::Sweep() {
     if (now < next_sweep_ns_)
         return;
     next_sweep_ns_ = now + kSweepIntervalNs;
-    // A copy: serving one socket may close another and change the list.
-    std::vector<curl_socket_t> sockets = sockets_;
-    for (curl_socket_t s : sockets)
-        SocketAction(s, CURL_CSELECT_IN);
+    multi_.ServeEverySocket();
 }
 
 // Turns every transfer libcurl reports as done into an outcome.
 void WebhookDriver::CollectFinished() {
-    int queued = 0;
-    while (CURLMsg *msg = curl_multi_info_read(multi_, &queued)) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        CURLcode result = msg->data.result;
-        char *priv = nullptr;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
-        auto *t = reinterpret_cast<Transfer *>(priv);
-        if (t == nullptr || !t->active)
-            continue;
+    multi_.CollectFinished([this](void *request, CURLcode result) {
+        auto *t = static_cast<Transfer *>(request);
+        if (!t->active)
+            return;
         ready_.push_back(Finish(t, result));
         Release(t);
-    }
-}
-
-// Whether any byte of the request reached the socket. CURLINFO_REQUEST_SIZE counts request
-// bytes actually written (it is reset when a transfer starts and stays 0 when the connection
-// was refused, could not be resolved or timed out while connecting).
-bool WebhookDriver::RequestSent(Transfer *t) const {
-    long request_size = 0;
-    if (curl_easy_getinfo(t->easy, CURLINFO_REQUEST_SIZE, &request_size) != CURLE_OK)
-        return true;  // unknown: assume the worst (an attempt is spent, nothing is lost)
-    return request_size > 0;
+    });
 }
 
 // The outcome of a finished transfer.
@@ -817,7 +620,7 @@ Outcome WebhookDriver::Finish(Transfer *t, CURLcode result) {
         return o;
     }
     CURLcode code = result == CURLE_OK ? CURLE_GOT_NOTHING : result;
-    o.kind = ClassifyCurlResult(code, RequestSent(t));
+    o.kind = ClassifyCurlResult(code, CurlRequestSent(t->easy));
     std::string text = curl_easy_strerror(code);
     t->error[sizeof t->error - 1] = '\0';
     std::string detail = OneLine(t->error, sizeof t->error);
@@ -829,7 +632,7 @@ Outcome WebhookDriver::Finish(Transfer *t, CURLcode result) {
 
 // Takes `t` off the multi handle and puts it back on the free list.
 void WebhookDriver::Release(Transfer *t) {
-    curl_multi_remove_handle(multi_, t->easy);
+    multi_.Remove(t->easy);
     t->active = false;
     --active_;
     curl_slist_free_all(t->headers);
@@ -862,7 +665,7 @@ void WebhookDriver::Abandon() {
         Transfer *t = owned.get();
         if (!t->active)
             continue;
-        bool sent = RequestSent(t);
+        bool sent = CurlRequestSent(t->easy);
         ready_.push_back(Outcome{t->id, t->lease_token,
                                  sent ? OutcomeKind::Retry : OutcomeKind::Defer,
                                  sent ? "abandoned after the request was sent, before a response"
@@ -877,13 +680,6 @@ void WebhookDriver::Abandon() {
 }
 
 }  // namespace
-
-void EnsureCurlGlobalInit() {
-    // A plain static: trivially destructible, and only the main thread calls this.
-    static bool initialised = false;
-    if (!initialised)
-        initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-}
 
 std::unique_ptr<Driver> MakeWebhookDriver(const WebhookDriverOptions &options, std::string *error) {
     EnsureCurlGlobalInit();

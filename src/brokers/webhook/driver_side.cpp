@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/brokers/curl_multi.hpp"
 #include "outbox/brokers/webhook/config.hpp"
 #include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/brokers/webhook/kind.hpp"

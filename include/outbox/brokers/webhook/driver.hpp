@@ -33,11 +33,7 @@ struct WebhookDriverOptions {
 };
 
 // A ready driver, or nullptr with *error set (libcurl could not be set up). Calls
-// EnsureCurlGlobalInit, so it must run on the process's main thread.
+// EnsureCurlGlobalInit (brokers/curl_multi.hpp), so it must run on the process's main thread.
 std::unique_ptr<Driver> MakeWebhookDriver(const WebhookDriverOptions &options, std::string *error);
-
-// curl_global_init once per process. Not thread-safe: call it from the main thread only, before
-// any other thread could use libcurl. A failed initialisation is tried again on the next call.
-void EnsureCurlGlobalInit();
 
 }  // namespace outbox
