@@ -5,45 +5,13 @@
 #include <map>
 #include <vector>
 
+#include "outbox/utf8.hpp"
+
 namespace outbox {
 
 namespace {
 
 constexpr int kMaxDepth = 1000;
-
-// The length of the UTF-8 sequence at s[i] if it is a valid one (shortest form, no
-// surrogates, at most U+10FFFF); 0 otherwise.
-size_t Utf8Length(std::string_view s, size_t i) {
-    auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-    unsigned char c = byte(i);
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-        n = 2;
-        cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        n = 3;
-        cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (i + n > s.size())
-        return 0;
-    for (size_t k = 1; k < n; k++) {
-        if ((byte(i + k) & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (byte(i + k) & 0x3F);
-    }
-    static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
 
 class JsonChecker {
   public:
@@ -144,7 +112,7 @@ class JsonChecker {
                 }
                 continue;
             }
-            size_t n = Utf8Length(s_, i_);
+            size_t n = Utf8SequenceLength(s_, i_);
             if (n == 0)
                 return false;
             i_ += n;
@@ -254,7 +222,7 @@ void AppendJsonString(std::string_view s, std::string *out) {
             }
             i++;
         } else {
-            size_t n = Utf8Length(s, i);
+            size_t n = Utf8SequenceLength(s, i);
             if (n == 0) {
                 out->append("\xEF\xBF\xBD");  // U+FFFD
                 i++;

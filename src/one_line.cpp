@@ -2,42 +2,9 @@
 // Pure logic: the webhook driver shows a response's first bytes with it.
 #include "outbox/one_line.hpp"
 
-#include <cstdint>
+#include "outbox/utf8.hpp"
 
 namespace outbox {
-
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-    auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-    unsigned char c = byte(i);
-    if (c < 0x80)
-        return 1;
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (i + len > s.size())
-        return 0;
-    for (size_t k = 1; k < len; ++k) {
-        if ((byte(i + k) & 0xC0) != 0x80)
-            return 0;
-        cp = cp << 6 | (byte(i + k) & 0x3F);
-    }
-    // No overlong forms, no surrogates, nothing above U+10FFFF.
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
 
 std::string OneLine(std::string_view text, size_t max_bytes) {
     bool cut = text.size() > max_bytes;

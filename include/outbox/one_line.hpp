@@ -7,9 +7,6 @@
 
 namespace outbox {
 
-// Length of the valid UTF-8 sequence at s[i], or 0 when it is invalid or cut off.
-size_t Utf8SequenceLength(std::string_view s, size_t i);
-
 // The first `max_bytes` of `text` as one trimmed line of valid UTF-8: error texts end up in a
 // text column and in the server log, where a stray byte or a line break would do harm.
 // Control characters become spaces, other invalid bytes '?'.

@@ -11,6 +11,10 @@
 //   handle, W/10 in flight; latency direct: one-entry SendMessageBatch requests at the pace;
 //   the consumer: 4 threads of ReceiveMessage (long polls) + DeleteMessageBatch, by the ce-id
 //   attribute.)
+//   (--kind redis: --url redis://host:port, --target the stream. publish: pipelined XADDs of
+//   the relay's fields on one hiredis connection, at most W unanswered; latency direct: the
+//   same XADDs at the pace, each sent at once and its reply read when it is there; the
+//   consumer: XREAD BLOCK on the stream from its end, its own connection, by the ce_id field.)
 //
 // T is where messages go and are read back: for amqp the queue (published through the default
 // exchange with routing key T), for nats the subject (a stream must store it).
@@ -33,6 +37,9 @@
 #include "outbox/brokers/mqtt/protocol.hpp"  // MQTT_PROP_*: picks libmosquitto 2.0's or 2.1's header
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
+// redis kind
+#include <hiredis/hiredis.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <atomic>
@@ -72,7 +79,7 @@ struct Options {
 Options Parse(int argc, char **argv) {
     Options o;
     if (argc < 2)
-        Die("usage: brokers latency|publish --kind amqp|nats ...");
+        Die("usage: brokers latency|publish --kind amqp|nats|mqtt|sqs|redis ...");
     o.cmd = argv[1];
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
@@ -93,8 +100,9 @@ Options Parse(int argc, char **argv) {
         else if (a == "--window") o.window = std::atol(v.c_str());
         else Die("unknown option " + a);
     }
-    if (o.kind != "amqp" && o.kind != "nats" && o.kind != "mqtt" && o.kind != "sqs")
-        Die("--kind must be amqp, nats, mqtt or sqs");
+    if (o.kind != "amqp" && o.kind != "nats" && o.kind != "mqtt" && o.kind != "sqs" &&
+        o.kind != "redis")
+        Die("--kind must be amqp, nats, mqtt, sqs or redis");
     return o;
 }
 
@@ -287,11 +295,18 @@ void NatsPublishOne(jsCtx *js, const std::string &subject, const std::string &id
 std::atomic<long> mqtt_acked{0};
 std::atomic<bool> mqtt_connected{false};
 
-struct mosquitto *MqttConnect(const std::string &url, const char *id, void *closure) {
+// The host and port of scheme://host:port (the port `port` when it has none).
+std::string UrlHostPort(const std::string &url, int *port) {
     std::string rest = url.substr(url.find("://") == std::string::npos ? 0 : url.find("://") + 3);
     size_t colon = rest.rfind(':');
-    std::string host = rest.substr(0, colon);
-    int port = colon == std::string::npos ? 1883 : std::atoi(rest.c_str() + colon + 1);
+    if (colon != std::string::npos)
+        *port = std::atoi(rest.c_str() + colon + 1);
+    return rest.substr(0, colon);
+}
+
+struct mosquitto *MqttConnect(const std::string &url, const char *id, void *closure) {
+    int port = 1883;
+    std::string host = UrlHostPort(url, &port);
     mosquitto_lib_init();
     struct mosquitto *m = mosquitto_new(id, true, closure);
     mosquitto_int_option(m, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
@@ -504,6 +519,114 @@ void SqsConsume(const std::string &queue_url, Times *times, std::atomic<bool> *s
 // --- end of the sqs kind's block
 
 // ---------------------------------------------------------------------------------------------
+// Redis Streams (hiredis, the library the relay encodes and parses with), redis kind
+// ---------------------------------------------------------------------------------------------
+redisContext *RedisConnect(const std::string &url) {
+    int port = 6379;
+    std::string host = UrlHostPort(url, &port);
+    redisContext *c = redisConnect(host.c_str(), port);
+    if (c == nullptr || c->err)
+        Die(std::string("redis connect: ") + (c ? c->errstr : "out of memory"));
+    return c;
+}
+
+// Appends (does not send) the XADD of the entry the relay sends for a message of the bench
+// (src/brokers/redis/driver.cpp, RedisEntryFields).
+void RedisAppendXadd(redisContext *c, const std::string &stream, const std::string &id,
+                     const std::string &payload) {
+    const char *argv[] = {"XADD",
+                          stream.c_str(),
+                          "*",
+                          "payload",
+                          payload.c_str(),
+                          "key",
+                          "k",
+                          "ce_specversion",
+                          "1.0",
+                          "ce_id",
+                          id.c_str(),
+                          "ce_source",
+                          "/outbox/bench",
+                          "ce_type",
+                          stream.c_str(),
+                          "ce_time",
+                          "2026-01-01T00:00:00.000Z",
+                          "ce_datacontenttype",
+                          "application/json"};
+    if (redisAppendCommandArgv(c, sizeof argv / sizeof argv[0], argv, nullptr) != REDIS_OK)
+        Die("redis append failed");
+}
+
+// Waits for the next reply (sending what was appended first).
+void RedisReadReply(redisContext *c) {
+    void *reply = nullptr;
+    if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr)
+        Die(std::string("redis reply: ") + c->errstr);
+    auto *r = static_cast<redisReply *>(reply);
+    if (r->type == REDIS_REPLY_ERROR)
+        Die(std::string("XADD: ") + r->str);
+    freeReplyObject(r);
+}
+
+// Sends what was appended, then counts the replies already there into *answered: pipelined
+// like the relay, so an fsync per XADD (appendfsync always) does not hold back the next one.
+void RedisSendAndReadAvailable(redisContext *c, long *answered) {
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            Die(std::string("redis write: ") + c->errstr);
+    struct pollfd p = {c->fd, POLLIN, 0};
+    while (poll(&p, 1, 0) > 0) {
+        if (redisBufferRead(c) != REDIS_OK)
+            Die(std::string("redis read: ") + c->errstr);
+        void *reply = nullptr;
+        while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply != nullptr) {
+            freeReplyObject(reply);
+            (*answered)++;
+        }
+    }
+}
+
+// Consumer thread: XREAD BLOCK from the stream's end as of the start until `stop`, noting
+// arrivals by ce_id.
+void RedisConsume(const std::string &url, const std::string &stream, Times *times,
+                  std::atomic<bool> *stop, std::atomic<bool> *ready) {
+    redisContext *c = RedisConnect(url);
+    std::string last = "0-0";
+    redisReply *info =
+        static_cast<redisReply *>(redisCommand(c, "XINFO STREAM %s", stream.c_str()));
+    if (info != nullptr && info->type == REDIS_REPLY_ARRAY)
+        for (size_t j = 0; j + 1 < info->elements; j += 2)
+            if (std::strcmp(info->element[j]->str, "last-generated-id") == 0)
+                last = info->element[j + 1]->str;
+    freeReplyObject(info);
+    ready->store(true);
+    while (!stop->load()) {
+        redisReply *r = static_cast<redisReply *>(redisCommand(
+            c, "XREAD COUNT 1000 BLOCK 100 STREAMS %s %s", stream.c_str(), last.c_str()));
+        if (r == nullptr)
+            Die(std::string("XREAD: ") + c->errstr);
+        int64_t t = NowNs();
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+            redisReply *entries = r->element[0]->element[1];
+            std::lock_guard<std::mutex> l(times->mu);
+            for (size_t i = 0; i < entries->elements; i++) {
+                redisReply *e = entries->element[i];
+                last = std::string(e->element[0]->str, e->element[0]->len);
+                redisReply *f = e->element[1];
+                for (size_t j = 0; j + 1 < f->elements; j += 2)
+                    if (std::strcmp(f->element[j]->str, "ce_id") == 0)
+                        times->arrived.emplace(
+                            std::string(f->element[j + 1]->str, f->element[j + 1]->len), t);
+            }
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+}
+// --- end of the redis kind's block
+
+// ---------------------------------------------------------------------------------------------
 // The relay's producers: paced single-row transactions.
 // ---------------------------------------------------------------------------------------------
 void RelayProducer(const Options &o, int index, int64_t start_ns, std::atomic<long> *next,
@@ -554,8 +677,10 @@ int Latency(const Options &o) {
     } else if (o.kind == "sqs") {
         for (int i = 0; i < 4; i++)
             sqs_consumers.emplace_back(SqsConsume, o.url, &times, &stop);
-    } else if (o.kind == "amqp") {
-        consumer = std::thread(AmqpConsume, o.url, o.target, &times, &stop, &ready);
+    } else if (o.kind == "amqp" || o.kind == "redis") {
+        consumer = o.kind == "amqp"
+                       ? std::thread(AmqpConsume, o.url, o.target, &times, &stop, &ready)
+                       : std::thread(RedisConsume, o.url, o.target, &times, &stop, &ready);
         while (!ready.load())
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } else {
@@ -597,8 +722,12 @@ int Latency(const Options &o) {
         natsConnection *nc = nullptr;
         jsCtx *js = nullptr;
         struct mosquitto *mq = nullptr;  // mqtt kind
+        redisContext *rc = nullptr;      // redis kind
+        long answered = 0;
         uint64_t confirmed = 0;
-        if (o.kind == "mqtt") {
+        if (o.kind == "redis") {
+            rc = RedisConnect(o.url);
+        } else if (o.kind == "mqtt") {
             mqtt_connected.store(false);
             mq = MqttConnect(o.url, nullptr, nullptr);
         } else if (o.kind == "amqp") {
@@ -618,20 +747,33 @@ int Latency(const Options &o) {
                     break;
                 if (c != nullptr)
                     AmqpReadConfirms(c, &confirmed, false);
+                if (rc != nullptr) {  // its replies are read after each send: one sleep
+                    std::this_thread::sleep_for(std::chrono::nanoseconds(due - now));
+                    break;
+                }
                 std::this_thread::sleep_for(
                     std::chrono::nanoseconds(std::min<int64_t>(due - now, 200000)));
             }
             std::string id = IdFor(n);
             if (static_cast<double>(due - start) / 1e9 >= o.warmup)
                 times.Sent(id, NowNs());
-            if (mq != nullptr)
+            if (rc != nullptr) {
+                RedisAppendXadd(rc, o.target, id, "{\"bench\": true}");
+                RedisSendAndReadAvailable(rc, &answered);
+            } else if (mq != nullptr)
                 MqttPublishOne(mq, o.target, id, "{\"bench\": true}");
             else if (c != nullptr)
                 AmqpPublishOne(c, o.target, id, "{\"bench\": true}");
             else
                 NatsPublishOne(js, o.target, id, "{\"bench\": true}");
         }
-        if (mq != nullptr) {
+        if (rc != nullptr) {
+            while (answered < total) {
+                RedisReadReply(rc);
+                answered++;
+            }
+            redisFree(rc);
+        } else if (mq != nullptr) {
             while (mqtt_acked.load() < total)
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
             mosquitto_disconnect(mq);
@@ -717,6 +859,24 @@ int Publish(const Options &o) {
         mosquitto_disconnect(m);
         mosquitto_loop_stop(m, false);
         mosquitto_destroy(m);
+    } else if (o.kind == "redis") {
+        redisContext *c = RedisConnect(o.url);
+        t0 = NowNs();
+        long answered = 0;
+        for (long n = 0; n < o.count; n++) {
+            RedisAppendXadd(c, o.target, IdFor(n), body);
+            // Replies are read when the window is full, so the pipeline stays W deep, as the
+            // relay's does; redisGetReply sends what was appended first.
+            while (n + 1 - answered >= o.window) {
+                RedisReadReply(c);
+                answered++;
+            }
+        }
+        while (answered < o.count) {
+            RedisReadReply(c);
+            answered++;
+        }
+        redisFree(c);
     } else if (o.kind == "sqs") {
         SqsSender sender;
         sender.queue_url = o.url;

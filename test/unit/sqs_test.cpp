@@ -256,6 +256,9 @@ TEST(SqsRequestTest, WhatSqsCannotTakeIsAProblem) {
     EXPECT_FALSE(IsSqsText("\x01"));
     EXPECT_FALSE(IsSqsText("\xc3"));
     EXPECT_FALSE(IsSqsText("\xed\xa0\x80"));  // a surrogate
+    EXPECT_FALSE(IsSqsText("\xef\xbf\xbe"));  // U+FFFE and U+FFFF: not in SQS's set
+    EXPECT_FALSE(IsSqsText("\xef\xbf\xbf"));
+    EXPECT_TRUE(IsSqsText("\xef\xbf\xbd"));  // U+FFFD is
 }
 
 TEST(SqsRequestTest, BatchRequestAndAnswer) {

@@ -2,11 +2,12 @@
 //
 // Threads: librabbitmq is a blocking, single-threaded library (connect, login, channel RPCs, and
 // a send that waits while the broker applies flow control). So the whole connection lives in
-// one I/O thread per destination, started with every signal blocked, which never touches
-// PostgreSQL. The worker's thread only hands messages over (Submit) and collects outcomes
-// (Poll) through a mutex-protected Core; the I/O thread writes a byte to a pipe whenever there
-// is something to collect, and that pipe is the driver's WaitFd. Submit writes a byte to the
-// I/O thread's own wake pipe. Nothing the worker calls can block on the network.
+// one I/O thread per destination (the skeleton of outbox/brokers/io_thread.hpp), started with
+// every signal blocked, which never touches PostgreSQL. The worker's thread only hands messages
+// over (Submit) and collects outcomes (Poll) through a mutex-protected Core; the I/O thread
+// writes a byte to a pipe whenever there is something to collect, and that pipe is the driver's
+// WaitFd. Submit writes a byte to the I/O thread's own wake pipe. Nothing the worker calls can
+// block on the network.
 //
 // Confirms: the channel is in confirm mode, so the broker numbers the publishes 1, 2, 3... and
 // acknowledges them (basic.ack, possibly "multiple") or refuses them (basic.nack). A mandatory
@@ -15,7 +16,6 @@
 #include "outbox/brokers/amqp/driver.hpp"
 #include "outbox/brokers/amqp/rabbitmq_c.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -24,8 +24,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -38,7 +36,7 @@
 #include "outbox/brokers/amqp/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
-#include "outbox/brokers/signals.hpp"
+#include "outbox/brokers/io_thread.hpp"
 #include "outbox/headers.hpp"
 
 namespace outbox {
@@ -115,28 +113,18 @@ std::string RpcError(const amqp_rpc_reply_t &r, int *server_code) {
 }
 
 // Everything the worker's thread and the I/O thread share. The I/O thread owns the connection;
-// fields under `mu` are the hand-over in both directions.
-struct Core {
+// the fields under `mu` (ThreadShared's, and `abandon`) are the hand-over in both directions.
+struct Core : ThreadShared {
     // Set once before the thread starts.
     AmqpDriverOptions options;
     std::vector<char> url_buffer;  // amqp_parse_url points into it
     struct amqp_connection_info info;
     std::string where;  // "host:port", for messages (never the credentials)
     std::string ce_type_fallback;
-    BrokerGuard guard;         // outbox.broker_allowed_networks
-    int wake[2] = {-1, -1};    // worker -> I/O thread
-    int notify[2] = {-1, -1};  // I/O thread -> worker (WaitFd)
+    BrokerGuard guard;  // outbox.broker_allowed_networks
 
-    std::mutex mu;
-    std::deque<Message> queue;  // submitted, not yet published
-    std::vector<Outcome> outcomes;
-    std::vector<std::string> log;
-    bool stop = false;
-    bool abandon = false;
-    bool done = false;  // the I/O thread has finished
-    std::condition_variable done_cv;
+    bool abandon = false;  // under mu
 
-    std::atomic<bool> probing{false};
     std::atomic<int> socket_fd{-1};
     std::atomic<int64_t> last_loop_ms{0};  // the I/O thread's latest turn
 
@@ -159,31 +147,10 @@ struct Core {
     std::string last_error;  // why the latest connection attempt failed / ended
     int64_t probe_held_since_ms = 0;
 
-    ~Core() {
-        for (int fd : wake)
-            if (fd >= 0)
-                close(fd);
-        for (int fd : notify)
-            if (fd >= 0)
-                close(fd);
-    }
-
-    void Notify() {
-        char c = 1;
-        ssize_t n = write(notify[1], &c, 1);
-        (void)n;  // a full pipe already wakes the worker
-    }
-
+    // No byte in the pipe per outcome: Run notifies once per turn.
     void AddOutcome(int64_t id, int64_t token, OutcomeKind kind, std::string error) {
         std::lock_guard<std::mutex> lock(mu);
         outcomes.push_back(Outcome{id, token, kind, std::move(error), -1});
-    }
-
-    void AddLog(std::string line) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!log.empty() && log.back() == line)
-            return;
-        log.push_back(std::move(line));
     }
 
     void Run();
@@ -269,14 +236,11 @@ void Core::Run() {
 void Core::Wait(int timeout_ms) {
     struct pollfd fds[2];
     int n = 0;
-    fds[n++] = {wake[0], POLLIN, 0};
+    fds[n++] = {wake.fd(), POLLIN, 0};
     if (conn != nullptr)
         fds[n++] = {amqp_get_sockfd(conn), POLLIN, 0};
-    if (poll(fds, n, timeout_ms) > 0 && (fds[0].revents & POLLIN)) {
-        char buf[256];
-        while (read(wake[0], buf, sizeof buf) > 0) {
-        }
-    }
+    if (poll(fds, n, timeout_ms) > 0 && (fds[0].revents & POLLIN))
+        wake.Drain();
 }
 
 // Opens the connection, logs in, opens the channel in confirm mode. On failure records why in
@@ -689,116 +653,63 @@ bool Core::ReopenChannel(int reply_code, const std::string &why) {
     return true;
 }
 
-class AmqpDriver final : public Driver {
+class AmqpDriver final : public ThreadedDriver {
   public:
-    explicit AmqpDriver(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+    explicit AmqpDriver(std::shared_ptr<Core> core)
+        : ThreadedDriver(core, core->options.max_in_flight), core_(std::move(core)) {}
     ~AmqpDriver() override;
 
     bool Start(std::string *error);
 
-    void Submit(std::vector<Message> batch) override;
+    void Submit(std::vector<Message> batch) override { Enqueue(batch); }
     void Poll(std::vector<Outcome> &out) override;
-    size_t InFlight() const override { return in_flight_; }
-    size_t Capacity() const override {
-        size_t max = core_->options.max_in_flight;
-        return in_flight_ >= max ? 0 : max - in_flight_;
-    }
-    int WaitFd() const override { return core_->notify[0]; }
     int64_t PollTimeoutMs() const override { return in_flight_ == 0 ? -1 : 200; }
     void Abandon() override;
-    void SetProbing(bool probing) override { core_->probing.store(probing); }
-    void TakeLog(std::vector<std::string> &lines) override;
 
   private:
     std::shared_ptr<Core> core_;
     std::thread thread_;
-    size_t in_flight_ = 0;
 };
 
 bool AmqpDriver::Start(std::string *error) {
-    Core &c = *core_;
-    if (pipe2(c.wake, O_NONBLOCK | O_CLOEXEC) != 0 ||
-        pipe2(c.notify, O_NONBLOCK | O_CLOEXEC) != 0) {
-        *error = std::string("could not create a pipe: ") + strerror(errno);
+    if (!core_->wake.Open(error) || !core_->notify.Open(error))
         return false;
-    }
     std::shared_ptr<Core> core = core_;
-    try {
-        SignalsBlocked blocked;
-        thread_ = std::thread([core] {
+    return StartThread(
+        &thread_, core,
+        [core] {
             try {
                 core->Run();
             } catch (...) {
                 core->AddLog("the AMQP I/O thread stopped on an unexpected error");
             }
             core->Disconnect(false);
-            std::lock_guard<std::mutex> lock(core->mu);
-            core->done = true;
-            core->done_cv.notify_all();
-        });
-    } catch (const std::exception &e) {
-        *error = std::string("could not start the AMQP I/O thread: ") + e.what();
-        return false;
-    }
-    return true;
+        },
+        "the AMQP I/O thread", error);
 }
 
 AmqpDriver::~AmqpDriver() {
     if (!thread_.joinable())
         return;
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        core_->stop = true;
-    }
-    char c = 1;
-    ssize_t n = write(core_->wake[1], &c, 1);
-    (void)n;
+    core_->RequestStop();
     // A thread stuck in a send (broker flow control) is freed by shutting its socket down.
     int fd = core_->socket_fd.load();
-    std::unique_lock<std::mutex> lock(core_->mu);
-    if (!core_->done_cv.wait_for(lock, std::chrono::milliseconds(1000),
-                                 [this] { return core_->done; })) {
+    if (!core_->WaitDone(1000)) {
         if (fd >= 0)
             shutdown(fd, SHUT_RDWR);
         // Still connecting (bounded by connect_timeout): let it finish on its own; it holds
         // its own reference to the core.
-        if (!core_->done_cv.wait_for(lock, std::chrono::milliseconds(200),
-                                     [this] { return core_->done; })) {
-            lock.unlock();
-            thread_.detach();
-            return;
-        }
+        JoinOrDetach(thread_, core_->WaitDone(200));
+        return;
     }
-    lock.unlock();
     thread_.join();
 }
 
-void AmqpDriver::Submit(std::vector<Message> batch) {
-    if (batch.empty())
-        return;
-    in_flight_ += batch.size();
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        for (Message &m : batch)
-            core_->queue.push_back(std::move(m));
-    }
-    char c = 1;
-    ssize_t n = write(core_->wake[1], &c, 1);
-    (void)n;
-}
-
 void AmqpDriver::Poll(std::vector<Outcome> &out) {
-    char buf[256];
-    while (read(core_->notify[0], buf, sizeof buf) > 0) {
-    }
+    core_->notify.Drain();
     std::vector<Outcome> got;
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        got.swap(core_->outcomes);
-    }
-    in_flight_ -= std::min(in_flight_, got.size());
-    for (Outcome &o : got)
-        out.push_back(std::move(o));
+    core_->TakeOutcomes(got, nullptr);
+    Deliver(got, out);
     // A thread that has not come round for much longer than the confirm timeout is stuck in a
     // send the broker does not read (flow control): shutting the socket down frees it, and
     // what was in flight comes back deferred.
@@ -817,16 +728,7 @@ void AmqpDriver::Abandon() {
         std::lock_guard<std::mutex> lock(core_->mu);
         core_->abandon = true;
     }
-    char c = 1;
-    ssize_t n = write(core_->wake[1], &c, 1);
-    (void)n;
-}
-
-void AmqpDriver::TakeLog(std::vector<std::string> &lines) {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    for (std::string &l : core_->log)
-        lines.push_back(std::move(l));
-    core_->log.clear();
+    core_->Wake();
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // MQTT 5 driver with libmosquitto.
 //
-// Threads: one I/O thread of ours per driver owns the libmosquitto client: it connects,
-// publishes, reads the acknowledgements (mosquitto_loop_read/write/misc on its own poll) and
-// reconnects — libmosquitto's own loop thread is not used, because its reconnects would resolve
-// and connect without the broker guard. The thread starts with every signal blocked
+// Threads: one I/O thread of ours per driver (the skeleton of outbox/brokers/io_thread.hpp)
+// owns the libmosquitto client: it connects, publishes, reads the acknowledgements
+// (mosquitto_loop_read/write/misc on its own poll) and reconnects — libmosquitto's own loop
+// thread is not used, because its reconnects would resolve and connect without the broker
+// guard. The thread starts with every signal blocked
 // (SignalsBlocked), so PostgreSQL's handlers stay on the worker's thread. libmosquitto's
 // callbacks run inside the thread's loop calls; they record into the mutex-protected Core and
 // write a byte to a pipe, the driver's WaitFd. The worker's thread only queues messages (Submit)
@@ -20,7 +21,6 @@
 #include "outbox/brokers/mqtt/driver.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -29,7 +29,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -42,9 +41,9 @@
 #include "outbox/brokers/mqtt/protocol.hpp"
 
 #include "outbox/broker_address.hpp"
+#include "outbox/brokers/io_thread.hpp"
 #include "outbox/brokers/mqtt/classify.hpp"
 #include "outbox/brokers/mqtt/encode.hpp"
-#include "outbox/brokers/signals.hpp"
 #include "outbox/clock.hpp"
 
 namespace outbox {
@@ -65,28 +64,20 @@ int64_t UnixMs() {
         .count();
 }
 
-struct Core {
+// The worker's thread and the I/O thread: ThreadShared's hand-over (the queue of messages not
+// published yet, outcomes, log; the wake pipe carries new messages and stop), and the mids in
+// flight.
+struct Core : ThreadShared {
     MqttDriverOptions options;
-    BrokerGuard guard;         // outbox.broker_allowed_networks
-    int notify[2] = {-1, -1};  // I/O thread -> worker (WaitFd)
-    int wake[2] = {-1, -1};    // worker -> I/O thread (new messages, stop)
+    BrokerGuard guard;  // outbox.broker_allowed_networks
 
-    std::mutex mu;
-    std::deque<Message> queue;  // submitted, not published yet
     struct Pending {
         int64_t id;
         int64_t lease_token;
         std::string topic;
         int64_t sent_ms;
     };
-    std::unordered_map<int, Pending> pending;  // by mid
-    std::vector<Outcome> outcomes;
-    std::vector<std::string> log;
-    bool stop = false;
-    bool done = false;
-    std::condition_variable cv;
-    std::atomic<bool> probing{false};
-    bool record_failed = false;
+    std::unordered_map<int, Pending> pending;  // by mid, under mu
 
     // The I/O thread's own state (not under mu).
     bool session_up = false;    // CONNACK with success received on the current socket
@@ -98,45 +89,10 @@ struct Core {
     bool ever_connected = false;
     std::string last_logged;  // the last connection failure logged (each is logged once)
 
-    ~Core() {
-        for (int fd : notify)
-            if (fd >= 0)
-                close(fd);
-        for (int fd : wake)
-            if (fd >= 0)
-                close(fd);
-    }
-
-    void Notify() {
-        char c = 1;
-        ssize_t n = write(notify[1], &c, 1);
-        (void)n;
-    }
-    void Wake() {
-        char c = 1;
-        ssize_t n = write(wake[1], &c, 1);
-        (void)n;
-    }
-    // Under mu. One byte in the pipe per batch of outcomes: Poll drains the pipe before it takes
-    // them, so an outcome added to a non-empty list is collected with the ones before it.
-    void AnswerLocked(int64_t id, int64_t token, OutcomeKind kind, std::string error) {
-        bool wake_worker = outcomes.empty();
-        outcomes.push_back(Outcome{id, token, kind, std::move(error), -1});
-        if (wake_worker)
-            Notify();
-    }
-    void AddLogLocked(std::string line) {
-        if (!log.empty() && log.back() == line)
-            return;
-        log.push_back(std::move(line));
+    // A line from the I/O thread wakes the worker, which logs it at once.
+    void Log(std::string line) {
+        AddLog(std::move(line));
         Notify();
-    }
-    void AddLog(std::string line) {
-        try {
-            std::lock_guard<std::mutex> lock(mu);
-            AddLogLocked(std::move(line));
-        } catch (...) {
-        }
     }
 };
 
@@ -178,14 +134,14 @@ void OnConnect(struct mosquitto *, void *closure, int rc, int flags,
         core->backoff_ms = kReconnectMinMs;
         core->last_logged.clear();
         if (was_down)
-            core->AddLog(std::string("connected to the MQTT broker again") +
-                         ((flags & 1) ? " (session resumed)" : " (new session)"));
+            core->Log(std::string("connected to the MQTT broker again") +
+                      ((flags & 1) ? " (session resumed)" : " (new session)"));
     } else {
         std::string why = ReasonString(props);
         core->down_reason = "the MQTT broker refused the connection: " + MqttReasonText(rc) +
                             (why.empty() ? "" : " (" + why + ")");
         if (core->down_reason != core->last_logged)
-            core->AddLog(core->last_logged = core->down_reason);
+            core->Log(core->last_logged = core->down_reason);
     }
 }
 
@@ -200,7 +156,7 @@ void OnDisconnect(struct mosquitto *, void *closure, int rc, const mosquitto_pro
         core->down_reason = DisconnectText(rc) + (why.empty() ? "" : " (" + why + ")");
     }
     if (was_up && rc != MOSQ_ERR_SUCCESS)
-        core->AddLog(core->down_reason);
+        core->Log(core->down_reason);
 }
 
 void OnPublish(struct mosquitto *, void *closure, int mid, int reason_code,
@@ -226,30 +182,22 @@ void OnPublish(struct mosquitto *, void *closure, int mid, int reason_code,
     }
 }
 
-class MqttDriver final : public Driver {
+class MqttDriver final : public ThreadedDriver {
   public:
-    explicit MqttDriver(std::shared_ptr<Core> core) : core_(std::move(core)) {}
-    ~MqttDriver() override;
+    explicit MqttDriver(std::shared_ptr<Core> core)
+        : ThreadedDriver(core, core->options.max_in_flight), core_(std::move(core)) {}
+    ~MqttDriver() override { StopThread(io_, *core_, 2000); }
 
     bool Start(std::string *error);
 
-    void Submit(std::vector<Message> batch) override;
+    void Submit(std::vector<Message> batch) override { Enqueue(batch); }
     void Poll(std::vector<Outcome> &out) override;
-    size_t InFlight() const override { return in_flight_; }
-    size_t Capacity() const override {
-        size_t max = core_->options.max_in_flight;
-        return in_flight_ >= max ? 0 : max - in_flight_;
-    }
-    int WaitFd() const override { return core_->notify[0]; }
     int64_t PollTimeoutMs() const override { return in_flight_ == 0 ? -1 : 200; }
     void Abandon() override;
-    void SetProbing(bool probing) override { core_->probing.store(probing); }
-    void TakeLog(std::vector<std::string> &lines) override;
 
   private:
     std::shared_ptr<Core> core_;
     std::thread io_;
-    size_t in_flight_ = 0;
 };
 
 // The I/O thread's work on one client.
@@ -283,7 +231,7 @@ void Io::Connect(int64_t now) {
         core.next_attempt_ms = now + core.backoff_ms;
         core.backoff_ms = std::min(core.backoff_ms * 2, kReconnectMaxMs);
         if (core.down_reason != core.last_logged)
-            core.AddLog(core.last_logged = core.down_reason);
+            core.Log(core.last_logged = core.down_reason);
     };
     if (core.guard.guarded()) {
         std::vector<std::string> addresses;
@@ -449,7 +397,7 @@ void Io::Run() {
             sock = mosquitto_socket(mosq_);
         }
         struct pollfd fds[2];
-        fds[0] = {core.wake[0], POLLIN, 0};
+        fds[0] = {core.wake.fd(), POLLIN, 0};
         int nfds = 1;
         if (sock >= 0) {
             fds[1] = {sock,
@@ -460,11 +408,8 @@ void Io::Run() {
         if (sock < 0)
             timeout = static_cast<int>(std::clamp<int64_t>(core.next_attempt_ms - now, 0, 100));
         int n = poll(fds, nfds, timeout);
-        if (n > 0 && (fds[0].revents & POLLIN)) {
-            char buf[256];
-            while (read(core.wake[0], buf, sizeof buf) > 0) {
-            }
-        }
+        if (n > 0 && (fds[0].revents & POLLIN))
+            core.wake.Drain();
         if (sock >= 0) {
             if (n > 0 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP)))
                 mosquitto_loop_read(mosq_, 1);
@@ -497,19 +442,13 @@ void Io::Run() {
         mosquitto_loop_write(mosq_, 1);
     }
     mosquitto_destroy(mosq_);
-    std::lock_guard<std::mutex> lock(core.mu);
-    core.done = true;
-    core.cv.notify_all();
 }
 
 bool MqttDriver::Start(std::string *error) {
     Core &core = *core_;
     const MqttConfig &c = core.options.config;
-    if (pipe2(core.notify, O_NONBLOCK | O_CLOEXEC) != 0 ||
-        pipe2(core.wake, O_NONBLOCK | O_CLOEXEC) != 0) {
-        *error = std::string("could not create a pipe: ") + strerror(errno);
+    if (!core.notify.Open(error) || !core.wake.Open(error))
         return false;
-    }
     struct mosquitto *mosq =
         mosquitto_new(core.options.client_id.c_str(), /*clean_session=*/false, core_.get());
     if (mosq == nullptr) {
@@ -552,61 +491,20 @@ bool MqttDriver::Start(std::string *error) {
     mosquitto_connect_v5_callback_set(mosq, OnConnect);
     mosquitto_disconnect_v5_callback_set(mosq, OnDisconnect);
     mosquitto_publish_v5_callback_set(mosq, OnPublish);
-    SignalsBlocked blocked;
-    try {
-        std::shared_ptr<Core> owner = core_;
-        io_ = std::thread([owner, mosq] { Io(owner, mosq).Run(); });
-    } catch (const std::exception &e) {
+    std::shared_ptr<Core> owner = core_;
+    if (!StartThread(
+            &io_, owner, [owner, mosq] { Io(owner, mosq).Run(); }, "the MQTT I/O thread", error)) {
         mosquitto_destroy(mosq);
-        *error = std::string("could not start the MQTT I/O thread: ") + e.what();
         return false;
     }
     return true;
 }
 
-MqttDriver::~MqttDriver() {
-    if (!io_.joinable())
-        return;
-    std::unique_lock<std::mutex> lock(core_->mu);
-    core_->stop = true;
-    core_->Wake();
-    // A connection attempt in progress (a blocking connect) may take a while: the thread then
-    // finishes on its own (it holds its own reference to the core).
-    bool done =
-        core_->cv.wait_for(lock, std::chrono::milliseconds(2000), [this] { return core_->done; });
-    lock.unlock();
-    if (done)
-        io_.join();
-    else
-        io_.detach();
-}
-
-void MqttDriver::Submit(std::vector<Message> batch) {
-    in_flight_ += batch.size();
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        for (Message &m : batch)
-            core_->queue.push_back(std::move(m));
-    }
-    core_->Wake();
-}
-
 void MqttDriver::Poll(std::vector<Outcome> &out) {
-    char buf[256];
-    while (read(core_->notify[0], buf, sizeof buf) > 0) {
-    }
+    core_->notify.Drain();
     std::vector<Outcome> got;
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        got.swap(core_->outcomes);
-        if (core_->record_failed) {
-            core_->AddLogLocked("out of memory while recording acknowledgements");
-            core_->record_failed = false;
-        }
-    }
-    in_flight_ -= std::min(in_flight_, got.size());
-    for (Outcome &o : got)
-        out.push_back(std::move(o));
+    core_->TakeOutcomes(got, "out of memory while recording acknowledgements");
+    Deliver(got, out);
 }
 
 // Everything not acknowledged comes back deferred; an acknowledgement that still arrives for
@@ -622,13 +520,6 @@ void MqttDriver::Abandon() {
                             "abandoned before it was published");
     core_->queue.clear();
     core_->Notify();
-}
-
-void MqttDriver::TakeLog(std::vector<std::string> &lines) {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    for (std::string &l : core_->log)
-        lines.push_back(std::move(l));
-    core_->log.clear();
 }
 
 }  // namespace

@@ -3,16 +3,16 @@
 // Threads: cnats runs its own (reader, flusher, reconnect, timers, the delivery of the PubAck
 // inbox). Every cnats call that can start one runs with all signals blocked (SignalsBlocked),
 // so PostgreSQL's handlers stay on the worker's thread. The first connection attempt can take
-// up to connect_timeout, so it runs in a short-lived thread of ours; after that cnats
-// reconnects by itself. cnats's callbacks (PubAck, disconnect, errors) never touch PostgreSQL:
-// they record into a mutex-protected Core and write a byte to a pipe, the driver's WaitFd.
+// up to connect_timeout, so it runs in a short-lived thread of ours (the skeleton of
+// outbox/brokers/io_thread.hpp); after that cnats reconnects by itself. cnats's callbacks
+// (PubAck, disconnect, errors) never touch PostgreSQL: they record into a mutex-protected Core
+// and write a byte to a pipe, the driver's WaitFd.
 //
 // Correlation: a PubAck comes back with the natsMsg that was published; the Core maps each
 // message in flight to its row. The map is updated under the lock before the publish and in
 // the callback itself, so a message's address is never mistaken for a later one's.
 #include "outbox/brokers/nats/driver.hpp"
 
-#include <fcntl.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -35,6 +34,7 @@
 #include "outbox/brokers/nats/classify.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/io_thread.hpp"
 #include "outbox/brokers/signals.hpp"
 
 namespace outbox {
@@ -58,13 +58,13 @@ std::string StatusText(natsStatus s) {
     return text;
 }
 
-struct Core {
+// The worker's thread, the connector thread and cnats's callbacks: ThreadShared's hand-over
+// (outcomes, log), the messages awaiting a PubAck, the connection once made.
+struct Core : ThreadShared {
     NatsDriverOptions options;
     std::string ce_type_fallback;
     BrokerGuard guard;  // outbox.broker_allowed_networks
-    int notify[2] = {-1, -1};
 
-    std::mutex mu;
     struct Pending {
         int64_t id;
         int64_t lease_token;
@@ -72,40 +72,15 @@ struct Core {
         int64_t submitted_ms;
         bool lost;  // not connected when it was published
     };
-    std::unordered_map<natsMsg *, Pending> pending;
-    std::vector<Outcome> outcomes;
-    std::vector<std::string> log;
+    std::unordered_map<natsMsg *, Pending> pending;  // under mu
     // The connection, once the connector thread made it (under mu until adopted).
     natsConnection *nc = nullptr;
     jsCtx *js = nullptr;
     std::string connect_error;  // the first connection failed outright: why
-    bool stop = false;
-    bool done = false;
-    std::condition_variable cv;
 
     std::atomic<int64_t> last_disconnect_ms{0};
     std::atomic<int64_t> last_connect_ms{0};  // the latest (re)connection, MonotonicMs
     std::atomic<bool> closed{false};
-    bool record_failed = false;
-
-    ~Core() {
-        for (int fd : notify)
-            if (fd >= 0)
-                close(fd);
-    }
-
-    void Notify() {
-        char c = 1;
-        ssize_t n = write(notify[1], &c, 1);
-        (void)n;
-    }
-
-    // Under mu.
-    void AddLogLocked(std::string line) {
-        if (!log.empty() && log.back() == line)
-            return;
-        log.push_back(std::move(line));
-    }
 };
 
 // How long after a (re)connection a restarted server's JetStream may still be restoring its
@@ -198,26 +173,19 @@ void OnAsyncError(natsConnection *, natsSubscription *, natsStatus err, void *cl
     core->Notify();
 }
 
-class NatsDriver final : public Driver {
+class NatsDriver final : public ThreadedDriver {
   public:
-    explicit NatsDriver(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+    explicit NatsDriver(std::shared_ptr<Core> core)
+        : ThreadedDriver(core, core->options.max_in_flight), core_(std::move(core)) {}
     ~NatsDriver() override;
 
     bool Start(std::string *error);
 
     void Submit(std::vector<Message> batch) override;
     void Poll(std::vector<Outcome> &out) override;
-    size_t InFlight() const override { return in_flight_; }
-    size_t Capacity() const override {
-        size_t max = core_->options.max_in_flight;
-        return in_flight_ >= max ? 0 : max - in_flight_;
-    }
-    int WaitFd() const override { return core_->notify[0]; }
     int64_t PollTimeoutMs() const override { return in_flight_ == 0 ? -1 : 100; }
     void Abandon() override;
-    void SetProbing(bool probing) override { probing_ = probing; }
     bool Broken() const override { return core_->closed.load(); }
-    void TakeLog(std::vector<std::string> &lines) override;
 
   private:
     natsOptions *BuildOptions(std::string *error);
@@ -233,8 +201,6 @@ class NatsDriver final : public Driver {
     natsConnection *nc_ = nullptr;  // adopted from the core once connected (or connecting)
     jsCtx *js_ = nullptr;
     std::deque<Message> held_;  // submitted before the connection existed, or the held probe
-    size_t in_flight_ = 0;
-    bool probing_ = false;
     int64_t started_ms_ = 0;
     int64_t down_since_ms_ = 0;
     int64_t probe_held_since_ms_ = 0;
@@ -349,10 +315,8 @@ natsOptions *NatsDriver::BuildOptions(std::string *error) {
 
 bool NatsDriver::Start(std::string *error) {
     started_ms_ = MonotonicMs();
-    if (pipe2(core_->notify, O_NONBLOCK | O_CLOEXEC) != 0) {
-        *error = std::string("could not create a pipe: ") + strerror(errno);
+    if (!core_->notify.Open(error))
         return false;
-    }
     SignalsBlocked blocked;
     // Starts cnats's process-wide threads the first time; later calls only count.
     natsStatus s = nats_Open(-1);
@@ -366,71 +330,66 @@ bool NatsDriver::Start(std::string *error) {
         return false;
     }
     std::shared_ptr<Core> core = core_;
-    try {
-        connector_ = std::thread([core, opts] {
-            natsConnection *nc = nullptr;
-            jsCtx *js = nullptr;
-            std::string failure;
-            for (;;) {
-                std::string refused;
-                bool allowed = PinGuardedServers(*core, opts, &refused);
-                natsStatus st = allowed ? natsConnection_Connect(&nc, opts) : NATS_NOT_PERMITTED;
+    auto connect = [core, opts] {
+        natsConnection *nc = nullptr;
+        jsCtx *js = nullptr;
+        std::string failure;
+        for (;;) {
+            std::string refused;
+            bool allowed = PinGuardedServers(*core, opts, &refused);
+            natsStatus st = allowed ? natsConnection_Connect(&nc, opts) : NATS_NOT_PERMITTED;
+            if (st == NATS_OK)
+                core->last_connect_ms.store(MonotonicMs());
+            if (st == NATS_OK || st == NATS_NOT_YET_CONNECTED) {
+                jsOptions jo;
+                jsOptions_Init(&jo);
+                jo.PublishAsync.AckHandler = OnPubAck;
+                jo.PublishAsync.AckHandlerClosure = core.get();
+                // No stall inside a publish: the driver bounds what is in flight itself.
+                jo.PublishAsync.MaxPending =
+                    static_cast<int64_t>(core->options.max_in_flight) * 4 + 1024;
+                jo.Wait = core->options.ack_timeout_ms;
+                st = natsConnection_JetStream(&js, nc, &jo);
                 if (st == NATS_OK)
-                    core->last_connect_ms.store(MonotonicMs());
-                if (st == NATS_OK || st == NATS_NOT_YET_CONNECTED) {
-                    jsOptions jo;
-                    jsOptions_Init(&jo);
-                    jo.PublishAsync.AckHandler = OnPubAck;
-                    jo.PublishAsync.AckHandlerClosure = core.get();
-                    // No stall inside a publish: the driver bounds what is in flight itself.
-                    jo.PublishAsync.MaxPending =
-                        static_cast<int64_t>(core->options.max_in_flight) * 4 + 1024;
-                    jo.Wait = core->options.ack_timeout_ms;
-                    st = natsConnection_JetStream(&js, nc, &jo);
-                    if (st == NATS_OK)
-                        break;
-                    natsConnection_Destroy(nc);
-                    nc = nullptr;
-                }
-                failure = allowed ? "cannot connect to NATS: " + StatusText(st)
-                                  : "not connecting to NATS: " + refused;
-                {
-                    std::unique_lock<std::mutex> lock(core->mu);
-                    // A guarded destination shows only that its broker cannot be reached (the
-                    // dispatcher says so): why goes to the server log, once per change.
-                    if (core->guard.guarded() && failure != core->connect_error)
-                        core->AddLogLocked(failure);
-                    core->connect_error = failure;
-                    core->Notify();
-                    if (core->cv.wait_for(lock, std::chrono::milliseconds(kConnectRetryMs),
-                                          [&] { return core->stop; }))
-                        break;
-                }
+                    break;
+                natsConnection_Destroy(nc);
+                nc = nullptr;
             }
-            natsOptions_Destroy(opts);
-            std::unique_lock<std::mutex> lock(core->mu);
-            if (core->stop) {
-                // Nobody will adopt the connection any more.
-                lock.unlock();
-                if (js)
-                    jsCtx_Destroy(js);
-                if (nc)
-                    natsConnection_Destroy(nc);
-                lock.lock();
-            } else {
-                core->nc = nc;
-                core->js = js;
-                core->connect_error.clear();
+            failure = allowed ? "cannot connect to NATS: " + StatusText(st)
+                              : "not connecting to NATS: " + refused;
+            {
+                std::unique_lock<std::mutex> lock(core->mu);
+                // A guarded destination shows only that its broker cannot be reached (the
+                // dispatcher says so): why goes to the server log, once per change.
+                if (core->guard.guarded() && failure != core->connect_error)
+                    core->AddLogLocked(failure);
+                core->connect_error = failure;
+                core->Notify();
+                if (core->cv.wait_for(lock, std::chrono::milliseconds(kConnectRetryMs),
+                                      [&] { return core->stop; }))
+                    break;
             }
-            core->done = true;
-            core->cv.notify_all();
-            lock.unlock();
-            core->Notify();
-            nats_ReleaseThreadMemory();
-        });
-    } catch (const std::exception &e) {
+        }
         natsOptions_Destroy(opts);
-        *error = std::string("could not start the NATS connector thread: ") + e.what();
+        std::unique_lock<std::mutex> lock(core->mu);
+        if (core->stop) {
+            // Nobody will adopt the connection any more.
+            lock.unlock();
+            if (js)
+                jsCtx_Destroy(js);
+            if (nc)
+                natsConnection_Destroy(nc);
+        } else {
+            core->nc = nc;
+            core->js = js;
+            core->connect_error.clear();
+            lock.unlock();
+        }
+        core->Notify();
+        nats_ReleaseThreadMemory();
+    };
+    if (!StartThread(&connector_, core, connect, "the NATS connector thread", error)) {
+        natsOptions_Destroy(opts);
         return false;
     }
     return true;
@@ -438,20 +397,9 @@ bool NatsDriver::Start(std::string *error) {
 
 NatsDriver::~NatsDriver() {
     SignalsBlocked blocked;
-    if (connector_.joinable()) {
-        std::unique_lock<std::mutex> lock(core_->mu);
-        core_->stop = true;
-        core_->cv.notify_all();
-        // The first connection attempt is bounded by connect_timeout; a thread still in it
-        // cleans up after itself (it holds its own reference to the core).
-        bool done = core_->cv.wait_for(lock, std::chrono::milliseconds(1000),
-                                       [this] { return core_->done; });
-        lock.unlock();
-        if (done)
-            connector_.join();
-        else
-            connector_.detach();
-    }
+    // The first connection attempt is bounded by connect_timeout; a thread still in it cleans
+    // up after itself (it holds its own reference to the core).
+    StopThread(connector_, *core_, 1000);
     {
         std::lock_guard<std::mutex> lock(core_->mu);
         if (js_ == nullptr && core_->js != nullptr) {
@@ -573,9 +521,7 @@ void NatsDriver::HandBackPending(const std::string &why) {
 }
 
 void NatsDriver::Poll(std::vector<Outcome> &out) {
-    char buf[256];
-    while (read(core_->notify[0], buf, sizeof buf) > 0) {
-    }
+    core_->notify.Drain();
     SignalsBlocked blocked;
     int64_t now = MonotonicMs();
     std::string connect_error;
@@ -609,18 +555,18 @@ void NatsDriver::Poll(std::vector<Outcome> &out) {
             why = "not connected to NATS";
         // A probe waits for the connection (up to the PubAck timeout), so delivery resumes as
         // soon as the server is back; everything else is handed back.
-        if (!probing_) {
+        if (!core_->probing.load()) {
             HandBackPending(why);
             probe_held_since_ms_ = 0;
         }
     }
-    if (js_ != nullptr && (!down || probing_)) {
+    if (js_ != nullptr && (!down || core_->probing.load())) {
         while (!held_.empty()) {
             Publish(held_.front());
             held_.pop_front();
         }
     } else if (!held_.empty()) {
-        bool hold = probing_ && held_.size() == 1;
+        bool hold = core_->probing.load() && held_.size() == 1;
         if (hold && probe_held_since_ms_ == 0)
             probe_held_since_ms_ = now;
         if (down && (!hold || now - probe_held_since_ms_ >= core_->options.ack_timeout_ms)) {
@@ -632,20 +578,11 @@ void NatsDriver::Poll(std::vector<Outcome> &out) {
     }
 
     std::vector<Outcome> got;
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        got.swap(core_->outcomes);
-        if (core_->record_failed) {
-            core_->AddLogLocked("out of memory while recording PubAcks");
-            core_->record_failed = false;
-        }
-    }
+    core_->TakeOutcomes(got, "out of memory while recording PubAcks");
     for (Outcome &o : immediate_)
         got.push_back(std::move(o));
     immediate_.clear();
-    in_flight_ -= std::min(in_flight_, got.size());
-    for (Outcome &o : got)
-        out.push_back(std::move(o));
+    Deliver(got, out);
 }
 
 void NatsDriver::Abandon() {
@@ -655,13 +592,6 @@ void NatsDriver::Abandon() {
         Answer(m, OutcomeKind::Defer, "abandoned before it was published");
     held_.clear();
     core_->Notify();
-}
-
-void NatsDriver::TakeLog(std::vector<std::string> &lines) {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    for (std::string &l : core_->log)
-        lines.push_back(std::move(l));
-    core_->log.clear();
 }
 
 }  // namespace

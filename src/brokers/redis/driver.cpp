@@ -4,10 +4,10 @@
 // exists.
 //
 // Threads: the connection is made (resolve, connect, TLS handshake, AUTH, SELECT, CLIENT
-// SETNAME) in a short-lived thread of ours, blocking with connect_timeout; it hands the ready
-// socket to the driver, which from then on only does non-blocking sends and receives in Poll,
-// so the helper's loop never waits on Redis. The thread touches nothing of PostgreSQL's and
-// runs with every signal blocked.
+// SETNAME) in a short-lived, detached thread of ours (outbox/brokers/io_thread.hpp), blocking
+// with connect_timeout; it hands the ready socket to the driver, which from then on only does
+// non-blocking sends and receives in Poll, so the helper's loop never waits on Redis. The
+// thread touches nothing of PostgreSQL's and runs with every signal blocked.
 //
 // Correlation: Redis answers the commands of one connection in the order they were sent, so the
 // XADDs in flight are a FIFO; a WAIT after a batch ends that batch's FIFO segment. A lost
@@ -36,9 +36,9 @@
 
 #include "outbox/broker_address.hpp"
 #include "outbox/brokers/cloudevents.hpp"
+#include "outbox/brokers/io_thread.hpp"
 #include "outbox/brokers/redis/classify.hpp"
 #include "outbox/brokers/redis/connection.hpp"
-#include "outbox/brokers/signals.hpp"
 #include "outbox/clock.hpp"
 
 namespace outbox {
@@ -52,29 +52,17 @@ constexpr int64_t kReconnectMinMs = 250;
 constexpr int64_t kReconnectMaxMs = 2000;
 // Bytes read per Poll at most, so that one busy destination does not starve the others.
 constexpr size_t kReadPerPoll = 4 << 20;
-// What the driver and its connector thread share.
-struct Core {
+// What the driver and its connector thread share: ThreadShared's `stop` (the driver is gone: the
+// connector closes what it made), the notify pipe and the log; under mu, the connector's result.
+struct Core : ThreadShared {
     RedisDriverOptions options;
     BrokerGuard guard;
-    int notify[2] = {-1, -1};
 
-    std::mutex mu;
-    bool stop = false;      // the driver is gone: the connector closes what it made
     bool finished = false;  // the connector is done: `ready` or `error` holds the result
     RedisConnection ready;
     std::string error;
 
-    ~Core() {
-        ready.Close();
-        for (int fd : notify)
-            if (fd >= 0)
-                close(fd);
-    }
-    void Notify() {
-        char c = 1;
-        ssize_t n = write(notify[1], &c, 1);
-        (void)n;
-    }
+    ~Core() { ready.Close(); }
 };
 
 // One XADD (or WAIT) whose reply is awaited.
@@ -86,29 +74,19 @@ struct Pending {
     int64_t sent_ms = 0;
 };
 
-class RedisDriver final : public Driver {
+class RedisDriver final : public ThreadedDriver {
   public:
-    explicit RedisDriver(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+    explicit RedisDriver(std::shared_ptr<Core> core)
+        : ThreadedDriver(core, core->options.max_in_flight), core_(std::move(core)) {}
     ~RedisDriver() override;
 
     bool Start(std::string *error);
 
     void Submit(std::vector<Message> batch) override;
     void Poll(std::vector<Outcome> &out) override;
-    size_t InFlight() const override { return in_flight_; }
-    size_t Capacity() const override {
-        size_t max = core_->options.max_in_flight;
-        return in_flight_ >= max ? 0 : max - in_flight_;
-    }
     int WaitFd() const override { return epoll_fd_; }
     int64_t PollTimeoutMs() const override;
     void Abandon() override;
-    void SetProbing(bool probing) override { probing_ = probing; }
-    void TakeLog(std::vector<std::string> &lines) override {
-        for (std::string &l : log_)
-            lines.push_back(std::move(l));
-        log_.clear();
-    }
 
   private:
     void StartConnector();
@@ -123,10 +101,7 @@ class RedisDriver final : public Driver {
         outcomes_.push_back(Outcome{id, lease, kind, std::move(error), -1});
     }
     void WatchOutput(bool on);
-    void AddLog(std::string line) {
-        if (log_.empty() || log_.back() != line)
-            log_.push_back(std::move(line));
-    }
+    void AddLog(std::string line) { core_->AddLog(std::move(line)); }
 
     std::shared_ptr<Core> core_;
     int epoll_fd_ = -1;
@@ -140,9 +115,6 @@ class RedisDriver final : public Driver {
     std::vector<Pending> acked_;  // XADDs answered, awaiting their batch's WAIT
     std::deque<Message> held_;    // submitted while not connected
     std::vector<Outcome> outcomes_;
-    std::vector<std::string> log_;
-    size_t in_flight_ = 0;
-    bool probing_ = false;
     bool ever_connected_ = false;
     int64_t started_ms_ = 0;
     int64_t down_since_ms_ = 0;
@@ -154,10 +126,8 @@ class RedisDriver final : public Driver {
 
 bool RedisDriver::Start(std::string *error) {
     started_ms_ = MonotonicMs();
-    if (pipe2(core_->notify, O_NONBLOCK | O_CLOEXEC) != 0) {
-        *error = std::string("could not create a pipe: ") + strerror(errno);
+    if (!core_->notify.Open(error))
         return false;
-    }
     // The helper watches one descriptor per driver: an epoll set of the connector's pipe and,
     // once connected, the socket (level-triggered, so the outer set sees it readable).
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -168,8 +138,8 @@ bool RedisDriver::Start(std::string *error) {
     struct epoll_event ev;
     memset(&ev, 0, sizeof ev);
     ev.events = EPOLLIN;
-    ev.data.fd = core_->notify[0];
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, core_->notify[0], &ev) != 0) {
+    ev.data.fd = core_->notify.fd();
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, core_->notify.fd(), &ev) != 0) {
         *error = std::string("could not watch the pipe: ") + strerror(errno);
         return false;
     }
@@ -183,10 +153,7 @@ bool RedisDriver::Start(std::string *error) {
 }
 
 RedisDriver::~RedisDriver() {
-    {
-        std::lock_guard<std::mutex> lock(core_->mu);
-        core_->stop = true;
-    }
+    core_->RequestStop();
     conn_.Close();
     if (reader_ != nullptr)
         redisReaderFree(reader_);
@@ -203,36 +170,38 @@ void RedisDriver::StartConnector() {
         core_->error.clear();
     }
     std::shared_ptr<Core> core = core_;
-    SignalsBlocked blocked;
-    try {
-        std::thread([core] {
-            RedisConnection c;
-            std::string error;
-            bool ok = false;
-            try {
-                ok = MakeRedisConnection(core->options.config, core->options.client_name,
-                                         core->guard, &c, &error);
-            } catch (const std::exception &e) {
-                error = std::string("cannot connect to Redis: ") + e.what();
-            }
-            ERR_clear_error();
-            if (!ok)
-                c.Close();
-            std::lock_guard<std::mutex> lock(core->mu);
-            if (core->stop) {
-                c.Close();
-                return;
-            }
-            core->ready = c;
-            core->error = error;
-            core->finished = true;
-            core->Notify();
-        }).detach();
-    } catch (const std::exception &e) {
+    auto connect = [core] {
+        RedisConnection c;
+        std::string error;
+        bool ok = false;
+        try {
+            ok = MakeRedisConnection(core->options.config, core->options.client_name, core->guard,
+                                     &c, &error);
+        } catch (const std::exception &e) {
+            error = std::string("cannot connect to Redis: ") + e.what();
+        }
+        ERR_clear_error();
+        if (!ok)
+            c.Close();
+        std::lock_guard<std::mutex> lock(core->mu);
+        if (core->stop) {
+            c.Close();
+            return;
+        }
+        core->ready = c;
+        core->error = error;
+        core->finished = true;
+        core->Notify();
+    };
+    std::thread connector;
+    std::string error;
+    if (!StartThread(&connector, core, connect, "the Redis connector thread", &error)) {
         connecting_ = false;
-        last_error_ = std::string("could not start the Redis connector thread: ") + e.what();
+        last_error_ = error;
         next_connect_ms_ = MonotonicMs() + reconnect_delay_ms_;
+        return;
     }
+    connector.detach();
 }
 
 // Takes the connector's result.
@@ -537,9 +506,7 @@ int64_t RedisDriver::PollTimeoutMs() const {
 }
 
 void RedisDriver::Poll(std::vector<Outcome> &out) {
-    char buf[256];
-    while (read(core_->notify[0], buf, sizeof buf) > 0) {
-    }
+    core_->notify.Drain();
     int64_t now = MonotonicMs();
     if (connecting_)
         Adopt();
@@ -572,7 +539,7 @@ void RedisDriver::Poll(std::vector<Outcome> &out) {
                     (!ever_connected_ && (now - started_ms_ >= kOutageMs || !last_error_.empty()));
         // A probe waits for the connection (up to the reply timeout), so delivery resumes as
         // soon as the server is back; everything else is handed back.
-        bool hold = probing_ && held_.size() == 1;
+        bool hold = core_->probing.load() && held_.size() == 1;
         if (hold && probe_held_since_ms_ == 0)
             probe_held_since_ms_ = now;
         if (down && (!hold || now - probe_held_since_ms_ >= core_->options.ack_timeout_ms)) {
@@ -585,10 +552,7 @@ void RedisDriver::Poll(std::vector<Outcome> &out) {
     } else {
         probe_held_since_ms_ = 0;
     }
-    in_flight_ -= std::min(in_flight_, outcomes_.size());
-    for (Outcome &o : outcomes_)
-        out.push_back(std::move(o));
-    outcomes_.clear();
+    Deliver(outcomes_, out);
 }
 
 void RedisDriver::Abandon() {

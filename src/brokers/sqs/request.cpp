@@ -10,6 +10,7 @@
 
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/signing.hpp"
+#include "outbox/utf8.hpp"
 
 namespace outbox {
 
@@ -45,29 +46,11 @@ bool IsSqsText(std::string_view s) {
             ++i;
             continue;
         }
-        size_t len = 0;
-        uint32_t cp = 0;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
+        size_t len = Utf8SequenceLength(s, i);
+        if (len == 0)
             return false;
-        }
-        if (i + len > s.size())
-            return false;
-        for (size_t k = 1; k < len; ++k) {
-            if ((byte(i + k) & 0xC0) != 0x80)
-                return false;
-            cp = cp << 6 | (byte(i + k) & 0x3F);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE || cp == 0xFFFF)
+        // U+FFFE and U+FFFF (EF BF BE, EF BF BF) are outside SQS's character set.
+        if (len == 3 && c == 0xEF && byte(i + 1) == 0xBF && byte(i + 2) >= 0xBE)
             return false;
         i += len;
     }
