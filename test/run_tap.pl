@@ -12,6 +12,9 @@
 #   # outbox-tap: alone -- WHY
 #       it runs in the serial group, before the others, one file at a time: it asserts a
 #       latency, a rate or a ratio of times, or loads the machine on purpose.
+#   # outbox-tap: alone, loads -- WHY
+#       as alone, and it loads the machine on purpose: no file of another run's serial group
+#       runs beside it (their timings would measure its load).
 #   # outbox-tap: kafka-cluster shared|exclusive -- WHY
 #   # outbox-tap: rabbitmq shared|exclusive
 #   # outbox-tap: nats shared|exclusive
@@ -31,7 +34,8 @@
 # tests count as two: run_tap.pl --hold 2 -- make ...), the runs whose files run at the same
 # time share them in proportion to the work each has left, and while a file of a serial group
 # runs, at most one other file runs anywhere (a parallel file, or a file of another run's serial
-# group), and no build (a waiting build goes between two of its files).
+# group unless either is tagged "loads"), and no build (a waiting build goes between two of its
+# files).
 # OUTBOX_TAP_TIMES names a file of each file's seconds in an earlier run ("S FILE" lines):
 # the longest start first (files it does not know count as long).
 use strict;
@@ -169,6 +173,17 @@ sub take_serial_token {
     }
 }
 
+# Two serial files pair up only if neither loads the machine: a file tagged "loads" holds
+# serial.loads exclusively while it runs, every other serial file holds it shared.
+sub serial_pairing {
+    my ($loads) = @_;
+    return undef unless $slot_dir;
+    my $fh = lock_file('serial.loads');
+    flock($fh, $loads ? LOCK_EX : LOCK_SH) or die "serial.loads: $!\n";
+    $held{ fileno $fh } = $fh;
+    return $fh;
+}
+
 # test/run_tap.pl --hold N -- COMMAND...: runs COMMAND holding N slots (a build or the unit
 # tests, which keep both cores busy: test/run_tests holds 2 for them), so that the files of the
 # serial groups never run beside one.
@@ -229,21 +244,22 @@ my %RESOURCES = (
 
 sub tags {
     my ($file) = @_;
-    my %t = (alone => 0, uses => {});
+    my %t = (alone => 0, loads => 0, uses => {});
     open my $fh, '<', $file or die "$file: $!\n";
     while (my $line = <$fh>) {
         next unless $line =~ /^#\s*outbox-tap:\s*(.*?)\s*$/;
         (my $spec = $1) =~ s/\s*--.*$//;
         for my $tag (split /\s*,\s*/, $spec) {
-            if ($tag eq 'alone') {
-                $t{alone} = 1;
+            if ($tag eq 'alone' || $tag eq 'loads') {
+                $t{$tag} = 1;
             } elsif ($tag =~ /^(\S+)\s+(shared|exclusive)$/ && $RESOURCES{$1}) {
                 $t{uses}{$1} = $2;
             } else {
-                die "$file: unknown outbox-tap tag '$tag' (alone; kafka-cluster, rabbitmq, nats or redis, shared or exclusive)\n";
+                die "$file: unknown outbox-tap tag '$tag' (alone; loads; kafka-cluster, rabbitmq, nats or redis, shared or exclusive)\n";
             }
         }
     }
+    die "$file: 'loads' goes with 'alone'\n" if $t{loads} && !$t{alone};
     return \%t;
 }
 
@@ -500,9 +516,11 @@ if (@alone) {
     printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
       if $waited >= 1;
     while (my $file = shift @alone) {
+        my $pairing = serial_pairing($tags_of{$file}{loads});
         reap(1) until startable($file);
         start_test($file, undef);
         reap(1) while grep { $_->{kind} eq 'test' } values %children;
+        release($pairing);
         stop_unused(@alone, @parallel);
         # A build waiting elsewhere (another major's extension or unit tests: seconds with
         # ccache) goes between two files rather than after the whole group; the group goes on

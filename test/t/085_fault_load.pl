@@ -9,7 +9,7 @@
 # growing over the last 20 s), the worker's memory stays flat, and nothing is lost (kcat reads
 # every ce_id of a 64-partition topic, below the mock broker's 5 MB per partition retention;
 # the sink's log for the webhook).
-# outbox-tap: alone -- sustained load with bounds on the queue and the worker's memory
+# outbox-tap: alone, loads -- sustained load with bounds on the queue and the worker's memory
 use strict;
 use warnings;
 use List::Util qw(max);

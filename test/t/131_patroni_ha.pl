@@ -35,7 +35,7 @@
 # patroni_<scenario>.
 #
 # Scenarios can be chosen: OUTBOX_PATRONI_SCENARIOS=failover,failover_sync (default all three).
-# outbox-tap: alone -- three PostgreSQL nodes under sustained load; asserts delivery within 5 s of a promotion
+# outbox-tap: alone, loads -- three PostgreSQL nodes under sustained load; asserts delivery within 5 s of a promotion
 use strict;
 use warnings;
 use IPC::Run;
