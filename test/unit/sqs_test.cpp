@@ -161,6 +161,18 @@ TEST(SqsClassifyTest, RequestErrors) {
     EXPECT_EQ(ClassifySqsRequestError(418, "SomethingNew"), OutcomeKind::Retry);
 }
 
+// A server going away mid-answer (an outage) cut off a 200's body: no attempt is spent.
+TEST(SqsClassifyTest, StatusDecides) {
+    EXPECT_TRUE(SqsStatusDecides(200, CURLE_OK));
+    EXPECT_TRUE(SqsStatusDecides(400, CURLE_OK));
+    EXPECT_TRUE(SqsStatusDecides(500, CURLE_PARTIAL_FILE));
+    EXPECT_FALSE(SqsStatusDecides(200, CURLE_PARTIAL_FILE));
+    EXPECT_FALSE(SqsStatusDecides(200, CURLE_RECV_ERROR));
+    EXPECT_FALSE(SqsStatusDecides(0, CURLE_COULDNT_CONNECT));
+    EXPECT_FALSE(SqsStatusDecides(0, CURLE_OK));
+    EXPECT_EQ(ClassifySqsTransport(CURLE_PARTIAL_FILE, true), OutcomeKind::Defer);
+}
+
 TEST(SqsClassifyTest, Transport) {
     EXPECT_EQ(ClassifySqsTransport(CURLE_COULDNT_CONNECT, false), OutcomeKind::Defer);
     EXPECT_EQ(ClassifySqsTransport(CURLE_COULDNT_RESOLVE_HOST, false), OutcomeKind::Defer);

@@ -64,6 +64,12 @@ OutcomeKind ClassifySqsRequestError(long http_status, std::string_view code) {
     return OutcomeKind::Retry;
 }
 
+bool SqsStatusDecides(long http_status, int curl_code) {
+    if (http_status < 200)
+        return false;
+    return curl_code == CURLE_OK || http_status >= 300;
+}
+
 OutcomeKind ClassifySqsTransport(int curl_code, bool request_sent) {
     switch (curl_code) {
         case CURLE_COULDNT_RESOLVE_PROXY:

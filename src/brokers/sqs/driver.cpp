@@ -424,7 +424,7 @@ void SqsDriver::Finish(Request *r, CURLcode result) {
         }
         return;
     }
-    if (status >= 200) {
+    if (SqsStatusDecides(status, result)) {
         auto [code, message] = SqsRequestError(r->response, r->query_error);
         OutcomeKind kind =
             status < 300 ? OutcomeKind::Retry : ClassifySqsRequestError(status, code);

@@ -23,6 +23,13 @@ OutcomeKind ClassifySqsEntryFailure(bool sender_fault, std::string_view code);
 // Anything else: Retry.
 OutcomeKind ClassifySqsRequestError(long http_status, std::string_view code);
 
+// Whether a request's HTTP status decides its outcome (`curl_code` the transfer's CURLcode). A
+// complete answer's does; so does an error status whose body was cut off (SQS has refused the
+// request by then). A 2xx whose body was cut off does not: the per-entry results went with the
+// connection (a server going away mid-answer), so ClassifySqsTransport decides, as for a request
+// with no answer.
+bool SqsStatusDecides(long http_status, int curl_code);
+
 // A request that got no HTTP answer (`curl_code` a CURLcode). Nothing sent, or the connection
 // refused, reset or closed before an answer: Defer (the server is unreachable; sending the
 // batch again is safe, a FIFO queue drops the copy by its deduplication id and consumers of a
