@@ -174,14 +174,22 @@ sub take_serial_token {
 }
 
 # Two serial files pair up only if neither loads the machine: a file tagged "loads" holds
-# serial.loads exclusively while it runs, every other serial file holds it shared.
+# serial.loads exclusively while it runs, every other serial file holds it shared. A group that
+# must wait for it gives its token back meanwhile (a token held by a group running nothing kept
+# every parallel file off the machine: one file ran on it for minutes); returns the lock and the
+# token, taken again if it was given back.
 sub serial_pairing {
-    my ($loads) = @_;
-    return undef unless $slot_dir;
+    my ($loads, $token) = @_;
+    return (undef, $token) unless $slot_dir;
     my $fh = lock_file('serial.loads');
-    flock($fh, $loads ? LOCK_EX : LOCK_SH) or die "serial.loads: $!\n";
+    my $mode = $loads ? LOCK_EX : LOCK_SH;
+    if (!flock($fh, $mode | LOCK_NB)) {
+        release($token);
+        flock($fh, $mode) or die "serial.loads: $!\n";
+        (undef, $token) = take_serial_token();
+    }
     $held{ fileno $fh } = $fh;
-    return $fh;
+    return ($fh, $token);
 }
 
 # test/run_tap.pl --hold N -- COMMAND...: runs COMMAND holding N slots (a build or the unit
@@ -516,7 +524,7 @@ if (@alone) {
     printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
       if $waited >= 1;
     while (my $file = shift @alone) {
-        my $pairing = serial_pairing($tags_of{$file}{loads});
+        (my $pairing, $token) = serial_pairing($tags_of{$file}{loads}, $token);
         reap(1) until startable($file);
         start_test($file, undef);
         reap(1) while grep { $_->{kind} eq 'test' } values %children;
