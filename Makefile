@@ -91,6 +91,8 @@ UNIT_SRCS = $(wildcard test/unit/*.cpp) $(PURE_SRCS) $(KIND_SRCS) $(BROKER_SRCS)
 UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror) $(UNIT_SANITIZE)
 # Objects per file (make -j builds them in parallel), in a directory per flavour, so that a
 # sanitizer build (UNIT_SANITIZE=...) never mixes with a normal one.
+# The unit tests run in UNIT_SHARDS processes at once (test/unit/run_sharded).
+UNIT_SHARDS ?= 3
 UNIT_BUILD = test/unit/build$(if $(UNIT_SANITIZE),-sanitize)
 UNIT_OBJS = $(patsubst %.cpp,$(UNIT_BUILD)/%.o,$(UNIT_SRCS))
 
@@ -108,7 +110,7 @@ $(UNIT_BUILD)/unit_tests: $(UNIT_OBJS)
 .PHONY: unit unit-build format check-layers
 unit-build: $(UNIT_BUILD)/unit_tests $(DRIVER_HOST)
 unit: unit-build
-	OUTBOX_DRIVER=$(CURDIR)/$(DRIVER_HOST) $(UNIT_BUILD)/unit_tests
+	OUTBOX_DRIVER=$(CURDIR)/$(DRIVER_HOST) test/unit/run_sharded $(UNIT_SHARDS) $(UNIT_BUILD)/unit_tests
 
 check-layers:
 	test/check_layers
