@@ -589,8 +589,9 @@ void Dispatcher::PollAdoptions(int64_t now_ms) {
             done = true;
         }
         if (!done && (a.driver->Broken() || now_ms >= a.deadline_ms)) {
-            log_.push_back(who + (a.driver->Broken() ? "it could not be fenced or its marker read"
-                                                     : "no answer in time") +
+            log_.push_back(who +
+                           (a.driver->Broken() ? "it could not be fenced or its marker read"
+                                               : "no answer in time") +
                            "; its " + std::to_string(a.leases.tokens.size()) +
                            " lapsed batches stay leased and are adopted again later");
             done = true;

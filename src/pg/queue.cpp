@@ -262,8 +262,7 @@ void NoteClaimed(const ClaimRequest &request, uint64 n) {
 
 // Runs the lease claim; C-style code only (may ereport).
 RawRow *ClaimRaw(ClaimRequest *request, int limit, int64 lease_ms, int64 token, uint64 *count) {
-    Oid types[8] = {TEXTOID, INT8OID,        INT8OID, INT4OID,
-                    TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID};
+    Oid types[8] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID};
     SPIPlanPtr plan = KeptPlan(&claim_plan, kClaimSql, 8, types);
     Datum args[8] = {CStringGetTextDatum(request->destination.c_str()),
                      Int64GetDatum(token),

@@ -1056,15 +1056,15 @@ TEST_F(DispatcherTest, AdoptionBorrowsTheOtherWorkersIdOnceAndSettlesWhatItFound
     std::map<int, int> adopt_builds;
     ScriptedDriver *adopter = nullptr;
     bool adopter_destroyed = false;
-    dispatcher_.SetAdoptFactory([&](const DestinationSpec &spec, int index,
-                                    std::string *) -> std::unique_ptr<Driver> {
-        EXPECT_EQ(spec.name, "settlements");
-        ++adopt_builds[index];
-        adopter_destroyed = false;
-        auto d = std::make_unique<ScriptedDriver>(0, &adopter_destroyed);
-        adopter = d.get();
-        return d;
-    });
+    dispatcher_.SetAdoptFactory(
+        [&](const DestinationSpec &spec, int index, std::string *) -> std::unique_ptr<Driver> {
+            EXPECT_EQ(spec.name, "settlements");
+            ++adopt_builds[index];
+            adopter_destroyed = false;
+            auto d = std::make_unique<ScriptedDriver>(0, &adopter_destroyed);
+            adopter = d.get();
+            return d;
+        });
     DestinationSpec eos = Spec("settlements");
     eos.config.kind = &kKafkaKind;
     eos.config.delivery = Delivery::ExactlyOnce;
