@@ -204,6 +204,7 @@ std::vector<ClaimRequest> Dispatcher::PlanClaims(int64_t now_ms) {
         r.limit = limit;
         r.ordered = d.spec.config.ordering == Ordering::Key;
         r.block_on_dead = r.ordered && d.spec.config.on_dead == OnDead::Block;
+        r.exactly_once = d.spec.config.delivery == Delivery::ExactlyOnce;
         // Exactly-once: always leased, the claim committed before its transaction begins.
         r.hold_locks = d.outage_failures == 0 && d.lease_seen && d.ack_ms < kFastPathMaxAckMs &&
                        !stopping_ && d.spec.config.delivery != Delivery::ExactlyOnce;
@@ -497,6 +498,7 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
         serve(*d);
     for (auto &d : retired_)
         serve(*d);
+    PollAdoptions(now_ms);
     retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
                                   [](const auto &d) { return d->driver->InFlight() == 0; }),
                    retired_.end());
@@ -507,6 +509,98 @@ void Dispatcher::Poll(int64_t now_ms, Resolutions &out) {
         for (Resolution &r : list)
             target.push_back(std::move(r));
         list.clear();
+    }
+}
+
+std::vector<std::string> Dispatcher::AdoptionChecksDue(int64_t now_ms) {
+    std::vector<std::string> due;
+    if (stopping_ || !adopt_factory_)
+        return due;
+    for (const auto &[name, d] : destinations_) {
+        if (d->spec.paused || d->spec.config.delivery != Delivery::ExactlyOnce)
+            continue;
+        int64_t &at = adopt_check_at_[name];
+        if (now_ms < at)
+            continue;
+        // A lease lapses after lease_timeout: looking more often finds nothing sooner.
+        at = now_ms + std::max<int64_t>(100, settings_.lease_timeout_ms / 2);
+        due.push_back(name);
+    }
+    return due;
+}
+
+bool Dispatcher::Adopt(const std::string &destination, const ForeignLeases &leases,
+                       int64_t now_ms) {
+    auto it = destinations_.find(destination);
+    if (stopping_ || !adopt_factory_ || it == destinations_.end() || leases.tokens.empty() ||
+        it->second->spec.config.delivery != Delivery::ExactlyOnce)
+        return false;
+    for (const Adoption &a : adoptions_)
+        if (a.destination == destination && a.leases.worker_index == leases.worker_index)
+            return false;
+    auto key = std::make_pair(destination, leases.worker_index);
+    auto wait = adopt_not_before_.find(key);
+    if (wait != adopt_not_before_.end() && now_ms < wait->second)
+        return false;
+    // Never again within a lease: a worker that is alive after all fences the adopter in turn
+    // when it restarts its producer, and then settles its leases itself.
+    adopt_not_before_[key] = now_ms + settings_.lease_timeout_ms;
+    std::string error;
+    std::unique_ptr<Driver> driver = adopt_factory_(it->second->spec, leases.worker_index, &error);
+    if (!driver) {
+        log_.push_back(destination + ": could not adopt worker " +
+                       std::to_string(leases.worker_index) + "'s transactional.id: " + error);
+        return false;
+    }
+    drivers_built_++;
+    Adoption a;
+    a.destination = destination;
+    a.leases = leases;
+    a.driver = std::move(driver);
+    a.deadline_ms = now_ms + std::max<int64_t>(10000, settings_.lease_timeout_ms);
+    adoptions_.push_back(std::move(a));
+    return true;
+}
+
+// An adoption's driver tells the marker (a Recover resolution of the adopted leases) or fails;
+// either way it is closed at once: it only borrowed the other worker's transactional.id.
+void Dispatcher::PollAdoptions(int64_t now_ms) {
+    std::vector<Outcome> outcomes;
+    for (auto it = adoptions_.begin(); it != adoptions_.end();) {
+        Adoption &a = *it;
+        const std::string who = a.destination + ": adopting worker " +
+                                std::to_string(a.leases.worker_index) + "'s transactional.id: ";
+        outcomes.clear();
+        a.driver->Poll(outcomes);
+        std::vector<std::string> lines;
+        a.driver->TakeLog(lines);
+        for (std::string &l : lines)
+            log_.push_back(who + l);
+        bool done = false;
+        for (const Outcome &o : outcomes) {
+            if (o.kind != OutcomeKind::Marker || done)
+                continue;
+            Resolution r;
+            r.action = Resolution::Action::Recover;
+            r.lease_token = o.lease_token;
+            r.adopted_worker = a.leases.worker_index;
+            r.adopted_tokens = a.leases.tokens;
+            resolved_[a.destination].push_back(std::move(r));
+            done = true;
+        }
+        if (!done && (a.driver->Broken() || now_ms >= a.deadline_ms)) {
+            log_.push_back(who +
+                           (a.driver->Broken() ? "it could not be fenced or its marker read"
+                                               : "no answer in time") +
+                           "; its " + std::to_string(a.leases.tokens.size()) +
+                           " lapsed batches stay leased and are adopted again later");
+            done = true;
+        }
+        if (done) {
+            it = adoptions_.erase(it);
+        } else {
+            ++it;
+        }
     }
 }
 
@@ -533,6 +627,10 @@ int64_t Dispatcher::NextTimeoutMs(int64_t now_ms) const {
     for (const auto &[name, list] : resolved_)
         if (!list.empty())
             consider(0);
+    for (const Adoption &a : adoptions_) {
+        consider(a.driver->PollTimeoutMs());
+        consider(std::max<int64_t>(0, a.deadline_ms - now_ms));
+    }
     return best;
 }
 
@@ -544,6 +642,9 @@ std::vector<int> Dispatcher::WaitFds() const {
     for (const auto &d : retired_)
         if (d->driver->WaitFd() >= 0)
             fds.push_back(d->driver->WaitFd());
+    for (const Adoption &a : adoptions_)
+        if (a.driver->WaitFd() >= 0)
+            fds.push_back(a.driver->WaitFd());
     std::sort(fds.begin(), fds.end());
     fds.erase(std::unique(fds.begin(), fds.end()), fds.end());
     return fds;
@@ -551,6 +652,7 @@ std::vector<int> Dispatcher::WaitFds() const {
 
 void Dispatcher::StopAll() {
     stopping_ = true;
+    adoptions_.clear();  // nothing of theirs is in flight: the leases stay for the next worker
     for (auto &[name, d] : destinations_)
         if (d->driver)
             d->driver->Abandon();
@@ -580,6 +682,7 @@ void Dispatcher::ReleaseAll(Resolutions &out) {
     for (auto &d : retired_)
         release(*d);
     retired_.clear();
+    adoptions_.clear();
 }
 
 std::vector<int64_t> Dispatcher::LockedInFlight(const std::string &destination) const {

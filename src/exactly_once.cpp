@@ -51,4 +51,35 @@ RecoveryPlan PlanRecovery(int64_t marker_token, const std::vector<int64_t> &leas
     return plan;
 }
 
+std::vector<ForeignLeases> GroupForeignLeases(int own_index, const std::vector<int64_t> &tokens) {
+    std::vector<ForeignLeases> out;
+    for (int64_t token : tokens) {
+        int index = LeaseTokenWorker(token);
+        if (index < 0 || index == own_index)
+            continue;
+        auto it = std::find_if(out.begin(), out.end(),
+                               [&](const ForeignLeases &f) { return f.worker_index == index; });
+        if (it == out.end()) {
+            out.push_back(ForeignLeases{index, {}});
+            it = out.end() - 1;
+        }
+        if (std::find(it->tokens.begin(), it->tokens.end(), token) == it->tokens.end())
+            it->tokens.push_back(token);
+    }
+    std::sort(out.begin(), out.end(), [](const ForeignLeases &a, const ForeignLeases &b) {
+        return a.worker_index < b.worker_index;
+    });
+    return out;
+}
+
+int64_t ClaimWorkerTag(bool exactly_once, int64_t lease_token) {
+    if (!exactly_once || lease_token <= 0)
+        return 0;
+    return int64_t(uint64_t(lease_token) >> kLeaseTokenWorkerShift);
+}
+
+int64_t LeaseTokenTag(int worker_index) {
+    return int64_t(std::clamp(worker_index, 0, kMaxLeaseTokenWorkers - 1)) + 1;
+}
+
 }  // namespace outbox

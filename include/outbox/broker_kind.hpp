@@ -98,6 +98,10 @@ struct DriverContext {
     // and the worker's place in its database ("outbox-<db>-<name>-<worker index>"), so that a
     // restarted worker fences its predecessor's producer.
     std::string transactional_id;
+    // "delivery": "exactly_once", adoption (exactly_once.hpp): transactional_id is another
+    // worker index's; the driver only fences it and reads its marker (one Marker outcome, or
+    // Broken), and takes no message.
+    bool adopt = false;
 };
 
 // What a consumer of the inbox is told besides its subscription's config.

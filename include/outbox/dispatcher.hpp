@@ -16,6 +16,7 @@
 
 #include "outbox/config.hpp"
 #include "outbox/driver.hpp"
+#include "outbox/exactly_once.hpp"
 #include "outbox/message.hpp"
 
 namespace outbox {
@@ -57,6 +58,8 @@ struct Resolution {
         // "delivery": "exactly_once", once per driver start (OutcomeKind::Marker): the rows
         // this worker leased for the destination under lease_token went out in a committed
         // transaction (delete them); its other leased rows did not (due again). id is 0.
+        // With adopted_worker ≥ 0 the marker is that worker index's, read by an adoption
+        // (Dispatcher::Adopt), and only the lapsed batches adopted_tokens are settled.
         Recover,
     };
     int64_t id = 0;
@@ -68,6 +71,8 @@ struct Resolution {
     std::string error;
     // The endpoint answered 410 Gone: the write-back pauses the destination (outbox.pause).
     bool pause_destination = false;
+    int adopted_worker = -1;
+    std::vector<int64_t> adopted_tokens;
 };
 
 // Resolutions grouped by destination (the write-back runs one statement per destination and
@@ -85,6 +90,9 @@ struct ClaimRequest {
     // The fast path: lock the rows for the rest of the worker's transaction instead of leasing
     // them, and record their outcomes before it commits (see README "How it works").
     bool hold_locks = false;
+    // "delivery": "exactly_once": a row whose lapsed lease another worker index made is not
+    // claimed (that worker's transaction may have committed it): it is adopted (Adopt) first.
+    bool exactly_once = false;
     // Where the previous batch of the same transaction ended (PostgreSQL timestamp and id); the
     // first batch starts where the destination's due messages are known to begin (queue.cpp),
     // or with from_start (the poll's claims) at the beginning.
@@ -96,6 +104,10 @@ struct ClaimRequest {
 // Builds the driver for a destination; nullptr with *error when it cannot.
 using DriverFactory =
     std::function<std::unique_ptr<Driver>(const DestinationSpec &spec, std::string *error)>;
+// Builds a driver that adopts worker index `worker_index`'s transactional.id for an
+// exactly-once destination (DriverContext::adopt).
+using AdoptFactory = std::function<std::unique_ptr<Driver>(const DestinationSpec &spec,
+                                                           int worker_index, std::string *error)>;
 
 class Dispatcher {
   public:
@@ -114,6 +126,19 @@ class Dispatcher {
 
     // Work may have appeared (a commit woke us, or the poll interval passed).
     void WakeAll();
+
+    // Exactly-once adoption (exactly_once.hpp). The destinations whose claims leave lapsed leases
+    // of other worker indexes alone (not paused), and that are due a look for them now (at most
+    // once per lease_timeout/2 each).
+    void SetAdoptFactory(AdoptFactory factory) { adopt_factory_ = std::move(factory); }
+    std::vector<std::string> AdoptionChecksDue(int64_t now_ms);
+    // Starts adopting `leases.worker_index` for `destination` unless an adoption of it is under
+    // way or ended less than a lease_timeout ago; true when started. Its Recover resolution
+    // (the marker read, adopted_worker and adopted_tokens set) comes out of Poll; when the
+    // driver fails or takes longer than a lease_timeout (at least 10 s) it is dropped and logged,
+    // and the rows stay leased until the next try.
+    bool Adopt(const std::string &destination, const ForeignLeases &leases, int64_t now_ms);
+    size_t AdoptionsUnderWay() const { return adoptions_.size(); }
 
     // What to claim now: destinations that are not paused, not in outage (except a one-row
     // probe when it is due), and whose driver has room.
@@ -183,7 +208,20 @@ class Dispatcher {
     int MaxAttempts(const Destination &d) const;
     size_t Room(const Destination &d) const;
 
+    struct Adoption {
+        std::string destination;
+        ForeignLeases leases;
+        std::unique_ptr<Driver> driver;
+        int64_t deadline_ms = 0;
+    };
+    void PollAdoptions(int64_t now_ms);
+
     DriverFactory factory_;
+    AdoptFactory adopt_factory_;
+    std::vector<Adoption> adoptions_;
+    // (destination, worker index) -> when it may be adopted again; destination -> next look.
+    std::map<std::pair<std::string, int>, int64_t> adopt_not_before_;
+    std::map<std::string, int64_t> adopt_check_at_;
     std::function<void()> poll_hook_;
     DispatchSettings settings_;
     std::map<std::string, std::unique_ptr<Destination>> destinations_;

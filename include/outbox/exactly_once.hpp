@@ -38,4 +38,23 @@ struct RecoveryPlan {
 };
 RecoveryPlan PlanRecovery(int64_t marker_token, const std::vector<int64_t> &leased_tokens);
 
+// Adoption (issue 41). A worker never claims a row whose lapsed lease another worker index
+// made: that worker's transaction may have committed (or commit later, if its producer was
+// never fenced). It *adopts* that index instead: its driver fences the index's
+// transactional.id (init_transactions aborts what is open) and reads its marker, and the lapsed
+// batches found before are settled by PlanRecovery; the rest is claimed as usual.
+struct ForeignLeases {
+    int worker_index = -1;
+    std::vector<int64_t> tokens;  // lapsed lease tokens of that index, each once
+};
+// Groups lapsed lease tokens by the worker index they were made for, leaving out this worker's
+// own (`own_index`: its own driver's marker settles them) and tokens of no worker (≤ 0).
+std::vector<ForeignLeases> GroupForeignLeases(int own_index, const std::vector<int64_t> &tokens);
+// What the claim compares `lease_token >> 52` with so that it takes only unleased rows and rows
+// this worker leased: the token's worker tag (index + 1).
+int64_t LeaseTokenTag(int worker_index);
+// The tag a claim under `lease_token` passes to its SQL: the token's own for an exactly-once
+// destination, 0 (any lease may be taken over once it lapsed) otherwise.
+int64_t ClaimWorkerTag(bool exactly_once, int64_t lease_token);
+
 }  // namespace outbox

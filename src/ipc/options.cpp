@@ -12,7 +12,7 @@ namespace outbox::protocol {
 // A field added to a context without a line in its visitor would silently not reach the
 // helper: these sizes change with any new field, and then this is the place to look.
 // (libstdc++ on 64-bit Linux, the only platform the extension is built for.)
-static_assert(sizeof(DriverContext) == 240,
+static_assert(sizeof(DriverContext) == 248,
               "DriverContext changed: add the new field to VisitDriverContext "
               "(include/outbox/ipc/protocol.hpp), then update this size");
 static_assert(sizeof(ConsumerContext) == 128,

@@ -12,6 +12,7 @@
 #include "outbox/brokers/registry.hpp"
 #include "outbox/claim_book.hpp"
 #include "outbox/config.hpp"
+#include "outbox/exactly_once.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -134,6 +135,7 @@ const char *const kHeadsSql =
     "   WHERE m.ctid = ANY (ARRAY(SELECT h.tid FROM h WHERE h.due AND NOT h.blocked))"
     "     AND m.order_key IS NOT NULL AND m.destination = $1"
     "     AND m.available_at <= pg_catalog.statement_timestamp()"
+    "     AND ($7 = 0 OR m.lease_token IS NULL OR (m.lease_token >> 52) = $7)"
     "     AND " DESTINATION_AS_LOADED("$2") "   FOR UPDATE OF m SKIP LOCKED)"
     " SELECT c.id, c.event_id, c.topic, c.key, c.payload, c.payload_bytes, c.headers,"
     "        c.created_at, c.expires_at, c.attempts, c.available_at, c.ctid,"
@@ -169,6 +171,7 @@ const char *const kHeadsFollowSql =
     " WHERE m.ctid = ANY ($3) AND m.order_key IS NOT NULL AND m.destination = $1"
     "   AND m.available_at <= pg_catalog.statement_timestamp()"
     "   AND NOT (" HELD_BACK("$4", "m.key", "m.id") ")"
+    "   AND ($5 = 0 OR m.lease_token IS NULL OR (m.lease_token >> 52) = $5)"
     "   AND " DESTINATION_AS_LOADED("$2") " FOR UPDATE OF m SKIP LOCKED";
 
 // What the worker saw of its keys, written on their rows at the end of its transaction, under
@@ -419,14 +422,16 @@ void ProbeHeads(const ClaimRequest &request, int64 lease_ms, int64 lease_token,
     uint64 nclaimed = 0, nseen = 0;
     KeySeen *seen = nullptr;
     RawRow *rows = PgTry([&] {
-        Oid types[6] = {TEXTOID, TEXTOID, INT8ARRAYOID, INT8ARRAYOID, BOOLOID, INT8ARRAYOID};
-        Datum args[6] = {CStringGetTextDatum(request.destination.c_str()),
+        Oid types[7] = {TEXTOID, TEXTOID,      INT8ARRAYOID, INT8ARRAYOID,
+                        BOOLOID, INT8ARRAYOID, INT8OID};
+        Datum args[7] = {CStringGetTextDatum(request.destination.c_str()),
                          CStringGetTextDatum(request.config_json.c_str()),
                          Int8Array(order_keys),
                          Int8Array(floors),
                          BoolGetDatum(request.block_on_dead),
-                         Int8Array(versions)};
-        return HeadsRaw(KeptPlan(&heads_plan, kHeadsSql, 6, types), args, &nclaimed, &seen, &nseen);
+                         Int8Array(versions),
+                         Int64GetDatum(ClaimWorkerTag(request.exactly_once, lease_token))};
+        return HeadsRaw(KeptPlan(&heads_plan, kHeadsSql, 7, types), args, &nclaimed, &seen, &nseen);
     });
     uint64 kept = 0;
     for (uint64 i = 0; i < nclaimed; i++)
@@ -453,11 +458,12 @@ void ClaimFollowed(const ClaimRequest &request, int64 lease_ms, int64 lease_toke
     uint64 n = 0;
     FollowedRow *found = nullptr;
     RawRow *rows = PgTry([&] {
-        Oid types[4] = {TEXTOID, TEXTOID, TIDARRAYOID, BOOLOID};
-        Datum args[4] = {CStringGetTextDatum(request.destination.c_str()),
+        Oid types[5] = {TEXTOID, TEXTOID, TIDARRAYOID, BOOLOID, INT8OID};
+        Datum args[5] = {CStringGetTextDatum(request.destination.c_str()),
                          CStringGetTextDatum(request.config_json.c_str()), TidArray(tids),
-                         BoolGetDatum(request.block_on_dead)};
-        return FollowRaw(KeptPlan(&heads_follow_plan, kHeadsFollowSql, 4, types), args, &n, &found);
+                         BoolGetDatum(request.block_on_dead),
+                         Int64GetDatum(ClaimWorkerTag(request.exactly_once, lease_token))};
+        return FollowRaw(KeptPlan(&heads_follow_plan, kHeadsFollowSql, 5, types), args, &n, &found);
     });
     std::vector<KeySeen> seen;
     std::unordered_set<int64> claimed;

@@ -64,4 +64,14 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
                          protocol::EncodeOpenOptions(spec.config_json, context), error);
 }
 
+std::unique_ptr<Driver> BuildAdoptingDriver(DriverProcess *process, const DestinationSpec &spec,
+                                            const std::string &database, int worker_index,
+                                            const DispatchSettings &settings, std::string *error) {
+    DriverContext context = MakeDriverContext(spec, database, worker_index, settings);
+    context.adopt = true;
+    return process->Open(spec.config.kind->name,
+                         spec.name + " (adopting worker " + std::to_string(worker_index) + ")",
+                         protocol::EncodeOpenOptions(spec.config_json, context), error);
+}
+
 }  // namespace outbox::pg

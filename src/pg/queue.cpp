@@ -15,6 +15,7 @@
 #include "outbox/brokers/registry.hpp"
 #include "outbox/claim_book.hpp"
 #include "outbox/config.hpp"
+#include "outbox/exactly_once.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -54,13 +55,15 @@ namespace outbox::pg {
 namespace {
 
 // $6, $7: where to start (ClaimRequest::after_available_at). Column 11 is where the row was due
-// before its lease moved it.
+// before its lease moved it. $8: 0, or (exactly-once) this worker's tag: a lapsed lease of
+// another worker index is not taken over (ClaimRequest::exactly_once).
 const char *const kClaimSql =
     "WITH due AS ("
     "  SELECT c.id, c.available_at AS was_due FROM outbox.messages AS c"
     "   WHERE c.destination = $1 AND c.available_at <= pg_catalog.statement_timestamp()"
     "     AND c.order_key IS NULL"
     "     AND (c.available_at, c.id) > ($6, $7) AND " DESTINATION_AS_LOADED("$5")
+    "     AND ($8 = 0 OR c.lease_token IS NULL OR (c.lease_token >> 52) = $8)"
     "   ORDER BY c.available_at, c.id LIMIT $4"
     "   FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.messages AS m"
@@ -259,15 +262,16 @@ void NoteClaimed(const ClaimRequest &request, uint64 n) {
 
 // Runs the lease claim; C-style code only (may ereport).
 RawRow *ClaimRaw(ClaimRequest *request, int limit, int64 lease_ms, int64 token, uint64 *count) {
-    Oid types[7] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-    SPIPlanPtr plan = KeptPlan(&claim_plan, kClaimSql, 7, types);
-    Datum args[7] = {CStringGetTextDatum(request->destination.c_str()),
+    Oid types[8] = {TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID};
+    SPIPlanPtr plan = KeptPlan(&claim_plan, kClaimSql, 8, types);
+    Datum args[8] = {CStringGetTextDatum(request->destination.c_str()),
                      Int64GetDatum(token),
                      Int64GetDatum(lease_ms),
                      Int32GetDatum(limit),
                      CStringGetTextDatum(request->config_json.c_str()),
                      TimestampTzGetDatum(request->after_available_at),
-                     Int64GetDatum(request->after_id)};
+                     Int64GetDatum(request->after_id),
+                     Int64GetDatum(ClaimWorkerTag(request->exactly_once, token))};
     int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));

@@ -228,6 +228,11 @@ Worker::Worker(WorkerSlot *slot, std::string database)
                                dispatcher_->Settings(), error);
         },
         uint64(MyProcPid) << 32 ^ uint64(NowMs()));
+    dispatcher_->SetAdoptFactory(
+        [this](const DestinationSpec &spec, int worker_index, std::string *error) {
+            return BuildAdoptingDriver(drivers_.get(), spec, database_, worker_index,
+                                       dispatcher_->Settings(), error);
+        });
     dispatcher_->SetPollHook([this] { drivers_->Service(); });
     dispatcher_->SetSettings(CurrentSettings());
     if (!pg_strong_random(&lease_base_, sizeof lease_base_))
@@ -297,6 +302,8 @@ void Worker::WriteBackAndClaim(bool claim,
                                std::vector<ClaimRequest> *fast, bool sweep) {
     std::map<std::string, WriteBackCounts> counts;
     Resolutions failed;  // destinations whose write-back failed in this turn
+    // Exactly-once: lapsed leases of other worker indexes, to adopt after the commit.
+    std::vector<std::pair<std::string, std::vector<int64_t>>> lapsed;
     ExtensionState extension = ExtensionState::Ready;
     std::string version;
     bool subscriptions = false;
@@ -336,6 +343,13 @@ void Worker::WriteBackAndClaim(bool claim,
         if (!claim)
             return;
         DebugPause("before-claim");
+        for (const std::string &name : dispatcher_->AdoptionChecksDue(NowMs())) {
+            if (failed.count(name))
+                continue;
+            std::vector<int64_t> tokens = LapsedForeignLeases(name, slot_->worker_index);
+            if (!tokens.empty())
+                lapsed.emplace_back(name, std::move(tokens));
+        }
         SetState(kWorkerClaiming);
         int64 lease_ms = dispatcher_->Settings().lease_timeout_ms;
         for (ClaimRequest &request : dispatcher_->PlanClaims(NowMs())) {
@@ -387,6 +401,10 @@ void Worker::WriteBackAndClaim(bool claim,
         PgTry([] { XLogFlush(XactLastCommitEnd); });
     Publish(pending_, counts);
     pending_ = std::move(failed);
+    // Outside the transaction: building a driver waits for the driver process's answer.
+    for (const auto &[name, tokens] : lapsed)
+        for (const ForeignLeases &leases : GroupForeignLeases(slot_->worker_index, tokens))
+            dispatcher_->Adopt(name, leases, NowMs());
 }
 
 // One destination's write-back, in a subtransaction of its own: when it fails (a constraint or
@@ -406,7 +424,12 @@ bool Worker::WriteBackOne(const std::string &destination,
                 continue;
             }
             int64_t batches = 0;
-            *written += RecoverLeased(destination, slot_->worker_index, r.lease_token, &batches);
+            if (r.adopted_worker >= 0)
+                *written += RecoverAdopted(destination, r.adopted_worker, r.lease_token,
+                                           r.adopted_tokens, &batches);
+            else
+                *written +=
+                    RecoverLeased(destination, slot_->worker_index, r.lease_token, &batches);
             recovered += batches;
         }
         if (!plain.empty())

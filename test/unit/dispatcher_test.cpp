@@ -72,6 +72,15 @@ class ScriptedDriver : public Driver {
     }
 
     void SetProbing(bool probing) override { probing_calls.push_back(probing); }
+    bool Broken() const override { return broken; }
+
+    // Scripts the Marker outcome an exactly-once driver tells first (an adoption's only one).
+    void TellMarker(int64_t token) {
+        Outcome o;
+        o.kind = OutcomeKind::Marker;
+        o.lease_token = token;
+        pending_.push_back(std::move(o));
+    }
 
     // Scripts the outcome of in-flight message `id`; Poll returns it.
     void Finish(int64_t id, OutcomeKind kind, const std::string &error = "",
@@ -86,6 +95,7 @@ class ScriptedDriver : public Driver {
     std::vector<bool> probing_calls;
     std::vector<std::string> log;
     bool abandoned = false;
+    bool broken = false;
 
   private:
     static Outcome MakeOutcome(const Message &m, OutcomeKind kind, const std::string &error,
@@ -1037,6 +1047,86 @@ TEST_F(DispatcherTest, TheClaimWindowIsWideOnlyWhileClaimsComeBackFull) {
     EXPECT_EQ(DriverOf("hooks").InFlight(), 7u);
     EXPECT_EQ(dispatcher_.Capacity("hooks"), 25u);
     ASSERT_EQ(claim(4, kT0 + 16), 4) << "past two batches while claims come back full";
+}
+
+// Exactly-once (issue 41): another worker index's lapsed leases are adopted through a driver of
+// that index's transactional.id, built once per lease at most and closed as soon as it told
+// the marker, which then settles exactly the batches that were found.
+TEST_F(DispatcherTest, AdoptionBorrowsTheOtherWorkersIdOnceAndSettlesWhatItFound) {
+    std::map<int, int> adopt_builds;
+    ScriptedDriver *adopter = nullptr;
+    bool adopter_destroyed = false;
+    dispatcher_.SetAdoptFactory(
+        [&](const DestinationSpec &spec, int index, std::string *) -> std::unique_ptr<Driver> {
+            EXPECT_EQ(spec.name, "settlements");
+            ++adopt_builds[index];
+            adopter_destroyed = false;
+            auto d = std::make_unique<ScriptedDriver>(0, &adopter_destroyed);
+            adopter = d.get();
+            return d;
+        });
+    DestinationSpec eos = Spec("settlements");
+    eos.config.kind = &kKafkaKind;
+    eos.config.delivery = Delivery::ExactlyOnce;
+    DispatchSettings settings = dispatcher_.Settings();
+    settings.lease_timeout_ms = 4000;
+    dispatcher_.SetSettings(settings);
+    dispatcher_.SetDestinations(Specs({eos, Spec("hooks")}));
+    // Only the exactly-once destination is looked at, at most every half lease.
+    EXPECT_EQ(dispatcher_.AdoptionChecksDue(kT0), std::vector<std::string>{"settlements"});
+    EXPECT_TRUE(dispatcher_.AdoptionChecksDue(kT0 + 1999).empty());
+    EXPECT_EQ(dispatcher_.AdoptionChecksDue(kT0 + 2000).size(), 1u);
+    // Its claims leave other workers' lapsed leases alone; the others' claims do not.
+    std::vector<ClaimRequest> plan = dispatcher_.PlanClaims(kT0);
+    ASSERT_NE(Planned(plan, "settlements"), nullptr);
+    ASSERT_NE(Planned(plan, "hooks"), nullptr);
+    EXPECT_TRUE(Planned(plan, "settlements")->exactly_once);
+    EXPECT_FALSE(Planned(plan, "hooks")->exactly_once);
+
+    int64_t a1 = LeaseTokenFor(1, 10), a2 = LeaseTokenFor(1, 11);
+    ForeignLeases leases{1, {a1, a2}};
+    EXPECT_FALSE(dispatcher_.Adopt("hooks", leases, kT0));  // not exactly-once
+    EXPECT_TRUE(dispatcher_.Adopt("settlements", leases, kT0));
+    EXPECT_FALSE(dispatcher_.Adopt("settlements", leases, kT0 + 1));  // under way
+    EXPECT_EQ(adopt_builds[1], 1);
+    EXPECT_EQ(dispatcher_.AdoptionsUnderWay(), 1u);
+    EXPECT_TRUE(PollFor("settlements", kT0 + 2).empty());  // no marker yet
+    adopter->TellMarker(a2);
+    Resolution res = PollOne("settlements", kT0 + 3);
+    EXPECT_EQ(res.action, Resolution::Action::Recover);
+    EXPECT_EQ(res.lease_token, a2);
+    EXPECT_EQ(res.adopted_worker, 1);
+    EXPECT_EQ(res.adopted_tokens, (std::vector<int64_t>{a1, a2}));
+    EXPECT_TRUE(adopter_destroyed);  // closed at once: the id was only borrowed
+    EXPECT_EQ(dispatcher_.AdoptionsUnderWay(), 0u);
+
+    // Not again within a lease of the last try, whatever the next look finds.
+    EXPECT_FALSE(dispatcher_.Adopt("settlements", leases, kT0 + 3999));
+    EXPECT_TRUE(dispatcher_.Adopt("settlements", leases, kT0 + 4000));
+    EXPECT_EQ(adopt_builds[1], 2);
+    // A driver that could not fence the id or read the marker is dropped and logged; the rows
+    // stay leased (nothing is resolved) until a later try.
+    adopter->broken = true;
+    EXPECT_TRUE(PollFor("settlements", kT0 + 4001).empty());
+    EXPECT_TRUE(adopter_destroyed);
+    std::vector<std::string> lines;
+    dispatcher_.TakeLog(lines);
+    ASSERT_FALSE(lines.empty());
+    EXPECT_NE(lines.back().find("adopting worker 1's transactional.id"), std::string::npos)
+        << lines.back();
+    EXPECT_FALSE(dispatcher_.Adopt("settlements", leases, kT0 + 5000));
+    // One that does not answer is dropped at its deadline (a lease, at least 10 s).
+    EXPECT_TRUE(dispatcher_.Adopt("settlements", leases, kT0 + 8001));
+    EXPECT_TRUE(PollFor("settlements", kT0 + 18000).empty());
+    EXPECT_EQ(dispatcher_.AdoptionsUnderWay(), 1u);
+    EXPECT_TRUE(PollFor("settlements", kT0 + 18001).empty());
+    EXPECT_EQ(dispatcher_.AdoptionsUnderWay(), 0u);
+    // Shutdown drops one under way, and starts none.
+    EXPECT_TRUE(dispatcher_.Adopt("settlements", leases, kT0 + 30000));
+    dispatcher_.StopAll();
+    EXPECT_EQ(dispatcher_.AdoptionsUnderWay(), 0u);
+    EXPECT_FALSE(dispatcher_.Adopt("settlements", leases, kT0 + 60000));
+    EXPECT_TRUE(dispatcher_.AdoptionChecksDue(kT0 + 60000).empty());
 }
 
 }  // namespace

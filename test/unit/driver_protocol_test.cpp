@@ -467,6 +467,8 @@ TEST(DriverProtocolTest, DriverOpenOptionsRoundTripFieldByField) {
     c.config_by_superuser = true;
     c.address_rule = {true, "10.0.0.0/8"};
     c.webhook_allowed_networks = "192.168.0.0/16";
+    c.transactional_id = "outbox-app-orders-1";
+    c.adopt = true;
     const std::string config = R"({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 2})";
     std::string back_config, error;
     DriverContext back;
@@ -483,6 +485,8 @@ TEST(DriverProtocolTest, DriverOpenOptionsRoundTripFieldByField) {
     EXPECT_TRUE(back.address_rule.guarded);
     EXPECT_EQ(back.address_rule.allowed_networks, "10.0.0.0/8");
     EXPECT_EQ(back.webhook_allowed_networks, "192.168.0.0/16");
+    EXPECT_EQ(back.transactional_id, "outbox-app-orders-1");
+    EXPECT_TRUE(back.adopt);
 }
 
 TEST(DriverProtocolTest, OpenOptionsOfAnotherBuildOrCutShortAreRefused) {

@@ -57,3 +57,29 @@ TEST(ExactlyOnce, AMarkerOfABatchAlreadyWrittenBackSettlesNothingTwice) {
     EXPECT_TRUE(plan.delivered.empty());
     EXPECT_EQ(plan.released, (std::vector<int64_t>{33}));
 }
+
+TEST(ExactlyOnce, ForeignLeasesAreGroupedByTheWorkerThatMadeThem) {
+    int64_t a1 = LeaseTokenFor(1, 10), a2 = LeaseTokenFor(1, 11);
+    int64_t b1 = LeaseTokenFor(4, 10);
+    int64_t own = LeaseTokenFor(0, 12);
+    std::vector<ForeignLeases> found = GroupForeignLeases(0, {b1, a1, own, a2, a1, 0, -1});
+    ASSERT_EQ(found.size(), 2u);
+    EXPECT_EQ(found[0].worker_index, 1);
+    EXPECT_EQ(found[0].tokens, (std::vector<int64_t>{a1, a2}));
+    EXPECT_EQ(found[1].worker_index, 4);
+    EXPECT_EQ(found[1].tokens, (std::vector<int64_t>{b1}));
+    // Its own lapsed leases are never adopted: its own marker settles them.
+    EXPECT_TRUE(GroupForeignLeases(1, {a1, a2}).empty());
+}
+
+TEST(ExactlyOnce, TheClaimsTagIsTheTokensHighBits) {
+    for (int index : {0, 1, 7, kMaxLeaseTokenWorkers - 1})
+        EXPECT_EQ(LeaseTokenFor(index, 12345) >> kLeaseTokenWorkerShift, LeaseTokenTag(index));
+}
+
+TEST(ExactlyOnce, OnlyExactlyOnceClaimsLeaveOtherWorkersLapsedLeasesAlone) {
+    int64_t t = LeaseTokenFor(3, 99);
+    EXPECT_EQ(ClaimWorkerTag(true, t), LeaseTokenTag(3));
+    EXPECT_EQ(ClaimWorkerTag(false, t), 0);
+    EXPECT_EQ(ClaimWorkerTag(true, 0), 0);  // the fast path's locks: never exactly-once
+}

@@ -34,8 +34,8 @@ namespace outbox::protocol {
 // Bumped on any change of the frames; the helper says its version first (Hello) and a worker
 // that finds another one does not use it (the module and the helper are installed together).
 // 3: the Kafka consumer (Assign, Credit, Records, ConsumerState); 4: Open carries the config
-// (the helper checks it), Check and Checked.
-constexpr uint32_t kVersion = 4;
+// (the helper checks it), Check and Checked; 5: the driver context's "adopt" (exactly_once.hpp).
+constexpr uint32_t kVersion = 5;
 
 // How outbox-driver exits other than 0 (its worker's end closed) or by a signal; the supervisor
 // names the cause in its log line.
@@ -245,6 +245,7 @@ void VisitDriverContext(Context &c, V &&v) {
     v("address_rule.allowed_networks", c.address_rule.allowed_networks);
     v("webhook_allowed_networks", c.webhook_allowed_networks);
     v("transactional_id", c.transactional_id);
+    v("adopt", c.adopt);
 }
 
 template <typename Context, typename V>

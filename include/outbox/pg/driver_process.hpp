@@ -28,4 +28,10 @@ std::unique_ptr<Driver> BuildDriver(DriverProcess *process, const DestinationSpe
                                     const std::string &database, int worker_index,
                                     const DispatchSettings &settings, std::string *error);
 
+// Exactly-once adoption (exactly_once.hpp): a driver of `spec` with worker `worker_index`'s
+// transactional.id that only fences it and reads its marker (DriverContext::adopt).
+std::unique_ptr<Driver> BuildAdoptingDriver(DriverProcess *process, const DestinationSpec &spec,
+                                            const std::string &database, int worker_index,
+                                            const DispatchSettings &settings, std::string *error);
+
 }  // namespace outbox::pg

@@ -37,6 +37,11 @@ std::unique_ptr<Driver> Open(const DestinationConfig &config, const DriverContex
                                 ? static_cast<size_t>(options.config.max_in_flight)
                                 : context.default_in_flight;
     options.transactional_id = context.transactional_id;
+    options.adopt = context.adopt;
+    if (context.adopt && config.delivery != Delivery::ExactlyOnce) {
+        *error = "only an exactly-once destination's transactional.id can be adopted";
+        return nullptr;
+    }
     if (config.delivery == Delivery::ExactlyOnce)
         return MakeKafkaTxnDriver(options, error);
     return MakeKafkaDriver(options, error);

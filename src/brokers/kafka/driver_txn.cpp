@@ -12,6 +12,11 @@
 // outbox-driver process serves every destination of its worker, so they run on a thread of the
 // driver's own. Poll, on the helper's thread, only takes what that thread finished (under a
 // mutex) and never blocks. librdkafka's callbacks are served by the driver's thread alone.
+//
+// Adoption (KafkaDriverOptions::adopt, exactly_once.hpp): the transactional.id is another worker
+// index's. The driver fences it and reads its marker, once (a few tries within the call
+// timeout), and stops: the Marker outcome, or Broken. It must not retry for long: that worker,
+// if it is alive after all, restarts its producer and fences this one in turn.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -58,7 +63,7 @@ class KafkaTxnDriver final : public Driver {
     // One batch at a time, and none before the marker was read.
     size_t Capacity() const override {
         std::lock_guard<std::mutex> lock(mu_);
-        return !marker_told_ || fatal_ || in_flight_ > 0 ? 0 : max_in_flight_;
+        return adopt_ || !marker_told_ || fatal_ || in_flight_ > 0 ? 0 : max_in_flight_;
     }
     int WaitFd() const override { return pipe_[0]; }
     int64_t PollTimeoutMs() const override { return -1; }
@@ -115,6 +120,7 @@ class KafkaTxnDriver final : public Driver {
     int64_t call_timeout_ms_ = 10000;
     int64_t sequence_ = 0;  // the last committed batch's number (the marker's offset)
     size_t max_in_flight_ = 1000;
+    bool adopt_ = false;
     BrokerGuard guard_;
     int pipe_[2] = {-1, -1};
     std::thread thread_;
@@ -153,6 +159,7 @@ bool KafkaTxnDriver::Init(const KafkaDriverOptions &options, std::string *error)
     marker_topic_ = options.config.default_topic;
     properties_ = options.config.properties;
     max_in_flight_ = std::max<size_t>(1, options.max_in_flight);
+    adopt_ = options.adopt;
     if (transactional_id_.empty() || marker_topic_.empty()) {
         *error = "an exactly-once destination needs a transactional.id and a topic";
         rd_kafka_conf_destroy(conf);
@@ -356,13 +363,15 @@ bool KafkaTxnDriver::ReadMarker(int64_t *token) {
 // Fences the predecessor, reads the marker and tells it (the first outcome); false when the
 // driver cannot go on (fatal) or stops.
 bool KafkaTxnDriver::Start() {
-    for (;;) {
+    // Adopting: a few tries, then Broken (the worker tries again later, not in a loop here).
+    const int tries = adopt_ ? 3 : -1;
+    for (int attempt = 1;; attempt++) {
         if (Stopping())
             return false;
         rd_kafka_error_t *e = rd_kafka_init_transactions(rk_, int(call_timeout_ms_));
         if (e == nullptr)
             break;
-        bool fatal = rd_kafka_error_is_fatal(e);
+        bool fatal = rd_kafka_error_is_fatal(e) || attempt == tries;
         Log(std::string("init_transactions: ") + rd_kafka_error_name(e) + ": " +
             rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
@@ -383,9 +392,13 @@ bool KafkaTxnDriver::Start() {
         rd_kafka_topic_destroy(rkt);
     }
     int64_t token = 0;
-    while (!ReadMarker(&token)) {
+    for (int attempt = 1; !ReadMarker(&token); attempt++) {
         if (Stopping())
             return false;
+        if (attempt == tries) {
+            Finish({}, true);
+            return false;
+        }
         Pause(1000);
     }
     Outcome marker;
@@ -590,7 +603,7 @@ void KafkaTxnDriver::Deliver(std::vector<Message> &batch) {
 }
 
 void KafkaTxnDriver::Run() {
-    if (!Start())
+    if (!Start() || adopt_)
         return;
     for (;;) {
         std::vector<Message> batch;

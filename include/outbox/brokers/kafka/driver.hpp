@@ -19,6 +19,7 @@ struct KafkaDriverOptions {
     size_t max_in_flight;            // messages handed to librdkafka and not yet reported
     BrokerAddressRule address_rule;  // outbox.broker_allowed_networks, when guarded
     std::string transactional_id;    // "delivery": "exactly_once" (DriverContext)
+    bool adopt = false;              // fence transactional_id, read its marker, nothing else
 };
 
 // A ready producer, or nullptr with *error set (librdkafka refused the configuration).
@@ -26,6 +27,7 @@ std::unique_ptr<Driver> MakeKafkaDriver(const KafkaDriverOptions &options, std::
 
 // "delivery": "exactly_once": a transactional producer, one transaction per batch, each with its
 // marker (driver_txn.cpp). Its first outcome is OutcomeKind::Marker; it takes no batch before.
+// With `adopt` that is all it does (one attempt; Broken when it fails), and it takes no batch.
 std::unique_ptr<Driver> MakeKafkaTxnDriver(const KafkaDriverOptions &options, std::string *error);
 
 }  // namespace outbox
