@@ -560,6 +560,17 @@ sub mosquitto_node { return OutboxTest::BrokerNode->start('mosquitto', @_) }
 # sqs kind (issue 42): ElasticMQ (test/tools/sqs_node), checked with boto3.
 push @EXPORT, qw(sqs_node);
 sub sqs_node { return OutboxTest::BrokerNode->start('sqs', @_) }
+# sqs kind: moto in server mode (test/tools/moto_node), which verifies Signature Version 4 and IAM
+# permissions once its authentication is on (moto_auth); checked with boto3 signing with the
+# credentials given to sqs_sign_as. Region "eu-west-1" unless region => R.
+push @EXPORT, qw(moto_node);
+sub moto_node {
+    my (%opts) = @_;
+    my $region = delete $opts{region};
+    my $self = OutboxTest::BrokerNode->start('moto', %opts);
+    $self->{region} = $region // 'eu-west-1';
+    return $self;
+}
 
 package OutboxTest::BrokerNode;
 
@@ -608,7 +619,7 @@ sub dir { $_[0]{dir} }
 sub url {
     my ($self) = @_;
     return "127.0.0.1:$self->{port}" if $self->{kind} eq 'redis';    # redis: "server"
-    return "http://127.0.0.1:$self->{port}" if $self->{kind} eq 'sqs';    # sqs kind (issue 42)
+    return "http://127.0.0.1:$self->{port}" if $self->sqs_like;    # sqs kind (issue 42)
     return $self->{kind} eq 'rabbitmq' ? "amqp://guest:guest\@127.0.0.1:$self->{port}"
       : "nats://127.0.0.1:$self->{port}";
 }
@@ -628,14 +639,57 @@ sub up { my ($self) = @_; $self->tool('start', @{ $self->{args} }); }
 # Stop the server process (an outage as clients see it: connections closed, then refused).
 sub down { $_[0]->tool('stop') }
 
-# broker_client.py with the test venv's python; returns stdout.
+# broker_client.py with the test venv's python; returns stdout. moto's sqs-* calls are signed
+# for the server's region with the credentials of sqs_sign_as.
 sub client {
     my ($self, @args) = @_;
     my ($out, $err) = ('', '');
-    IPC::Run::run([$venv_python, "$root/test/tools/broker_client.py", @args,
+    my @sign;
+    if ($self->{kind} eq 'moto' && $args[0] =~ /^sqs-/) {
+        my $c = $self->{credentials} // {};
+        @sign = ('--region', $self->{region},
+            map { defined $c->{ $_->[1] } ? ($_->[0], $c->{ $_->[1] }) : () }
+              [ '--access-key', 'access_key_id' ], [ '--secret-key', 'secret_access_key' ],
+              [ '--session-token', 'session_token' ]);
+    }
+    IPC::Run::run([$venv_python, "$root/test/tools/broker_client.py", @args, @sign,
             '--port', $self->{port}], '>', \$out, '2>', \$err, IPC::Run::timeout(300))
       or die "broker_client.py @args failed: $err";
     return $out;
+}
+
+# sqs kind: whether this is an SQS server (ElasticMQ, or moto).
+sub sqs_like { $_[0]{kind} eq 'sqs' || $_[0]{kind} eq 'moto' }
+
+# moto: the credentials (a hash as sqs_principal returns) boto3 signs with from now on; undef:
+# any (which moto takes while its authentication is off).
+sub sqs_sign_as { $_[0]{credentials} = $_[1] }
+
+# moto: an IAM user $name (role => 1: a role, assumed through moto's STS) allowed to send to
+# and read the queues @$queues, created while authentication is off; its credentials
+# {access_key_id, secret_access_key[, session_token]}.
+sub sqs_principal {
+    my ($self, $name, $queues, %o) = @_;
+    return decode_json($self->client('sqs-principal', '--name', $name, '--queue', @$queues,
+        ($o{role} ? ('--role') : ())));
+}
+
+# moto: authentication on (every request from now on is verified) or off.
+sub moto_auth {
+    my ($self, $on) = @_;
+    $self->client('moto-auth', '--after', $on ? '0' : 'inf');
+}
+
+# moto: the signed requests it has answered so far (test/tools/moto_server.py).
+sub moto_requests {
+    my ($self) = @_;
+    my @got;
+    open my $fh, '<', "$self->{dir}/requests.jsonl" or return [];
+    while (my $line = <$fh>) {
+        push @got, decode_json($line) if $line =~ /\n\z/;
+    }
+    close $fh;
+    return \@got;
 }
 
 # RabbitMQ: a durable exchange (type topic unless given) and a durable queue bound to it.
@@ -668,8 +722,8 @@ sub sqs_queue {
 sub sqs_config {
     my ($self, $queue, %extra) = @_;
     return JSON::PP->new->canonical->encode({ queue_url => "$self->{queue_urls}{$queue}",
-        region => 'elasticmq', access_key_id => 'outbox', secret_access_key => 'outbox-secret',
-        %extra });
+        region => $self->{region} // 'elasticmq', access_key_id => 'outbox',
+        secret_access_key => 'outbox-secret', %extra });
 }
 
 sub nats_delete_stream {
@@ -687,9 +741,11 @@ sub received {
     # redis: the entries of the stream, in stream order, their fields as "headers".
     return $self->redis_received($name, $file) if $self->{kind} eq 'redis';
     $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-drain', '--queue', $name)
-        : $self->{kind} eq 'sqs' ? ('sqs-drain', '--queue', $name)
+        : $self->sqs_like ? ('sqs-drain', '--queue', $name)
         : ('nats-drain', '--stream', $name), '--out', $file,
-        '--idle', $o{idle} // ($self->{kind} eq 'sqs' ? 1 : 0.5));
+        '--idle', $o{idle} // ($self->sqs_like ? 1 : 0.5),
+        # sqs: threads => 1 reads a queue in its order (each batch deleted before the next)
+        (defined $o{threads} ? ('--threads', $o{threads}) : ()));
     my @got;
     open my $fh, '<', $file or return [];
     while (my $line = <$fh>) {
@@ -717,7 +773,7 @@ sub redis_received {
 sub id_header {
     my ($self) = @_;
     return { rabbitmq => 'cloudEvents:id', nats => 'ce-id', redis => 'ce_id', sqs => 'ce-id',
-        mosquitto => 'id' }->{ $self->{kind} };  # mqtt: the user property
+        moto => 'ce-id', mosquitto => 'id' }->{ $self->{kind} };  # mqtt: the user property
 }
 
 # The event ids received (cloudEvents:id / ce-id / ce_id), repeats included.
@@ -768,7 +824,8 @@ sub container {
 
 # The destination kind this server is for.
 sub destination_kind {
-    { rabbitmq => 'amqp', nats => 'nats', redis => 'redis', mosquitto => 'mqtt', sqs => 'sqs' }
+    { rabbitmq => 'amqp', nats => 'nats', redis => 'redis', mosquitto => 'mqtt', sqs => 'sqs',
+      moto => 'sqs' }
         ->{ $_[0]{kind} }
 }
 
@@ -782,7 +839,7 @@ sub count {
         return $n;
     }
     my $n = $self->client($self->{kind} eq 'rabbitmq' ? ('amqp-count', '--queue', $name)
-        : $self->{kind} eq 'sqs' ? ('sqs-count', '--queue', $name)
+        : $self->sqs_like ? ('sqs-count', '--queue', $name)
         : ('nats-count', '--stream', $name));
     chomp $n;
     return $n;

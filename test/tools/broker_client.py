@@ -17,6 +17,14 @@ everything it received so far). Run with the test venv's python (test/install_de
   broker_client.py sqs-drain    --port P --queue Q --out FILE [--idle 0.5] [--threads 4]
   broker_client.py sqs-count    --port P --queue Q
   broker_client.py sqs-send     --port P --queue Q --count N   (direct SendMessageBatch of 10)
+  broker_client.py sqs-principal --port P --queue Q... --name N [--role]
+                                 an IAM user N (or, with --role, a role N assumed through STS)
+                                 allowed to send to and read the queues; prints its credentials
+                                 as JSON {access_key_id, secret_access_key[, session_token]}
+  broker_client.py moto-auth    --port P --after N   (moto: requests are authenticated after N
+                                 more; 0: from now on, inf: never)
+  Every sqs-* command signs with --region (default elasticmq), --access-key, --secret-key
+  (default "verify") and --session-token (default none).
 
 Each drained message is one line: {"routing_key"/"subject", "headers", "properties" (amqp),
 "body_b64", "body" (text or null), "seq" (nats stream sequence), "redelivered"}.
@@ -200,18 +208,23 @@ async def nats_publish(a):
 # ---------------------------------------------------------------------------------------------
 # SQS (boto3) -- sqs kind (issue 42)
 # ---------------------------------------------------------------------------------------------
-def _sqs(port):
+def _sqs(port, a=None, service="sqs"):
+    """A boto3 client of `service` on 127.0.0.1:port, signing with the credentials and region
+    of the command line (ElasticMQ takes any; moto with its authentication on checks them)."""
     import boto3
     from botocore.config import Config
 
-    return boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="elasticmq",
-                        aws_access_key_id="verify", aws_secret_access_key="verify",
+    return boto3.client(service, endpoint_url=f"http://127.0.0.1:{port}",
+                        region_name=getattr(a, "region", None) or "elasticmq",
+                        aws_access_key_id=getattr(a, "access_key", None) or "verify",
+                        aws_secret_access_key=getattr(a, "secret_key", None) or "verify",
+                        aws_session_token=getattr(a, "session_token", None),
                         config=Config(retries={"max_attempts": 10, "mode": "standard"},
                                       max_pool_connections=16))
 
 
 def sqs_create(a):
-    c = _sqs(a.port)
+    c = _sqs(a.port, a)
     attrs = {}
     if a.queue.endswith(".fifo"):
         attrs["FifoQueue"] = "true"
@@ -221,7 +234,7 @@ def sqs_create(a):
 
 
 def sqs_delete(a):
-    c = _sqs(a.port)
+    c = _sqs(a.port, a)
     c.delete_queue(QueueUrl=c.get_queue_url(QueueName=a.queue)["QueueUrl"])
 
 
@@ -230,7 +243,7 @@ def sqs_drain(a):
     written to the file before it is deleted from the queue."""
     import threading
 
-    c = _sqs(a.port)
+    c = _sqs(a.port, a)
     url = c.get_queue_url(QueueName=a.queue)["QueueUrl"]
     lock = threading.Lock()
     count = [0]
@@ -272,7 +285,7 @@ def sqs_drain(a):
 
 
 def sqs_count(a):
-    c = _sqs(a.port)
+    c = _sqs(a.port, a)
     url = c.get_queue_url(QueueName=a.queue)["QueueUrl"]
     attrs = c.get_queue_attributes(QueueUrl=url, AttributeNames=[
         "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
@@ -282,7 +295,7 @@ def sqs_count(a):
 
 def sqs_send(a):
     """Direct SendMessageBatch calls of 10 (the bench's and the tests' reference client)."""
-    c = _sqs(a.port)
+    c = _sqs(a.port, a)
     url = c.get_queue_url(QueueName=a.queue)["QueueUrl"]
     start = time.time()
     for i in range(0, a.count, 10):
@@ -290,6 +303,52 @@ def sqs_send(a):
             {"Id": str(j), "MessageBody": json.dumps({"n": i + j})}
             for j in range(min(10, a.count - i))])
     print("%.3f" % (time.time() - start))
+
+
+def sqs_principal(a):
+    """An IAM user (or a role assumed through STS, --role) allowed to send to the queues --queue
+    names and to read them back, and its credentials. Run while moto's authentication is off
+    (moto-auth): moto then takes any signature for the IAM and STS calls."""
+    sqs = _sqs(a.port, a)
+    iam = _sqs(a.port, a, "iam")
+    arns = [sqs.get_queue_attributes(QueueUrl=sqs.get_queue_url(QueueName=q)["QueueUrl"],
+                                      AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            for q in a.queue]
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [
+        # AWS authorizes SendMessageBatch as sqs:SendMessage; moto checks the operation's own
+        # name (sqs:SendMessageBatch): both are allowed, on these queues only.
+        {"Effect": "Allow", "Resource": arns, "Action": [
+            "sqs:SendMessage", "sqs:SendMessageBatch", "sqs:ReceiveMessage",
+            "sqs:DeleteMessage", "sqs:DeleteMessageBatch", "sqs:GetQueueAttributes"]},
+        # moto checks GetQueueUrl (it names the queue, not its URL) against resource "*".
+        {"Effect": "Allow", "Resource": "*", "Action": "sqs:GetQueueUrl"}]})
+    if not a.role:
+        iam.create_user(UserName=a.name)
+        iam.put_user_policy(UserName=a.name, PolicyName="outbox-sqs", PolicyDocument=policy)
+        key = iam.create_access_key(UserName=a.name)["AccessKey"]
+        print(json.dumps({"access_key_id": key["AccessKeyId"],
+                          "secret_access_key": key["SecretAccessKey"]}))
+        return
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]})
+    role = iam.create_role(RoleName=a.name, AssumeRolePolicyDocument=trust)["Role"]
+    iam.put_role_policy(RoleName=a.name, PolicyName="outbox-sqs", PolicyDocument=policy)
+    creds = _sqs(a.port, a, "sts").assume_role(RoleArn=role["Arn"],
+                                               RoleSessionName="outbox")["Credentials"]
+    print(json.dumps({"access_key_id": creds["AccessKeyId"],
+                      "secret_access_key": creds["SecretAccessKey"],
+                      "session_token": creds["SessionToken"]}))
+
+
+def moto_auth(a):
+    """moto's INITIAL_NO_AUTH_ACTION_COUNT, set on the running server (/moto-api/reset-auth)."""
+    import urllib.request
+
+    # Not a form (urllib's default type): moto reads the number from the raw body.
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{a.port}/moto-api/reset-auth", data=a.after.encode(),
+            headers={"Content-Type": "text/plain"}, method="POST"), timeout=30) as r:
+        print(r.read().decode())
 # --- end of the sqs kind's block
 
 
@@ -338,6 +397,20 @@ def main():
         s.add_argument("--threads", type=int, default=4)
         s.add_argument("--max-size", type=int)
         s.add_argument("--count", type=int, default=1)
+    s = sub.add_parser("sqs-principal")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--queue", nargs="+", required=True)
+    s.add_argument("--name", required=True)
+    s.add_argument("--role", action="store_true")
+    for s in (sub.choices[name] for name in ("sqs-create", "sqs-delete", "sqs-drain", "sqs-count",
+                                             "sqs-send", "sqs-principal")):
+        s.add_argument("--region")
+        s.add_argument("--access-key")
+        s.add_argument("--secret-key")
+        s.add_argument("--session-token")
+    s = sub.add_parser("moto-auth")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--after", required=True)
     # --- end of the sqs kind's block
 
     a = p.parse_args()
@@ -347,7 +420,8 @@ def main():
         "nats-count": nats_count, "nats-publish": nats_publish,
         # sqs kind (issue 42)
         "sqs-create": sqs_create, "sqs-delete": sqs_delete, "sqs-drain": sqs_drain,
-        "sqs-count": sqs_count, "sqs-send": sqs_send,
+        "sqs-count": sqs_count, "sqs-send": sqs_send, "sqs-principal": sqs_principal,
+        "moto-auth": moto_auth,
     }
     f = table[a.cmd]
     if asyncio.iscoroutinefunction(f):

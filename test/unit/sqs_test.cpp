@@ -296,6 +296,38 @@ TEST(SqsRequestTest, BatchRequestAndAnswer) {
     EXPECT_FALSE(ParseSqsBatchResponse("<xml/>", 1, &r, &error));
 }
 
+// Every header line has a value: libcurl signs each line of the list, and one without a value
+// ("Expect:") is signed but not sent, which a server that checks signatures refuses (moto:
+// SignatureDoesNotMatch, test/t/266).
+TEST(SqsRequestTest, HeadersAreAllSent) {
+    std::vector<std::string> plain = SqsRequestHeaders("");
+    EXPECT_EQ(plain, (std::vector<std::string>{"Content-Type: application/x-amz-json-1.0",
+                                               "X-Amz-Target: AmazonSQS.SendMessageBatch"}));
+    std::vector<std::string> temporary = SqsRequestHeaders("FwoGZXIvYXdzE/tok+en==");
+    ASSERT_EQ(temporary.size(), 3u);
+    EXPECT_EQ(temporary[2], "X-Amz-Security-Token: FwoGZXIvYXdzE/tok+en==");
+    for (const std::string &line : temporary) {
+        size_t colon = line.find(':');
+        ASSERT_NE(colon, std::string::npos) << line;
+        EXPECT_NE(line.find_first_not_of(' ', colon + 1), std::string::npos) << line;
+    }
+}
+
+// Without an "Expect:" line, libcurl would add "Expect: 100-continue" (and wait for the server's
+// 100) to a body above 1 MiB: the largest batch, a message at SQS's limit made of characters
+// JSON escapes, stays below it.
+TEST(SqsRequestTest, LargestBatchStaysBelowCurlsExpectThreshold) {
+    Message m = Msg();
+    m.payload = "\"" + std::string(261000, '\\') + "\"";  // each \ is escaped again in the body
+    SqsEntry e = EncodeSqsEntry(m, SqsEntryOptions{"/outbox/db", "dest", false, ""});
+    ASSERT_EQ(e.problem, "");
+    EXPECT_LE(e.sqs_bytes, kSqsMaxMessageBytes);
+    std::string body = SqsBatchRequest(
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/" + std::string(80, 'q'), {&e.members});
+    EXPECT_GT(body.size(), 2 * 261000u);
+    EXPECT_LT(body.size(), kCurlExpect100Threshold);
+}
+
 TEST(SqsRequestTest, RequestErrors) {
     auto e = SqsRequestError(
         R"({"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"The specified queue does not exist."})",
@@ -307,6 +339,35 @@ TEST(SqsRequestTest, RequestErrors) {
     e = SqsRequestError(R"({"Message":"m","__type":"com.amazonaws.sqs#X"})", "");
     EXPECT_EQ(e.first, "X");
     EXPECT_EQ(e.second, "m");
+}
+
+// The query protocol's XML error form: moto answers a JSON request whose signature it refuses
+// with it (test/t/266), and without x-amzn-query-error; the code and message must still reach
+// last_error.
+TEST(SqsRequestTest, XmlRequestErrors) {
+    auto e = SqsRequestError(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<ErrorResponse><Errors><Error>"
+        "<Code>SignatureDoesNotMatch</Code><Message>The signature &amp; the &quot;key&quot; "
+        "&lt;do not&gt; match.</Message><Type>Sender</Type></Error></Errors></ErrorResponse>",
+        "");
+    EXPECT_EQ(e.first, "SignatureDoesNotMatch");
+    EXPECT_EQ(e.second, "The signature & the \"key\" <do not> match.");
+    e = SqsRequestError(
+        "<ErrorResponse><Error><Type>Sender</Type><Code>AWS.SimpleQueueService.NonExistentQueue"
+        "</Code><Message>The specified queue does not exist.</Message></Error></ErrorResponse>",
+        "");
+    EXPECT_EQ(e.first, "AWS.SimpleQueueService.NonExistentQueue");
+    EXPECT_EQ(e.second, "The specified queue does not exist.");
+    // An unknown entity is kept as it is; an element left open is no text.
+    e = SqsRequestError("<Code>A&nbsp;B</Code><Message>cut off", "");
+    EXPECT_EQ(e.first, "A&nbsp;B");
+    EXPECT_EQ(e.second, "");
+    // Not XML of an error at all (a proxy's page): the header, else nothing.
+    e = SqsRequestError("<html><body>502 Bad Gateway</body></html>", "Throttling;Sender");
+    EXPECT_EQ(e.first, "Throttling");
+    EXPECT_EQ(e.second, "");
+    e = SqsRequestError("<html><body>502 Bad Gateway</body></html>", "");
+    EXPECT_EQ(e.first, "");
 }
 
 }  // namespace

@@ -157,13 +157,7 @@ bool SqsDriver::Init(std::string *error) {
     if (!guard_.Set(address_rule_, error))
         return false;
     ca_file_ = config_.ca_file.empty() ? CurlDefaultCaFile() : config_.ca_file;
-    for (std::string line :
-         {std::string("Content-Type: application/x-amz-json-1.0"),
-          std::string("X-Amz-Target: AmazonSQS.SendMessageBatch"), std::string("Expect:"),
-          config_.session_token.empty() ? std::string()
-                                        : "X-Amz-Security-Token: " + config_.session_token}) {
-        if (line.empty())
-            continue;
+    for (const std::string &line : SqsRequestHeaders(config_.session_token)) {
         curl_slist *next = curl_slist_append(headers_, line.c_str());
         if (next == nullptr) {
             *error = "out of memory";

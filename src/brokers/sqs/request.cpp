@@ -34,6 +34,42 @@ bool NameIs(std::string_view a, std::string_view b) {
     return true;
 }
 
+// The text of the first <name>...</name> of an XML document, its predefined entities replaced;
+// "" without one. Enough for the query protocol's error answer (<ErrorResponse><Error><Code>...
+// <Message>...), whose elements hold plain text.
+std::string XmlElementText(std::string_view xml, std::string_view name) {
+    std::string open = "<" + std::string(name) + ">";
+    std::string close = "</" + std::string(name) + ">";
+    size_t start = xml.find(open);
+    if (start == std::string_view::npos)
+        return std::string();
+    start += open.size();
+    size_t end = xml.find(close, start);
+    if (end == std::string_view::npos)
+        return std::string();
+    std::string_view raw = xml.substr(start, end - start);
+    static constexpr std::pair<std::string_view, char> kEntities[] = {
+        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    std::string out;
+    out.reserve(raw.size());
+    for (size_t i = 0; i < raw.size();) {
+        bool replaced = false;
+        if (raw[i] == '&') {
+            for (const auto &[entity, c] : kEntities) {
+                if (raw.substr(i, entity.size()) == entity) {
+                    out += c;
+                    i += entity.size();
+                    replaced = true;
+                    break;
+                }
+            }
+        }
+        if (!replaced)
+            out += raw[i++];
+    }
+    return out;
+}
+
 }  // namespace
 
 bool IsSqsText(std::string_view s) {
@@ -170,6 +206,14 @@ std::string SqsBatchRequest(const std::string &queue_url,
     return out;
 }
 
+std::vector<std::string> SqsRequestHeaders(const std::string &session_token) {
+    std::vector<std::string> lines = {"Content-Type: application/x-amz-json-1.0",
+                                      "X-Amz-Target: AmazonSQS.SendMessageBatch"};
+    if (!session_token.empty())
+        lines.push_back("X-Amz-Security-Token: " + session_token);
+    return lines;
+}
+
 bool ParseSqsBatchResponse(std::string_view body, size_t count, std::vector<SqsEntryResult> *out,
                            std::string *error) {
     Json doc = Json::parse(body.begin(), body.end(), nullptr, false);
@@ -237,6 +281,11 @@ std::pair<std::string, std::string> SqsRequestError(std::string_view body,
             if (message.empty() && v != doc.end() && v->is_string())
                 message = v->get<std::string>();
         }
+    } else if (doc.is_discarded()) {
+        // The query protocol's XML error, which moto answers a JSON request whose signature or
+        // credentials it refuses (without x-amzn-query-error).
+        code = XmlElementText(body, "Code");
+        message = XmlElementText(body, "Message");
     }
     if (code.empty() && !query_error_header.empty())
         code = std::string(query_error_header.substr(0, query_error_header.find(';')));

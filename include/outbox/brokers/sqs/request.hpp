@@ -47,6 +47,18 @@ SqsEntry EncodeSqsEntry(const Message &m, const SqsEntryOptions &options);
 std::string SqsBatchRequest(const std::string &queue_url,
                             const std::vector<const std::string *> &members);
 
+// libcurl adds "Expect: 100-continue" to a POST body above this (7.88 and later), and waits for
+// the server's 100 before sending the body. A batch's body stays below it (SQS's 256 KiB, at most
+// doubled by JSON escapes), so the requests need no "Expect:" line to keep it off.
+constexpr size_t kCurlExpect100Threshold = 1024 * 1024;
+
+// The header lines of every SendMessageBatch request (CURLOPT_HTTPHEADER): the content type and
+// X-Amz-Target of the AWS JSON 1.0 protocol, and X-Amz-Security-Token with a session token.
+// libcurl's CURLOPT_AWS_SIGV4 signs every line of that list, and signs a line without a value
+// ("Expect:", which only removes a header) although it sends nothing for it: a server that
+// verifies the signature then finds it wrong (SignatureDoesNotMatch). So every line has a value.
+std::vector<std::string> SqsRequestHeaders(const std::string &session_token);
+
 // What one entry's answer was.
 struct SqsEntryResult {
     bool ok = false;
@@ -61,8 +73,9 @@ bool ParseSqsBatchResponse(std::string_view body, size_t count, std::vector<SqsE
 
 // The error of a whole request (HTTP 4xx/5xx): the code without its namespace
 // ("com.amazonaws.sqs#QueueDoesNotExist" -> "QueueDoesNotExist"), from the JSON body's
-// "__type" or "code", else from the x-amzn-query-error header ("AWS...NonExistentQueue;Sender");
-// and its message. Empty code when neither has one.
+// "__type" or "code", or an XML body's <Code> (the query protocol's <ErrorResponse>), else from
+// the x-amzn-query-error header ("AWS...NonExistentQueue;Sender"); and its message. Empty code
+// when none has one.
 std::pair<std::string, std::string> SqsRequestError(std::string_view body,
                                                     std::string_view query_error_header);
 
