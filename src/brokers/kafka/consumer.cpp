@@ -92,6 +92,7 @@ class Consumer final : public KafkaConsumer {
     void MetadataLoop();
     Round FetchRound();
     void TakeRound();
+    void QueryWatermarks(int64_t which, Round *r);
     void OnConsumeError(const rd_kafka_message_t *m);
     void Block(const ConsumedRecord &r, size_t encoded);
     bool WindowOpen() const {
@@ -340,22 +341,43 @@ Round Consumer::FetchRound() {
     std::sort(r.partitions.begin(), r.partitions.end(), [](const auto &a, const auto &b) {
         return std::tie(a.topic, a.partition) < std::tie(b.topic, b.partition);
     });
-    for (PartitionInfo &p : r.partitions) {
-        if (stop_)
-            break;
-        int64_t low = -1, high = -1;
-        err = rd_kafka_query_watermark_offsets(rk_, p.topic.c_str(), p.partition, &low, &high,
-                                               int(query_timeout_ms_));
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            if (r.error.empty())
-                r.error =
-                    "watermarks of " + PartitionName(p.topic, p.partition) + ": " + ErrorText(err);
-            continue;
-        }
-        p.low = low;
-        p.high = high;
+    if (!stop_ && !r.partitions.empty()) {
+        QueryWatermarks(RD_KAFKA_OFFSET_BEGINNING, &r);
+        QueryWatermarks(RD_KAFKA_OFFSET_END, &r);
     }
     return r;
+}
+
+// The low (RD_KAFKA_OFFSET_BEGINNING) or high (RD_KAFKA_OFFSET_END) watermarks of every
+// partition of the round, one ListOffsets request per leader. Not rd_kafka_query_watermark_offsets:
+// before librdkafka 2.3.0 (bookworm has 2.0.2) it waits for the answer without a deadline, and a
+// request caught by its broker's going down is never answered: the thread hung until the broker
+// came back, and the subscription showed the cluster reachable, its lag 0, all that time.
+// rd_kafka_offsets_for_times keeps to its timeout, and the same request with a logical offset
+// for a timestamp answers the watermarks (the consumer's isolation.level decides, as for those).
+void Consumer::QueryWatermarks(int64_t which, Round *r) {
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new(int(r->partitions.size()));
+    for (const PartitionInfo &p : r->partitions)
+        rd_kafka_topic_partition_list_add(list, p.topic.c_str(), p.partition)->offset = which;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk_, list, int(query_timeout_ms_));
+    for (PartitionInfo &p : r->partitions) {
+        const rd_kafka_topic_partition_t *t =
+            rd_kafka_topic_partition_list_find(list, p.topic.c_str(), p.partition);
+        rd_kafka_resp_err_t e = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err
+                                : t == nullptr ? RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION
+                                               : t->err;
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR && t->offset < 0)
+            e = RD_KAFKA_RESP_ERR__FAIL;  // no offset in the answer
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (r->error.empty())
+                r->error =
+                    "watermarks of " + PartitionName(p.topic, p.partition) + ": " + ErrorText(e);
+            continue;
+        }
+        (which == RD_KAFKA_OFFSET_END ? p.high : p.low) = t->offset;
+    }
+    rd_kafka_topic_partition_list_destroy(list);
 }
 
 void Consumer::TakeRound() {
