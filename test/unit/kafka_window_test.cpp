@@ -57,14 +57,15 @@ TEST(KafkaWindow, DefaultIsWideWhileLight) {
 }
 
 TEST(KafkaWindow, DefaultNarrowsOnceHeavy) {
-    auto d = Make(/*base=*/4, /*max=*/40, /*bytes=*/1000);
+    // A message weighs its payload, key and headers (the CloudEvents ones: some 150 bytes).
+    auto d = Make(/*base=*/4, /*max=*/40, /*bytes=*/2500);
     ASSERT_NE(d, nullptr);
-    d->Submit(Batch(2, 400));  // under 1,000 bytes: still wide
+    d->Submit(Batch(2, 1000));  // under 2,500 bytes: still wide
     EXPECT_EQ(d->Capacity(), 38u);
-    d->Submit(Batch(1, 400));  // over: the base window, 4
+    d->Submit(Batch(1, 1000));  // over: the base window, 4
     EXPECT_EQ(d->InFlight(), 3u);
     EXPECT_EQ(d->Capacity(), 1u);
-    d->Submit(Batch(2, 400));
+    d->Submit(Batch(2, 1000));
     EXPECT_EQ(d->Capacity(), 0u);
 }
 
