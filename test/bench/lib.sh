@@ -150,20 +150,29 @@ create_kafka_destination() {
 
 #-------------------------------------------------------------------------------------------
 # Real Apache Kafka (test/tools/kafka_cluster): a controller and three brokers on 127.0.0.1,
-# replication factor 3, min.insync.replicas 2, in $WORK/kafka; the full JIT (the tests run the
-# brokers with C1 only, which starts faster but runs slower) and 768 MB of heap per broker
+# replication factor 3, min.insync.replicas 2, in $WORK/kafka (or one broker, replication factor
+# 1, in $WORK/kafka1: start_real_kafka 1); the full JIT (the tests run the brokers with C1 only,
+# which starts faster but runs slower) and 768 MB of heap per broker
 #-------------------------------------------------------------------------------------------
-kc() { OUTBOX_KAFKA_JIT=full OUTBOX_KAFKA_HEAP=768m "$ROOT/test/tools/kafka_cluster" --dir "$WORK/kafka" "$@"; }
+RK_DIR=${WORK:-}/kafka
+kc() { OUTBOX_KAFKA_JIT=full OUTBOX_KAFKA_HEAP=768m "$ROOT/test/tools/kafka_cluster" --dir "$RK_DIR" "$@"; }
 
+# start_real_kafka [BROKERS]: 3 (the default) or 1
 start_real_kafka() {
-    kc start --timeout 300 >"$WORK/kafka-start.out" 2>&1 || {
+    local brokers=${1:-3}
+    RK_DIR=$WORK/kafka
+    [ "$brokers" = 3 ] || RK_DIR=$WORK/kafka$brokers
+    kc start --brokers "$brokers" --timeout 300 >"$WORK/kafka-start.out" 2>&1 || {
         cat "$WORK/kafka-start.out" >&2; return 1; }
     RK_BOOTSTRAP=$(kc bootstrap)
     RK_VERSION=$(kc info | sed -n 's/.*"kafka_version": "\([^"]*\)".*/\1/p')
 }
 
 stop_real_kafka() {
-    [ -d "$WORK/kafka" ] && kc stop --kill >/dev/null 2>&1
+    local d
+    for d in "$WORK/kafka" "$WORK/kafka1"; do
+        [ -d "$d" ] && RK_DIR=$d kc stop --kill >/dev/null 2>&1
+    done
     return 0
 }
 
