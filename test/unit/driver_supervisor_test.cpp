@@ -200,9 +200,6 @@ class DriverSupervisorTest : public ::testing::Test {
     std::string KafkaJson(const std::string &extra = "") const {
         return "{\"bootstrap.servers\": \"" + bootstrap_ + "\", \"topic\": \"t\"" + extra + "}";
     }
-    // A kafka destination's default window through the helper: Context()'s default_in_flight,
-    // widened for a backlog (config.hpp, kKafkaDefaultWindowFactor).
-    static constexpr size_t kWindow = 1000 * kKafkaDefaultWindowFactor;
     DriverContext Context() const {
         DriverContext c;
         c.destination = "orders";
@@ -304,10 +301,10 @@ TEST_F(DriverSupervisorTest, DeliversThroughTheHelper) {
     auto d = OpenKafka(p);
     ASSERT_NE(d, nullptr);
     ASSERT_GT(p.pid(), 0);
-    EXPECT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() == kWindow; }));
+    EXPECT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() == 1000; }));
     d->Submit(Batch(1, 500));
     EXPECT_EQ(d->InFlight(), 500u);
-    EXPECT_EQ(d->Capacity(), kWindow - 500);
+    EXPECT_EQ(d->Capacity(), 500u);
     ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 500; })) << log_;
     EXPECT_EQ(Resolved(OutcomeKind::Delivered), 500u);
     for (const auto &[id, list] : got_) {
@@ -317,7 +314,7 @@ TEST_F(DriverSupervisorTest, DeliversThroughTheHelper) {
         EXPECT_GE(list[0].offset, 0);
     }
     EXPECT_EQ(d->InFlight(), 0u);
-    EXPECT_EQ(d->Capacity(), kWindow);
+    EXPECT_EQ(d->Capacity(), 1000u);
     EXPECT_EQ(p.restarts(), 0u);
 }
 
@@ -436,7 +433,7 @@ TEST_F(DriverSupervisorTest, ACrashHandsBackWhatWasUnansweredAndTheHelperComesBa
     DriverProcess p(Options());
     auto d = OpenKafka(p);
     ASSERT_NE(d, nullptr);
-    ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() == kWindow; }));
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() == 1000; }));
     d->Submit(Batch(1, 20));  // delivered and answered before the crash: kept
     ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 20; }));
     rd_kafka_mock_broker_set_rtt(mock_, 1, 5000);  // the next ones stay in flight
@@ -485,7 +482,7 @@ TEST_F(DriverSupervisorTest, OnlyTheMessageThatCrashesTheHelperIsBuried) {
     DriverProcess p(o);
     auto d = OpenKafka(p);
     ASSERT_NE(d, nullptr);
-    ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() == kWindow; }));
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Capacity() == 1000; }));
     // The culprit travels with two others: the first crash counts against all three.
     std::vector<Message> batch = {Msg(1), Msg(2, "poison"), Msg(3)};
     int claims = 0;

@@ -72,11 +72,8 @@ std::string ErrorText(rd_kafka_resp_err_t err) {
 
 class KafkaDriver final : public Driver {
   public:
-    KafkaDriver(std::string source, const KafkaDriverOptions &options)
-        : source_(std::move(source)),
-          max_in_flight_(options.max_in_flight),
-          base_in_flight_(options.base_in_flight),
-          max_in_flight_bytes_(options.max_in_flight_bytes) {}
+    KafkaDriver(std::string source, size_t max_in_flight)
+        : source_(std::move(source)), max_in_flight_(max_in_flight) {}
     ~KafkaDriver() override;
 
     bool Init(const KafkaDriverOptions &options, std::string *error);
@@ -85,12 +82,7 @@ class KafkaDriver final : public Driver {
     void Poll(std::vector<Outcome> &out) override;
     size_t InFlight() const override { return in_flight_.size() + held_.size(); }
     size_t Capacity() const override {
-        // The default window: wide while the messages in flight are light (see KafkaDriverOptions).
-        size_t window =
-            base_in_flight_ > 0 && in_flight_bytes_ + held_bytes_ >= max_in_flight_bytes_
-                ? std::min(base_in_flight_, max_in_flight_)
-                : max_in_flight_;
-        return fatal_ || InFlight() >= window ? 0 : window - InFlight();
+        return fatal_ || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
     }
     int WaitFd() const override { return pipe_[0]; }
     // While messages are in flight the worker comes back often enough to notice a stall.
@@ -143,10 +135,6 @@ class KafkaDriver final : public Driver {
     std::string source_;
     CloudEventsMode mode_ = CloudEventsMode::Binary;
     size_t max_in_flight_;
-    size_t base_in_flight_;       // 0: max_in_flight_ whatever the bytes
-    size_t max_in_flight_bytes_;  // the default window's bound on in_flight_bytes_ + held_bytes_
-    size_t in_flight_bytes_ = 0;  // Pending::bytes of in_flight_
-    size_t held_bytes_ = 0;       // payloads and keys of held_
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
     // Submitted but not handed to librdkafka yet (see Submit), in submission order.
@@ -454,10 +442,8 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
     if (held_.empty())
         held_since_ms_ = MonotonicMs();
     held_.reserve(held_.size() + batch.size());
-    for (Message &m : batch) {
-        held_bytes_ += m.payload.size() + (m.key ? m.key->size() : 0);
+    for (Message &m : batch)
         held_.push_back(std::move(m));
-    }
     ReleaseHeld();  // the ones out may have been reported meanwhile
 }
 
@@ -471,7 +457,6 @@ void KafkaDriver::ReleaseHeld() {
         return;
     std::vector<Message> held;
     held.swap(held_);
-    held_bytes_ = 0;
     Produce(held);
 }
 
@@ -482,7 +467,6 @@ void KafkaDriver::HandBackHeld() {
         immediate_.push_back(Outcome{m.id, m.lease_token, OutcomeKind::Defer,
                                      "not sent: handed back with the messages in flight", -1});
     held_.clear();
-    held_bytes_ = 0;
 }
 
 void KafkaDriver::Produce(std::vector<Message> &batch) {
@@ -541,7 +525,6 @@ void KafkaDriver::Produce(std::vector<Message> &batch) {
             continue;
         }
         in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs(), bytes});
-        in_flight_bytes_ += bytes;
     }
 }
 
@@ -619,7 +602,6 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
                           ? ErrorText(r.err) + Explain(r.err, it->second.bytes)
                           : "delivery not confirmed (status POSSIBLY_PERSISTED)";
         out.push_back(std::move(o));
-        in_flight_bytes_ -= it->second.bytes;
         in_flight_.erase(it);
     }
     reports_.clear();
@@ -671,7 +653,7 @@ void KafkaDriver::Abandon() {
 }  // namespace
 
 std::unique_ptr<Driver> MakeKafkaDriver(const KafkaDriverOptions &options, std::string *error) {
-    auto driver = std::make_unique<KafkaDriver>(options.source, options);
+    auto driver = std::make_unique<KafkaDriver>(options.source, options.max_in_flight);
     if (!driver->Init(options, error))
         return nullptr;
     return driver;
