@@ -68,7 +68,7 @@ bool AddressAllowed(const IpAddress &address, const std::vector<Network> &allowe
 
 // The literal address a host as written is (IPv6 with or without brackets; IPv4 also in the
 // other spellings the resolver takes as an address, "127.1", "2130706433", "0x7f000001"), or
-// nullopt when it is a name. A webhook URL's host: brokers/webhook/url.hpp.
+// nullopt when it is a name. A webhook URL's host: brokers/http_url.hpp.
 std::optional<IpAddress> LiteralAddressOfHost(std::string host);
 
 // The host names the local host without DNS: "localhost" and names under ".localhost"

@@ -1,7 +1,7 @@
 // outbox.webhook_allowed_networks: the CIDR list parser, what counts as a restricted address,
 // and the allow decision, for IPv4, IPv6 and IPv4-mapped addresses, with every kind of bad
 // input the setting's check hook reports.
-#include "outbox/brokers/webhook/url.hpp"
+#include "outbox/brokers/http_url.hpp"
 #include "outbox/network_policy.hpp"
 
 #include <gtest/gtest.h>

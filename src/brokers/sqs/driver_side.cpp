@@ -7,7 +7,7 @@
 #include "outbox/brokers/curl_multi.hpp"
 #include "outbox/brokers/sqs/config.hpp"
 #include "outbox/brokers/sqs/driver.hpp"
-#include "outbox/brokers/webhook/url.hpp"
+#include "outbox/brokers/http_url.hpp"
 
 namespace outbox {
 

@@ -9,7 +9,7 @@
 #include "outbox/brokers/webhook/config.hpp"
 #include "outbox/brokers/webhook/driver.hpp"
 #include "outbox/brokers/webhook/kind.hpp"
-#include "outbox/brokers/webhook/url.hpp"
+#include "outbox/brokers/http_url.hpp"
 #include "outbox/network_policy.hpp"
 
 namespace outbox {

@@ -1,6 +1,7 @@
-// A webhook URL's host as libcurl's URL parser reads it: the host the driver will connect to,
-// for outbox.webhook_allowed_networks' definition-time check (network_policy.hpp). outbox-driver
-// only (libcurl).
+// An HTTP endpoint's host as libcurl's URL parser reads it: the host the driver will connect to,
+// for the definition-time checks of outbox.webhook_allowed_networks (webhook) and
+// outbox.broker_allowed_networks (sqs) (network_policy.hpp). Shared by the two HTTP kinds, so
+// it lives beside curl_multi.hpp, not in either kind's folder. outbox-driver only (libcurl).
 #pragma once
 
 #include <optional>

@@ -1,5 +1,6 @@
-// A webhook URL's host as libcurl reads it (see include/outbox/brokers/webhook/url.hpp).
-#include "outbox/brokers/webhook/url.hpp"
+// An HTTP endpoint's host as libcurl reads it (webhook and sqs) (see
+// include/outbox/brokers/http_url.hpp).
+#include "outbox/brokers/http_url.hpp"
 
 #include <curl/curl.h>
 
