@@ -33,9 +33,12 @@
 # files run at once on the whole machine, whichever run they belong to (a build or the unit
 # tests count as two: run_tap.pl --hold 2 -- make ...), the runs whose files run at the same
 # time share them in proportion to the work each has left, and while a file of a serial group
-# runs, at most one other file runs anywhere (a parallel file, or a file of another run's serial
-# group unless either is tagged "loads"), and no build (a waiting build goes between two of its
-# files).
+# runs, at most OUTBOX_TAP_BESIDE_SERIAL other files run anywhere (default 1; parallel files, or
+# a file of another run's serial group unless either is tagged "loads"; beside a "loads" file
+# always at most one), and no build (a waiting build goes between two of its files).
+# OUTBOX_TAP_TIMELINE names a file every run on the machine appends a line to when one of its
+# files ends: "START END LABEL FILE [alone]" (epoch seconds; LABEL is OUTBOX_TAP_LABEL, e.g. the
+# CI step), from which .ci/run draws how many files ran at once (test/tools/ci_timeline).
 # OUTBOX_TAP_TIMES names a file of each file's seconds in an earlier run ("S FILE" lines):
 # the longest start first (files it does not know count as long).
 use strict;
@@ -50,7 +53,7 @@ use Time::HiRes qw(time sleep);
 
 #-------------------------------------------------------------------------------------------
 # Machine-wide slots (OUTBOX_TAP_SLOTS): a file holds one while it runs, a build two (--hold),
-# a serial group one of two tokens.
+# a serial group a token.
 #-------------------------------------------------------------------------------------------
 my $jobs = $ENV{OUTBOX_TAP_JOBS} || 4;
 my $slot_dir = $ENV{OUTBOX_TAP_SLOTS};
@@ -80,18 +83,32 @@ sub held_elsewhere {
     return $n;
 }
 my @slot_names = map { "slot.$_" } 0 .. $jobs - 1;
-# A serial group running a file holds one of two tokens (a file of one run's serial group may
-# run beside a file of another's: each then has exactly one other file beside it).
-my @serial_names = ('serial.0', 'serial.1');
+# How many other files may run on the machine beside a serial file (beside a "loads" one: 1).
+my $beside_serial = $ENV{OUTBOX_TAP_BESIDE_SERIAL} || 1;
+# A serial group running a file holds one of the tokens, one more than that (a file of one
+# run's serial group may run beside files of other runs' serial groups).
+my @serial_names = map { "serial.$_" } 0 .. $beside_serial;
 
-# A free slot's locked handle, or undef: none is free now, or a serial file runs (then a file
-# may start only as the one file beside it).
+# Whether a file tagged "loads" runs now (it holds serial.loads exclusively; this process's own
+# counts too).
+sub loads_running {
+    my $fh = lock_file('serial.loads');
+    my $running = !flock($fh, LOCK_SH | LOCK_NB);
+    close $fh;
+    return $running;
+}
+
+# A free slot's locked handle, or undef: none is free now, or a serial file runs and already
+# has as many files beside it as it may.
 sub try_slot {
     return 'none' unless $slot_dir;
     my $turnstile = lock_file('turnstile');
     flock($turnstile, LOCK_EX | LOCK_NB) or return undef;
     my $serial = held_elsewhere(@serial_names);
-    return undef if $serial > 1 || ($serial == 1 && held_elsewhere(@slot_names) > 0);
+    if ($serial) {
+        my $beside = $serial - 1 + held_elsewhere(@slot_names);
+        return undef if $beside >= (loads_running() ? 1 : $beside_serial);
+    }
     for my $name (@slot_names) {
         my $fh = lock_file($name);
         if (flock($fh, LOCK_EX | LOCK_NB)) {
@@ -149,18 +166,21 @@ sub take_slots {
     return (time - $t0, @held);
 }
 
-# A serial group's token: once at most one other file runs on the whole machine (a parallel
-# file of any run, or the file of another run's serial group) and no build. Waits under the
-# turnstile, so that no new file starts meanwhile (two serial groups pair up rather than one
-# waiting for the other's end). Returns the seconds it waited and the token.
+# A serial group's token: once at most $limit other files run on the whole machine (parallel
+# files of any run, or the file of another run's serial group; default OUTBOX_TAP_BESIDE_SERIAL)
+# and no build. Waits under the turnstile, so that no new file starts meanwhile (two serial
+# groups pair up rather than one waiting for the other's end). Returns the seconds it waited
+# and the token.
 sub take_serial_token {
+    my ($limit) = @_;
     return (0, undef) unless $slot_dir;
+    $limit //= $beside_serial;
     my $t0 = time;
     my $turnstile = lock_file('turnstile');
     flock($turnstile, LOCK_EX) or die "turnstile: $!\n";
     while (1) {
         my $beside = held_elsewhere(@serial_names) + held_elsewhere(@slot_names);
-        if ($beside <= 1 && $beside < $jobs) {
+        if ($beside <= $limit && $beside < $jobs) {
             for my $name (@serial_names) {
                 my $fh = lock_file($name);
                 next unless flock($fh, LOCK_EX | LOCK_NB);
@@ -177,7 +197,8 @@ sub take_serial_token {
 # serial.loads exclusively while it runs, every other serial file holds it shared. A group that
 # must wait for it gives its token back meanwhile (a token held by a group running nothing kept
 # every parallel file off the machine: one file ran on it for minutes); returns the lock and the
-# token, taken again if it was given back.
+# token, taken again if it was given back. A "loads" file also waits until at most one other
+# file runs (its token taken again with that limit).
 sub serial_pairing {
     my ($loads, $token) = @_;
     return (undef, $token) unless $slot_dir;
@@ -186,7 +207,10 @@ sub serial_pairing {
     if (!flock($fh, $mode | LOCK_NB)) {
         release($token);
         flock($fh, $mode) or die "serial.loads: $!\n";
-        (undef, $token) = take_serial_token();
+        (undef, $token) = take_serial_token($loads ? 1 : undef);
+    } elsif ($loads && $beside_serial > 1) {
+        release($token);
+        (undef, $token) = take_serial_token(1);
     }
     $held{ fileno $fh } = $fh;
     return ($fh, $token);
@@ -401,6 +425,11 @@ sub finish_child {
         print "# $file: no result (harness exit status $status)\n";
     }
     $seconds{$file} = $s;
+    if ($ENV{OUTBOX_TAP_TIMELINE} && open my $tl, '>>', $ENV{OUTBOX_TAP_TIMELINE}) {
+        printf $tl "%.1f %.1f %s %s%s\n", $c->{t0}, time, $ENV{OUTBOX_TAP_LABEL} // '-',
+          short_name($file), $tags_of{$file}{alone} ? ' alone' : '';
+        close $tl;
+    }
     $counts{passed} += $passed;
     $counts{failed} += $failed;
     $counts{bad_files} += $problems;
@@ -517,9 +546,9 @@ sub work_seconds {
 publish_work_left(0);
 if (@alone) {
     print "# the serial group: " . join(' ', map { short_name($_) } @alone) . "\n";
-    # Its files run with at most one other file on the machine (what they saw when CI ran one
-    # file at a time in each of its two lanes), which may be a file of another run's serial
-    # group, and no build (test/run_tests holds two slots for those).
+    # Its files run with at most OUTBOX_TAP_BESIDE_SERIAL other files on the machine (1: what
+    # they saw when CI ran one file at a time in each of its two lanes), which may be a file of
+    # another run's serial group, and no build (test/run_tests holds two slots for those).
     my ($waited, $token) = take_serial_token();
     printf "# the serial group waited %.0f s for files and builds elsewhere on this machine\n", $waited
       if $waited >= 1;

@@ -128,10 +128,10 @@ sub worker_switches {
 }
 sql(q{SELECT outbox.pause('k')});
 my $switches = worker_switches();
-my $t0 = time;
+$t0 = time;
 sql(join("\n", map { "INSERT INTO outbox.messages (destination, payload) VALUES ('k', '{\"p\": $_}');" } 1 .. 1000));
 my $woken = worker_switches() - $switches;
-my $took = time - $t0;
+$took = time - $t0;
 diag(sprintf('1,000 commits to a paused destination in %.1f s: the worker switched %d times', $took, $woken));
 cmp_ok($woken, '<', 50 + 5 * $took, 'producers of a paused destination do not wake the worker');
 is(queued($node), '1000', 'the 1,000 wait while it is paused');
