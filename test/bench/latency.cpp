@@ -24,8 +24,16 @@
 // count(*) FROM outbox.messages every second. --dump writes one line per counted message,
 // "<ms since the start> <latency ms>" in commit order, to look at outliers.
 //
+// Where the time goes: on a topic whose timestamps are the broker's (message.timestamp.type
+// LogAppendTime), each arrival also carries when the partition leader appended it, so the
+// latency splits at the broker: send -> append (relay: the commit, the worker's claim, the
+// driver, librdkafka's batch and the produce request; direct: librdkafka and the request) and
+// append -> arrival (the consumer's fetch), each to_append_*/from_append_* in ms (the wall
+// clock; the broker's timestamps have millisecond resolution).
+//
 // Prints one line of key=value pairs:
 //   sent= received= missing= duplicates= seconds= rate= p50_ms= p90_ms= p99_ms= p999_ms= max_ms=
+//   [to_append_p50_ms= to_append_p99_ms= from_append_p50_ms= from_append_p99_ms=]
 //   [backlog_max= backlog_final=] catch_up_s=
 // (rate: messages/s committed or produced in the measured window; catch_up_s: how long after
 // the last send the last message arrived.)
@@ -52,6 +60,13 @@ using Clock = std::chrono::steady_clock;
 
 int64_t NowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+        .count();
+}
+
+// The wall clock in microseconds, to compare with a broker's LogAppendTime (milliseconds).
+int64_t WallUs() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
         .count();
 }
 
@@ -129,6 +144,16 @@ struct Sent {
     std::string id;
     int64_t at_ns;
     bool counted;
+    int64_t wall_us;  // WallUs() at the same moment
+};
+
+// One arrival: its ce_id, when (NowNs), and the broker's append time and the wall clock then
+// (append_ms -1: the topic's timestamps are not the broker's).
+struct Arrival {
+    std::string id;
+    int64_t at_ns;
+    int64_t append_ms;
+    int64_t wall_us;
 };
 
 // Sends are numbered globally; send i is due at start + i / rate.
@@ -231,7 +256,7 @@ class Consumer {
     int64_t count() const { return count_.load(); }
     int64_t last_ns() const { return last_ns_.load(); }
     // Arrivals, valid once the consumer is stopped (or under the caller's care).
-    std::vector<std::pair<std::string, int64_t>> Take() {
+    std::vector<Arrival> Take() {
         std::lock_guard<std::mutex> g(mu_);
         return std::move(arrivals_);
     }
@@ -243,14 +268,19 @@ class Consumer {
             if (!m)
                 continue;
             int64_t at = NowNs();
+            int64_t wall = WallUs();
             if (!m->err) {
+                rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+                int64_t ts = rd_kafka_message_timestamp(m, &type);
+                int64_t append_ms = type == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? ts : -1;
                 rd_kafka_headers_t *h = nullptr;
                 const void *v = nullptr;
                 size_t n = 0;
                 if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR &&
                     rd_kafka_header_get_last(h, "ce_id", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR) {
                     std::lock_guard<std::mutex> g(mu_);
-                    arrivals_.emplace_back(std::string(static_cast<const char *>(v), n), at);
+                    arrivals_.push_back(Arrival{std::string(static_cast<const char *>(v), n), at,
+                                                append_ms, wall});
                 }
                 count_++;
                 last_ns_ = at;
@@ -265,7 +295,7 @@ class Consumer {
     std::atomic<int64_t> count_{0};
     std::atomic<int64_t> last_ns_{0};
     std::mutex mu_;
-    std::vector<std::pair<std::string, int64_t>> arrivals_;
+    std::vector<Arrival> arrivals_;
 };
 
 //-------------------------------------------------------------------------------------------
@@ -307,7 +337,7 @@ void RelaySender(const Options &o, Schedule &schedule, std::vector<Sent> &out) {
         PQclear(r);
         Command(c, "COMMIT");
         int64_t at = NowNs();
-        out.push_back(Sent{std::move(id), at, at - schedule.start_ns() >= warmup_ns});
+        out.push_back(Sent{std::move(id), at, at - schedule.start_ns() >= warmup_ns, WallUs()});
     }
     PQfinish(c);
 }
@@ -352,6 +382,7 @@ class DirectProducer {
             std::string key = "customer-" + std::to_string(i % 1000);
             std::string payload = Payload(i);
             int64_t at = NowNs();
+            int64_t wall = WallUs();
             rd_kafka_resp_err_t e = rd_kafka_producev(
                 rk_, RD_KAFKA_V_TOPIC(o.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                 RD_KAFKA_V_KEY(key.data(), key.size()),
@@ -359,7 +390,7 @@ class DirectProducer {
                 RD_KAFKA_V_HEADER("ce_id", id.data(), ssize_t(id.size())), RD_KAFKA_V_END);
             if (e)
                 Die(std::string("produce: ") + rd_kafka_err2str(e));
-            out.push_back(Sent{std::move(id), at, at - schedule.start_ns() >= warmup_ns});
+            out.push_back(Sent{std::move(id), at, at - schedule.start_ns() >= warmup_ns, wall});
         }
     }
 
@@ -446,7 +477,12 @@ int main(int argc, char **argv) {
         sampler->Stop();
 
     int64_t sent = 0, counted_sent = 0, first_counted = INT64_MAX, last_counted = 0;
-    std::unordered_map<std::string, std::pair<int64_t, bool>> by_id;
+    struct SentAt {
+        int64_t at_ns;  // -1 once seen
+        bool counted;
+        int64_t wall_us;
+    };
+    std::unordered_map<std::string, SentAt> by_id;
     for (auto &v : per_thread)
         for (Sent &s : v) {
             sent++;
@@ -455,7 +491,7 @@ int main(int argc, char **argv) {
                 first_counted = std::min(first_counted, s.at_ns);
                 last_counted = std::max(last_counted, s.at_ns);
             }
-            by_id.emplace(std::move(s.id), std::make_pair(s.at_ns, s.counted));
+            by_id.emplace(std::move(s.id), SentAt{s.at_ns, s.counted, s.wall_us});
         }
 
     // Wait for everything to arrive (or for the drain timeout).
@@ -466,25 +502,30 @@ int main(int argc, char **argv) {
     int64_t last_arrival = consumer.last_ns();
     auto arrivals = consumer.Take();
 
-    std::vector<int64_t> lat_us;
+    std::vector<int64_t> lat_us, to_append_us, from_append_us;
     std::vector<std::pair<int64_t, int64_t>> timeline;  // (sent at, latency), for --dump
     lat_us.reserve(size_t(counted_sent));
     int64_t received = 0, duplicates = 0;
-    for (auto &[id, at] : arrivals) {
-        auto it = by_id.find(id);
+    for (const Arrival &a : arrivals) {
+        auto it = by_id.find(a.id);
         if (it == by_id.end())
             continue;  // not ours
-        if (it->second.first < 0) {
+        SentAt &s = it->second;
+        if (s.at_ns < 0) {
             duplicates++;
             continue;
         }
         received++;
-        if (it->second.second) {
-            lat_us.push_back((at - it->second.first) / 1000);
+        if (s.counted) {
+            lat_us.push_back((a.at_ns - s.at_ns) / 1000);
+            if (a.append_ms >= 0) {
+                to_append_us.push_back(a.append_ms * 1000 - s.wall_us);
+                from_append_us.push_back(a.wall_us - a.append_ms * 1000);
+            }
             if (!o.dump.empty())
-                timeline.emplace_back(it->second.first - schedule.start_ns(), lat_us.back());
+                timeline.emplace_back(s.at_ns - schedule.start_ns(), lat_us.back());
         }
-        it->second.first = -1;  // seen
+        s.at_ns = -1;  // seen
     }
     if (!o.dump.empty()) {
         std::sort(timeline.begin(), timeline.end());
@@ -504,6 +545,15 @@ int main(int argc, char **argv) {
                 window_s > 0 ? double(counted_sent - 1) / window_s : 0, Percentile(lat_us, 0.5),
                 Percentile(lat_us, 0.9), Percentile(lat_us, 0.99), Percentile(lat_us, 0.999),
                 lat_us.empty() ? 0.0 : double(lat_us.back()) / 1000.0);
+    // Only when every counted arrival had the broker's timestamp (the split is of all of them).
+    if (!to_append_us.empty() && to_append_us.size() == lat_us.size()) {
+        std::sort(to_append_us.begin(), to_append_us.end());
+        std::sort(from_append_us.begin(), from_append_us.end());
+        std::printf(" to_append_p50_ms=%.2f to_append_p99_ms=%.2f from_append_p50_ms=%.2f "
+                    "from_append_p99_ms=%.2f",
+                    Percentile(to_append_us, 0.5), Percentile(to_append_us, 0.99),
+                    Percentile(from_append_us, 0.5), Percentile(from_append_us, 0.99));
+    }
     if (sampler)
         std::printf(" backlog_max=%" PRId64 " backlog_final=%" PRId64, sampler->max(),
                     sampler->last());
