@@ -401,6 +401,29 @@ TEST_F(DriverSupervisorTest, ATopicCreatedAfterARejectionIsUsedAtOnce) {
         EXPECT_EQ(list.size(), 1u) << Outcomes();  // no attempt spent on the stale "missing"
 }
 
+TEST_F(DriverSupervisorTest, AProducerThatFailedBeforeTheMessageWasQueuedDeadLettersIt) {
+    // A principal without WRITE: the idempotent producer's InitProducerId is refused, a fatal
+    // error. A message handed to the driver after that, before the helper has told the worker it
+    // is broken, is refused by librdkafka at once (_FATAL): it goes to the dead letters with the
+    // reason, as the messages queued before the error do, instead of spending a retry on
+    // "Local: Fatal error" (the next producer may well fail the same way before its message).
+    constexpr int16_t kInitProducerId = 22;  // the Kafka protocol's API key
+    rd_kafka_mock_push_request_errors(mock_, kInitProducerId, 1,
+                                      RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED);
+    DriverProcess p(Options());
+    auto d = OpenKafka(p);
+    ASSERT_NE(d, nullptr);
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return d->Broken(); })) << log_;
+    d->Submit({Msg(1), Msg(2)});
+    ASSERT_TRUE(Pump(p, d.get(), [&] { return got_.size() == 2; })) << log_;
+    for (const auto &[id, list] : got_) {
+        ASSERT_EQ(list.size(), 1u) << Outcomes();
+        EXPECT_EQ(list[0].kind, OutcomeKind::Dead) << Outcomes();
+        EXPECT_EQ(list[0].error.rfind("CLUSTER_AUTHORIZATION_FAILED: ", 0), 0u) << Outcomes();
+        EXPECT_NE(list[0].error.find("needs WRITE on the topic"), std::string::npos) << Outcomes();
+    }
+}
+
 TEST_F(DriverSupervisorTest, ARefusedConfigIsReportedAsInProcess) {
     DriverProcess p(Options());
     // The helper checks the config first, as the worker did before it: the same words.

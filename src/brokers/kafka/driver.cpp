@@ -124,6 +124,8 @@ class KafkaDriver final : public Driver {
     void ReleaseHeld();
     void HandBackHeld();
     std::string Explain(rd_kafka_resp_err_t err, size_t message_bytes) const;
+    // The producer's fatal error (NO_ERROR if none) and its text, explained, in *error.
+    rd_kafka_resp_err_t FatalError(size_t message_bytes, std::string *error) const;
     TopicAnswer TopicExistsNow(const std::string &topic, std::map<std::string, TopicAnswer> &asked);
     void KnowTopic(const std::string &topic);
 
@@ -295,6 +297,15 @@ std::string KafkaDriver::Explain(rd_kafka_resp_err_t err, size_t message_bytes) 
     c.librdkafka_version = rd_kafka_version();
     std::string hint = KafkaErrorHint(c);
     return hint.empty() ? std::string() : " " + hint;
+}
+
+rd_kafka_resp_err_t KafkaDriver::FatalError(size_t message_bytes, std::string *error) const {
+    char text[512];
+    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk_, text, sizeof text);
+    if (fatal)
+        *error =
+            std::string(rd_kafka_err2name(fatal)) + ": " + text + Explain(fatal, message_bytes);
+    return fatal;
 }
 
 // "Unknown topic" is permanent only if the cluster still says so when asked afresh. librdkafka
@@ -517,7 +528,17 @@ void KafkaDriver::Produce(std::vector<Message> &batch) {
         }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_headers_destroy(headers);  // only taken over on success
-            if (answer == TopicAnswer::NoAnswer)
+            std::string fatal_error;
+            rd_kafka_resp_err_t fatal = err == RD_KAFKA_RESP_ERR__FATAL
+                                            ? FatalError(bytes, &fatal_error)
+                                            : RD_KAFKA_RESP_ERR_NO_ERROR;
+            if (fatal) {
+                // The producer failed before this message was queued (its InitProducerId was
+                // refused between the driver's opening and this produce, and OnError has not
+                // run yet): the outcome of the messages librdkafka purged for it, not a retry.
+                fatal_ = true;
+                refuse(ClassifyKafkaFatal(fatal), std::move(fatal_error));
+            } else if (answer == TopicAnswer::NoAnswer)
                 refuse(OutcomeKind::Defer, ErrorText(err) + kTopicNoAnswer);
             else
                 refuse(ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED),
@@ -583,15 +604,13 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
         // during a failed SASL authentication times out, for instance).
         bool timed_out = r.err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ||
                          r.err == RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE;
-        char fatal_text[512];
-        rd_kafka_resp_err_t fatal = purged
-                                        ? rd_kafka_fatal_error(rk_, fatal_text, sizeof fatal_text)
-                                        : RD_KAFKA_RESP_ERR_NO_ERROR;
+        std::string fatal_error;
+        rd_kafka_resp_err_t fatal =
+            purged ? FatalError(it->second.bytes, &fatal_error) : RD_KAFKA_RESP_ERR_NO_ERROR;
         if (purged)
             o.kind = fatal ? ClassifyKafkaFatal(fatal) : OutcomeKind::Defer;
         if (o.kind != OutcomeKind::Delivered)
-            o.error = fatal ? std::string(rd_kafka_err2name(fatal)) + ": " + fatal_text +
-                                  Explain(fatal, it->second.bytes)
+            o.error = fatal ? fatal_error
                       : (purged || timed_out) && !last_broker_error_.empty()
                           ? std::string(timed_out ? "timed out" : "not acknowledged") +
                                 "; last broker error " + last_broker_error_
