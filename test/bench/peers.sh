@@ -624,7 +624,8 @@ peers_report() {
             "outbox $so s from resume; Debezium $sd s from its task start (the JVM took $(field "$BL_debezium" startup_s) s to get there, its first record $(field "$BL_debezium" first_record_s) s later); floor, same run: direct produce of $(short "$PEERS_BACKLOG_N") to the same cluster (librdkafka, idempotent, acks=all, no database) $(field "${PEERS_PRODUCE:-}" rate) msg/s: outbox $(ratio "$ro" "$(field "${PEERS_PRODUCE:-}" rate)"), Debezium $(ratio "$rd" "$(field "${PEERS_PRODUCE:-}" rate)") of it$partial"
         local co cd
         co=$(calc "$(field "$BL_outbox" cpu) * 1000000 / $no") cd=$(calc "$(field "$BL_debezium" cpu) * 1000000 / $nd")
-        report_peer "relay CPU per 1M messages" "$co" "$cd" s "$(ratio "$co" "$cd")" "" "" \
+        report_peer "relay CPU per 1M messages" "$co" "$cd" s "$(ratio "$co" "$cd")" "ratio <= 0.20" \
+            "$(check "$(ratio "$co" "$cd")" "<=" 0.20)" \
             "in the drain; outbox: worker$( [ "$(field "$BL_outbox" pids | tr -cd , | wc -c)" -gt 0 ] && echo " + outbox-driver") $(field "$BL_outbox" cpu) s; Debezium: JVM $(field "$BL_debezium" jvm_cpu) s + walsender (logical decoding) $(field "$BL_debezium" walsender_cpu) s, and $(field "$BL_debezium" startup_cpu) s to start the JVM; in the sustained run: outbox $(field "$TP_outbox" cpu_per_1M) s, Debezium $(field "$TP_debezium" cpu_per_1M) s per 1M"
         report_peer "relay peak RSS" "$(field "$BL_outbox" rss_mb)" "$(field "$BL_debezium" rss_mb)" MB \
             "$(ratio "$(field "$BL_outbox" rss_mb)" "$(field "$BL_debezium" rss_mb)")" "" "" \
@@ -632,7 +633,8 @@ peers_report() {
         local wo wd n=$PEERS_BACKLOG_N
         wo=$(int "$(calc "($(field "$BL_outbox" produce_wal) + $(field "$BL_outbox" relay_wal)) / $n")")
         wd=$(int "$(calc "($(field "$BL_debezium" produce_wal) + $(field "$BL_debezium" relay_wal)) / $n")")
-        report_peer "WAL bytes per message" "$wo" "$wd" B "$(ratio "$wo" "$wd")" "" "" \
+        report_peer "WAL bytes per message" "$wo" "$wd" B "$(ratio "$wo" "$wd")" "ratio <= 1.50" \
+            "$(check "$(ratio "$wo" "$wd")" "<=" 1.50)" \
             "the backlog (50k rows/tx): outbox $(int "$(calc "$(field "$BL_outbox" produce_wal) / $n")") to insert + $(int "$(calc "$(field "$BL_outbox" relay_wal) / $n")") by the relay (lease, delete), Debezium $(int "$(calc "$(field "$BL_debezium" produce_wal) / $n")") + $(int "$(calc "$(field "$BL_debezium" relay_wal) / $n")"); 1 row/tx (the sustained run, all told): outbox $(field "$TP_outbox" wal_per_msg), Debezium $(field "$TP_debezium" wal_per_msg)"
     else
         report_failure "peers: drain $(short "$PEERS_BACKLOG_N") backlog" "outbox: ${BL_outbox:-?}; Debezium: ${BL_debezium:-?}"
