@@ -84,7 +84,8 @@ struct DriverContext {
     int64_t worker_index = 0;
     int64_t lease_timeout_ms = 30000;
     // Messages a driver keeps in flight when its config says nothing: twice outbox.batch_size
-    // (InFlightWindow).
+    // (InFlightWindow). Kafka's opens wider while acknowledgements are fast (config.hpp,
+    // kKafkaDefaultWindowFactor).
     size_t default_in_flight = 1000;
     // A broker's answer to a message is due within this: half the lease, at least a second.
     int64_t answer_timeout_ms = 15000;

@@ -21,6 +21,7 @@
 
 #include "outbox/broker_address.hpp"
 #include "outbox/brokers/kafka/classify.hpp"
+#include "outbox/brokers/kafka/window.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/brokers/signals.hpp"
@@ -72,8 +73,12 @@ std::string ErrorText(rd_kafka_resp_err_t err) {
 
 class KafkaDriver final : public Driver {
   public:
-    KafkaDriver(std::string source, size_t max_in_flight)
-        : source_(std::move(source)), max_in_flight_(max_in_flight) {}
+    KafkaDriver(std::string source, const KafkaDriverOptions &options)
+        : source_(std::move(source)),
+          max_in_flight_(options.max_in_flight),
+          base_in_flight_(options.base_in_flight),
+          max_in_flight_bytes_(options.max_in_flight_bytes),
+          window_(options.base_in_flight, options.max_in_flight) {}
     ~KafkaDriver() override;
 
     bool Init(const KafkaDriverOptions &options, std::string *error);
@@ -82,7 +87,13 @@ class KafkaDriver final : public Driver {
     void Poll(std::vector<Outcome> &out) override;
     size_t InFlight() const override { return in_flight_.size() + held_.size(); }
     size_t Capacity() const override {
-        return fatal_ || InFlight() >= max_in_flight_ ? 0 : max_in_flight_ - InFlight();
+        // The default window: wide while acknowledgements are fast (window.hpp) and the
+        // messages in flight are light (see KafkaDriverOptions).
+        size_t window = base_in_flight_ == 0 ? max_in_flight_
+                        : in_flight_bytes_ + held_bytes_ >= max_in_flight_bytes_
+                            ? std::min(base_in_flight_, max_in_flight_)
+                            : window_.Width();
+        return fatal_ || InFlight() >= window ? 0 : window - InFlight();
     }
     int WaitFd() const override { return pipe_[0]; }
     // While messages are in flight the worker comes back often enough to notice a stall.
@@ -137,6 +148,11 @@ class KafkaDriver final : public Driver {
     std::string source_;
     CloudEventsMode mode_ = CloudEventsMode::Binary;
     size_t max_in_flight_;
+    size_t base_in_flight_;       // 0: max_in_flight_ whatever the bytes
+    size_t max_in_flight_bytes_;  // the default window's bound on in_flight_bytes_ + held_bytes_
+    size_t in_flight_bytes_ = 0;  // Pending::bytes of in_flight_
+    size_t held_bytes_ = 0;       // payloads and keys of held_
+    KafkaWindow window_;          // the default window's width (used when base_in_flight_ > 0)
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
     // Submitted but not handed to librdkafka yet (see Submit), in submission order.
@@ -453,8 +469,10 @@ void KafkaDriver::Submit(std::vector<Message> batch) {
     if (held_.empty())
         held_since_ms_ = MonotonicMs();
     held_.reserve(held_.size() + batch.size());
-    for (Message &m : batch)
+    for (Message &m : batch) {
+        held_bytes_ += m.payload.size() + (m.key ? m.key->size() : 0);
         held_.push_back(std::move(m));
+    }
     ReleaseHeld();  // the ones out may have been reported meanwhile
 }
 
@@ -468,6 +486,7 @@ void KafkaDriver::ReleaseHeld() {
         return;
     std::vector<Message> held;
     held.swap(held_);
+    held_bytes_ = 0;
     Produce(held);
 }
 
@@ -478,6 +497,7 @@ void KafkaDriver::HandBackHeld() {
         immediate_.push_back(Outcome{m.id, m.lease_token, OutcomeKind::Defer,
                                      "not sent: handed back with the messages in flight", -1});
     held_.clear();
+    held_bytes_ = 0;
 }
 
 void KafkaDriver::Produce(std::vector<Message> &batch) {
@@ -546,6 +566,7 @@ void KafkaDriver::Produce(std::vector<Message> &batch) {
             continue;
         }
         in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs(), bytes});
+        in_flight_bytes_ += bytes;
     }
 }
 
@@ -593,6 +614,7 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
             o.kind = OutcomeKind::Defer;
         if (o.kind == OutcomeKind::Delivered) {
             ack_ms_ = now - it->second.submitted_ms;
+            window_.Acked(ack_ms_);
             all_down_since_ms_ = 0;
             last_broker_error_.clear();
         }
@@ -620,7 +642,10 @@ void KafkaDriver::Poll(std::vector<Outcome> &out) {
                       : r.err != RD_KAFKA_RESP_ERR_NO_ERROR
                           ? ErrorText(r.err) + Explain(r.err, it->second.bytes)
                           : "delivery not confirmed (status POSSIBLY_PERSISTED)";
+        if (o.kind != OutcomeKind::Delivered)
+            window_.Failed();
         out.push_back(std::move(o));
+        in_flight_bytes_ -= it->second.bytes;
         in_flight_.erase(it);
     }
     reports_.clear();
@@ -672,7 +697,7 @@ void KafkaDriver::Abandon() {
 }  // namespace
 
 std::unique_ptr<Driver> MakeKafkaDriver(const KafkaDriverOptions &options, std::string *error) {
-    auto driver = std::make_unique<KafkaDriver>(options.source, options.max_in_flight);
+    auto driver = std::make_unique<KafkaDriver>(options.source, options);
     if (!driver->Init(options, error))
         return nullptr;
     return driver;

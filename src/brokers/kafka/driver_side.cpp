@@ -1,5 +1,6 @@
 // The kafka row's driver half (broker_kind.hpp): what outbox-driver does with a kafka
 // destination or subscription once its config passed the check.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,13 +30,24 @@ std::unique_ptr<Driver> Open(const DestinationConfig &config, const DriverContex
     options.source = context.source;
     options.lease_timeout_ms = context.lease_timeout_ms;
     options.address_rule = context.address_rule;
-    // "max_in_flight" widens it for a cluster whose acks=all round trip is long: the drain runs
-    // at most one window per round trip. The dispatcher uses the width only while claims come
-    // back full (Dispatcher::Room): caught up, two batches stay in flight, so claims stay large
-    // when the producers commit a row at a time.
-    options.max_in_flight = options.config.max_in_flight > 0
-                                ? static_cast<size_t>(options.config.max_in_flight)
-                                : context.default_in_flight;
+    // The drain runs at most one window per acks=all round trip. The dispatcher uses the width
+    // only while claims come back full (Dispatcher::Room): caught up, two batches stay in
+    // flight, so claims stay large when the producers commit a row at a time. Without
+    // "max_in_flight" the window opens up to kKafkaDefaultWindowFactor times the worker's
+    // default while acknowledgements are fast and the messages in flight weigh less than
+    // kKafkaDefaultWindowBytes (config.hpp, window.hpp). Exactly-once
+    // claims one batch per transaction: its window is the worker's default.
+    if (options.config.max_in_flight > 0) {
+        options.max_in_flight = static_cast<size_t>(options.config.max_in_flight);
+    } else if (config.delivery == Delivery::ExactlyOnce) {
+        options.max_in_flight = context.default_in_flight;
+    } else {
+        options.base_in_flight = context.default_in_flight;
+        options.max_in_flight =
+            std::min(static_cast<size_t>(kMaxKafkaInFlight),
+                     std::max<size_t>(1, context.default_in_flight) * kKafkaDefaultWindowFactor);
+        options.max_in_flight_bytes = kKafkaDefaultWindowBytes;
+    }
     options.transactional_id = context.transactional_id;
     options.adopt = context.adopt;
     if (context.adopt && config.delivery != Delivery::ExactlyOnce) {

@@ -19,6 +19,18 @@ namespace outbox {
 // acknowledgement round trip; the ceiling is librdkafka's own queue
 // ("queue.buffering.max.messages", 100,000 by default).
 constexpr int64_t kMaxKafkaInFlight = 100000;
+// Without "max_in_flight", a destination's window opens up to this many times the worker's
+// default (twice outbox.batch_size: 10,000 messages at the default 500) while acknowledgements
+// come back within a few milliseconds (window.hpp, KafkaWindow), as long as fewer than
+// kKafkaDefaultWindowBytes are in flight; otherwise it is the worker's default. The drain runs at
+// most one window per acknowledgement round trip: two batches per round trip held one broker's
+// drain to about half of what PostgreSQL could claim (issue 40).
+// The dispatcher uses the width only while claims come back full (Dispatcher::Room), so a
+// destination that is caught up keeps two batches in flight as before. The byte bound keeps
+// large messages within librdkafka's queue (queue.buffering.max.kbytes, 1 GB by default), which
+// refuses a produce beyond it.
+constexpr size_t kKafkaDefaultWindowFactor = 10;
+constexpr size_t kKafkaDefaultWindowBytes = size_t(64) << 20;
 
 struct KafkaConfig : KindSettings {
     std::string default_topic;  // "topic"; empty when not set
@@ -36,10 +48,11 @@ extern const DriverSide kKafkaDriverSide;
 //
 // "topic" (a valid Kafka topic name, IsValidKafkaTopic), "cloudevents" ("binary", the default,
 // or "structured"; see cloudevents.hpp), "max_in_flight" (integer 1..kMaxKafkaInFlight; default
-// twice outbox.batch_size). Every other key is a librdkafka property, checked with librdkafka
-// itself (rd_kafka_conf_set on a scratch rd_kafka_conf_t); values must be JSON strings, numbers
-// or booleans. "bootstrap.servers" is required. Refused because they would break the guarantees
-// or the host process: "enable.idempotence" other than true, "acks"/"request.required.acks"
+// kKafkaDefaultWindowFactor times twice outbox.batch_size, bounded by kKafkaDefaultWindowBytes).
+// Every other key is a librdkafka property, checked with librdkafka itself (rd_kafka_conf_set
+// on a scratch rd_kafka_conf_t); values must be JSON strings, numbers or booleans.
+// "bootstrap.servers" is required. Refused because they would break the guarantees or the host
+// process: "enable.idempotence" other than true, "acks"/"request.required.acks"
 // other than "all"/"-1", "transactional.id", "internal.termination.signal", and any property
 // whose value librdkafka treats as a callback or pointer; "queuing.strategy" other than "fifo"
 // (the idempotent producer cannot start otherwise); "enable.sasl.oauthbearer.unsecure.jwt" true
