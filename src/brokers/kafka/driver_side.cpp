@@ -35,8 +35,8 @@ std::unique_ptr<Driver> Open(const DestinationConfig &config, const DriverContex
     // flight, so claims stay large when the producers commit a row at a time. Without
     // "max_in_flight" the window opens up to kKafkaDefaultWindowFactor times the worker's
     // default while acknowledgements are fast and the messages in flight weigh less than
-    // kKafkaDefaultWindowBytes (config.hpp, window.hpp). Exactly-once
-    // claims one batch per transaction: its window is the worker's default.
+    // kKafkaDefaultWindowBytes (config.hpp, window.hpp). Exactly-once claims one batch per
+    // transaction: its window is the worker's default.
     if (options.config.max_in_flight > 0) {
         options.max_in_flight = static_cast<size_t>(options.config.max_in_flight);
     } else if (config.delivery == Delivery::ExactlyOnce) {
