@@ -30,6 +30,9 @@ void Ack(KafkaWindow &w, size_t n, int64_t ack_ms) {
         w.Acked(ack_ms);
 }
 
+constexpr int64_t kFast = KafkaWindow::kOpenAckMs - 1;
+constexpr int64_t kSlow = KafkaWindow::kCloseAckMs;
+
 TEST(KafkaWindow, StartsAtTheBaseAndDoublesWithEachFastRound) {
     KafkaWindow w(100, 1000);
     EXPECT_EQ(w.Width(), 100u);
@@ -37,11 +40,11 @@ TEST(KafkaWindow, StartsAtTheBaseAndDoublesWithEachFastRound) {
     EXPECT_EQ(w.Width(), 100u);  // a round is a window's worth
     Ack(w, 1, 1);
     EXPECT_EQ(w.Width(), 200u);
-    Ack(w, 200, 2);
+    Ack(w, 200, kFast);
     EXPECT_EQ(w.Width(), 400u);
     Ack(w, 400, 0);
     EXPECT_EQ(w.Width(), 800u);
-    Ack(w, 800, 4);
+    Ack(w, 800, kFast);
     EXPECT_EQ(w.Width(), 1000u);  // no wider than wide
     Ack(w, 1000, 1);
     EXPECT_EQ(w.Width(), 1000u);
@@ -51,7 +54,7 @@ TEST(KafkaWindow, StaysBetweenTheThresholds) {
     KafkaWindow w(100, 1000);
     Ack(w, 100, 1);
     EXPECT_EQ(w.Width(), 200u);
-    // A mean of 5 to 9 ms neither opens nor closes it.
+    // A mean from kOpenAckMs to just under kCloseAckMs neither opens nor closes it.
     Ack(w, 1000, KafkaWindow::kOpenAckMs);
     EXPECT_EQ(w.Width(), 200u);
     Ack(w, 1000, KafkaWindow::kCloseAckMs - 1);
@@ -63,9 +66,9 @@ TEST(KafkaWindow, ASlowRoundClosesItOnceItHoldsABasesWorth) {
     Ack(w, 100 + 200 + 400, 1);
     ASSERT_EQ(w.Width(), 800u);
     // 99 slow ones do not close it yet: fewer than a base's worth.
-    Ack(w, 99, 50);
+    Ack(w, 99, kSlow);
     EXPECT_EQ(w.Width(), 800u);
-    Ack(w, 1, 50);
+    Ack(w, 1, kSlow);
     EXPECT_EQ(w.Width(), 100u);
     // A new round: fast acks open it again, one doubling a round.
     Ack(w, 100, 1);
@@ -76,11 +79,14 @@ TEST(KafkaWindow, FastAcksBeforeSlowOnesKeepItOpenWhileTheMeanIsLow) {
     KafkaWindow w(100, 1000);
     Ack(w, 100 + 200, 1);
     ASSERT_EQ(w.Width(), 400u);
-    Ack(w, 300, 2);
-    Ack(w, 50, 30);  // mean (600 + 1500) / 350 = 6 ms: not closed
+    Ack(w, 200, 0);
+    Ack(w, 100, 2 * kSlow);  // a mean of 2/3 kCloseAckMs: not closed
     EXPECT_EQ(w.Width(), 400u);
-    Ack(w, 50, 30);  // the round ends at a mean of 9 ms: kept, not opened
+    Ack(w, 100, kSlow);  // the round ends at a mean of 3/4 kCloseAckMs: kept, not opened
     EXPECT_EQ(w.Width(), 400u);
+    static_assert(3 * KafkaWindow::kCloseAckMs / 4 >= KafkaWindow::kOpenAckMs);
+    Ack(w, 400, 1);
+    EXPECT_EQ(w.Width(), 800u);
 }
 
 TEST(KafkaWindow, AFailureClosesIt) {
@@ -223,7 +229,7 @@ TEST_F(KafkaWindowMockTest, FastAcknowledgementsOpenIt) {
 }
 
 TEST_F(KafkaWindowMockTest, SlowAcknowledgementsKeepTheBase) {
-    rd_kafka_mock_broker_set_rtt(mock_, 1, 30);
+    rd_kafka_mock_broker_set_rtt(mock_, 1, 2 * KafkaWindow::kCloseAckMs);
     auto d = Make(bootstrap_, /*base=*/100, /*max=*/1000, /*bytes=*/size_t(64) << 20);
     ASSERT_NE(d, nullptr);
     Seen seen = Drain(*d, 2000, 50);

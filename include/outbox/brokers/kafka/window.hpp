@@ -2,20 +2,25 @@
 // messages the driver takes before their delivery reports come back.
 //
 // The drain runs at most one window per acknowledgement round trip, so two batches in flight
-// (the worker's default) left one broker's drain waiting on acks between claims. A window ten
-// times wider filled the pipeline on a broker that acknowledges within milliseconds, but on a
-// replicated acks=all cluster (acks around 10 ms on the test machine) it only queued messages
-// inside librdkafka, whose broker thread then spins while a partition waits on its five
-// requests in flight (see KafkaDriver::Submit), and pushed acknowledgements past the worker's
-// fast path. So the window widens only while acknowledgements stay fast, a round at a time:
+// (the worker's default) left the drain waiting on acks between claims: one broker's drain ran
+// at about half the rate PostgreSQL could claim, three brokers' at 0.16-0.28 of a direct
+// producer's. A window ten times wider always, though, made a broker that acknowledges slowly
+// (tens of milliseconds: far away, or overloaded) hold ten times more messages locked or leased
+// at once: more sent again after a crash, and acknowledgements that pass the worker's fast path
+// (Dispatcher, kFastPathMaxAckMs) so that every message is leased. So the window widens only
+// while acknowledgements stay fast, a round at a time:
 //
 // - A round is a window's worth of acknowledged messages. When it ends with their mean
-//   acknowledgement time under kOpenAckMs, the window doubles (up to `wide`).
+//   acknowledgement time (hand-over to librdkafka to delivery report) under kOpenAckMs, the
+//   window doubles (up to `wide`).
 // - Once a round holds `base` acknowledgements and their mean reaches kCloseAckMs, or a
 //   message fails, the window is back to `base` at once and a new round starts.
 //
-// The gap between the two thresholds keeps a cluster whose acknowledgements hover around one
-// of them from opening and closing the window with every report.
+// On the test machine a round's mean was 4-10 ms on one broker whatever the window, and 8-48 ms
+// (median 17) on three brokers with acks=all at the base window. The gap between the two
+// thresholds keeps a cluster whose acknowledgements hover around one of them from opening and
+// closing the window with every report; a saturated cluster, whose acknowledgements lengthen as
+// the window fills its queue, goes back and forth between the base and a few times it.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +30,8 @@ namespace outbox {
 
 class KafkaWindow {
   public:
-    static constexpr int64_t kOpenAckMs = 5;
-    static constexpr int64_t kCloseAckMs = 10;
+    static constexpr int64_t kOpenAckMs = 20;
+    static constexpr int64_t kCloseAckMs = 40;
 
     KafkaWindow(size_t base, size_t wide);
 
