@@ -30,6 +30,7 @@
 #include "outbox/ipc/protocol.hpp"
 #include "outbox/brokers/config_service.hpp"
 #include "outbox/brokers/kafka/driver.hpp"
+#include "kafka_mock.hpp"
 
 namespace outbox {
 namespace {
@@ -166,22 +167,10 @@ class DriverSupervisorTest : public ::testing::Test {
     void SetUp() override {
         ASSERT_EQ(access(HelperPath().c_str(), X_OK), 0)
             << "outbox-driver not found at " << HelperPath() << " (run through make unit)";
-        char err[512];
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
-        rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-        ASSERT_NE(rk_, nullptr) << err;
-        mock_ = rd_kafka_mock_cluster_new(rk_, 1);
-        ASSERT_NE(mock_, nullptr);
-        bootstrap_ = rd_kafka_mock_cluster_bootstraps(mock_);
+        ASSERT_NO_FATAL_FAILURE(kafka_.Start());
+        mock_ = kafka_.cluster();
+        bootstrap_ = kafka_.bootstrap();
         rd_kafka_mock_topic_create(mock_, "t", 4, 1);
-    }
-
-    void TearDown() override {
-        if (mock_)
-            rd_kafka_mock_cluster_destroy(mock_);
-        if (rk_)
-            rd_kafka_destroy(rk_);
     }
 
     DriverProcessOptions Options() const {
@@ -289,7 +278,7 @@ class DriverSupervisorTest : public ::testing::Test {
         return s;
     }
 
-    rd_kafka_t *rk_ = nullptr;
+    KafkaMock kafka_;
     rd_kafka_mock_cluster_t *mock_ = nullptr;
     std::string bootstrap_;
     std::map<int64_t, std::vector<Outcome>> got_;

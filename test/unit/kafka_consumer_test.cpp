@@ -26,6 +26,7 @@
 #include "outbox/ipc/supervisor.hpp"
 #include "outbox/brokers/config_service.hpp"
 #include "outbox/brokers/kafka/consumer.hpp"
+#include "kafka_mock.hpp"
 
 namespace outbox {
 namespace {
@@ -50,24 +51,12 @@ class KafkaConsumerTest : public ::testing::Test {
     void SetUp() override {
         ASSERT_EQ(access(HelperPath().c_str(), X_OK), 0)
             << "outbox-driver not found at " << HelperPath() << " (run through make unit)";
-        char err[512];
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
-        host_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-        ASSERT_NE(host_, nullptr) << err;
-        mock_ = rd_kafka_mock_cluster_new(host_, 1);
-        ASSERT_NE(mock_, nullptr);
-        bootstrap_ = rd_kafka_mock_cluster_bootstraps(mock_);
+        ASSERT_NO_FATAL_FAILURE(kafka_.Start());
+        mock_ = kafka_.cluster();
+        bootstrap_ = kafka_.bootstrap();
         for (const char *topic : {"a", "b"})
             ASSERT_EQ(rd_kafka_mock_topic_create(mock_, topic, 3, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
         Produce(kRecords);
-    }
-
-    void TearDown() override {
-        if (mock_)
-            rd_kafka_mock_cluster_destroy(mock_);
-        if (host_)
-            rd_kafka_destroy(host_);
     }
 
     // Record i: topic a or b, partition (i / 2) % 3; no key every 7th, a null value every 50th
@@ -264,7 +253,7 @@ class KafkaConsumerTest : public ::testing::Test {
         }
     }
 
-    rd_kafka_t *host_ = nullptr;
+    KafkaMock kafka_;
     rd_kafka_mock_cluster_t *mock_ = nullptr;
     std::string bootstrap_;
     int produce_errors_ = 0;

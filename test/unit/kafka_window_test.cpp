@@ -8,8 +8,6 @@
 #include "outbox/brokers/kafka/window.hpp"
 
 #include <gtest/gtest.h>
-#include <librdkafka/rdkafka.h>
-#include <librdkafka/rdkafka_mock.h>
 
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 
 #include "outbox/brokers/kafka/driver.hpp"
 #include "outbox/clock.hpp"
+#include "kafka_mock.hpp"
 
 namespace outbox {
 namespace {
@@ -164,21 +163,10 @@ TEST(KafkaWindowDriver, ConfiguredCountsMessagesOnly) {
 class KafkaWindowMockTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        char err[512];
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
-        host_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-        ASSERT_NE(host_, nullptr) << err;
-        mock_ = rd_kafka_mock_cluster_new(host_, 1);
-        ASSERT_NE(mock_, nullptr);
-        bootstrap_ = rd_kafka_mock_cluster_bootstraps(mock_);
+        ASSERT_NO_FATAL_FAILURE(kafka_.Start());
+        mock_ = kafka_.cluster();
+        bootstrap_ = kafka_.bootstrap();
         ASSERT_EQ(rd_kafka_mock_topic_create(mock_, "window", 3, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-    }
-    void TearDown() override {
-        if (mock_)
-            rd_kafka_mock_cluster_destroy(mock_);
-        if (host_)
-            rd_kafka_destroy(host_);
     }
 
     struct Seen {
@@ -216,7 +204,7 @@ class KafkaWindowMockTest : public ::testing::Test {
         return delivered == total ? seen : Seen{};
     }
 
-    rd_kafka_t *host_ = nullptr;
+    KafkaMock kafka_;
     rd_kafka_mock_cluster_t *mock_ = nullptr;
     std::string bootstrap_;
 };
