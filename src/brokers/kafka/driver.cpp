@@ -76,9 +76,9 @@ class KafkaDriver final : public Driver {
     KafkaDriver(std::string source, const KafkaDriverOptions &options)
         : source_(std::move(source)),
           max_in_flight_(options.max_in_flight),
-          base_in_flight_(options.base_in_flight),
           max_in_flight_bytes_(options.max_in_flight_bytes),
-          window_(options.base_in_flight, options.max_in_flight) {}
+          window_(options.base_in_flight > 0 ? options.base_in_flight : options.max_in_flight,
+                  options.max_in_flight) {}
     ~KafkaDriver() override;
 
     bool Init(const KafkaDriverOptions &options, std::string *error);
@@ -88,10 +88,10 @@ class KafkaDriver final : public Driver {
     size_t InFlight() const override { return in_flight_.size() + held_.size(); }
     size_t Capacity() const override {
         // The default window: wide while acknowledgements are fast (window.hpp) and the
-        // messages in flight are light (see KafkaDriverOptions).
-        size_t window = base_in_flight_ == 0 ? max_in_flight_
-                        : in_flight_bytes_ + held_bytes_ >= max_in_flight_bytes_
-                            ? std::min(base_in_flight_, max_in_flight_)
+        // messages in flight are light (see KafkaDriverOptions). A configured one is its base
+        // and its width alike, and has no bound on bytes (0).
+        size_t window = in_flight_bytes_ + held_bytes_ >= max_in_flight_bytes_
+                            ? std::min(window_.Base(), max_in_flight_)
                             : window_.Width();
         return fatal_ || InFlight() >= window ? 0 : window - InFlight();
     }
@@ -148,11 +148,10 @@ class KafkaDriver final : public Driver {
     std::string source_;
     CloudEventsMode mode_ = CloudEventsMode::Binary;
     size_t max_in_flight_;
-    size_t base_in_flight_;       // 0: max_in_flight_ whatever the bytes
     size_t max_in_flight_bytes_;  // the default window's bound on in_flight_bytes_ + held_bytes_
     size_t in_flight_bytes_ = 0;  // Pending::bytes of in_flight_
     size_t held_bytes_ = 0;       // payloads and keys of held_
-    KafkaWindow window_;          // the default window's width (used when base_in_flight_ > 0)
+    KafkaWindow window_;          // the window's width (fixed when the config sets it)
     uint64_t next_seq_ = 1;
     std::map<uint64_t, Pending> in_flight_;  // by submission order: begin() is the oldest
     // Submitted but not handed to librdkafka yet (see Submit), in submission order.

@@ -40,6 +40,7 @@ class KafkaWindow {
     // A message that was not delivered (an error, a retry, a purge).
     void Failed();
     size_t Width() const { return width_; }
+    size_t Base() const { return base_; }
 
   private:
     void NewRound();
