@@ -35,6 +35,11 @@ PEERS_TSV=$WORK/peers.tsv
 peers_now_ms() { date +%s%3N; }
 peers_lsn() { sql "SELECT pg_current_wal_lsn()"; }
 peers_wal_bytes() { sql "SELECT pg_wal_lsn_diff('$2', '$1')::bigint"; }
+# peers_fpi_bytes A B: how much of the WAL between two LSNs is full-page images (pg_walinspect)
+peers_fpi_bytes() {
+    wait_for "the WAL flushed to $2" 30 "[ \"\$(sql \"SELECT pg_current_wal_flush_lsn() >= '$2'\")\" = t ]" || { echo 0; return; }
+    sql "SELECT coalesce(sum(fpi_length), 0) FROM pg_get_wal_records_info('$1', '$2')"
+}
 
 # report_peer NAME OUTBOX DEBEZIUM UNIT RATIO TARGET VERDICT [NOTE]: one line, outbox first,
 # Debezium where the other lines have their floor; also kept for the peers table.
@@ -438,7 +443,8 @@ drain_result() {
 peers_backlog_outbox() {
     peers_truncate
     sql "SELECT outbox.pause('peers')" >/dev/null
-    local lsn0 lsn1 lsn2 sum0 pids cpu0 cpu1 t0 sampler d
+    local lsn0 lsn1 lsn2 lsnd sum0 pids cpu0 cpu1 t0 sampler d
+    sql "CREATE EXTENSION IF NOT EXISTS pg_walinspect" >/dev/null
     lsn0=$(peers_lsn)
     queue_messages peers "$PEERS_BACKLOG_N"
     expect outbox "$PEERS_BACKLOG_N"
@@ -452,6 +458,7 @@ peers_backlog_outbox() {
     sampler=$!
     # shellcheck disable=SC2086
     cpu0=$(proc_cpu $pids)
+    lsnd=$(peers_lsn)
     t0=$(peers_now_ms)
     sql "SELECT outbox.resume('peers')" >/dev/null
     d=$(drain_result outbox "$t0" "$sum0")
@@ -461,14 +468,15 @@ peers_backlog_outbox() {
     caught_up outbox "$PEERS_CATCHUP_S" >/dev/null
     wait_for "the queue to empty" 60 queue_empty || true
     lsn2=$(peers_lsn)
-    BL_outbox="$d cpu=$(calc "$cpu1 - $cpu0") rss_mb=$(rss_peak_mb "$WORK/peers-rss-outbox.txt") produce_wal=$(peers_wal_bytes "$lsn0" "$lsn1") relay_wal=$(peers_wal_bytes "$lsn1" "$lsn2") pids=$(echo $pids | tr ' ' ',')"
+    BL_outbox="$d cpu=$(calc "$cpu1 - $cpu0") rss_mb=$(rss_peak_mb "$WORK/peers-rss-outbox.txt") produce_wal=$(peers_wal_bytes "$lsn0" "$lsn1") relay_wal=$(peers_wal_bytes "$lsn1" "$lsn2") relay_fpi=$(peers_fpi_bytes "$lsnd" "$lsn2") pids=$(echo $pids | tr ' ' ',')"
     log "backlog outbox: $BL_outbox"
 }
 
 peers_backlog_debezium() {
     dbz_stop
     peers_truncate
-    local lsn0 lsn1 lsn2 sum0 t0 sampler jvm_cpu0 jvm_cpu1 ws ws_cpu d
+    local lsn0 lsn1 lsn2 lsn3 sum0 t0 sampler jvm_cpu0 jvm_cpu1 ws ws_cpu d
+    sql "CREATE EXTENSION IF NOT EXISTS pg_walinspect" >/dev/null
     lsn0=$(peers_lsn)
     psql_ >/dev/null <<SQL
 DO \$\$
@@ -504,7 +512,14 @@ SQL
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
     lsn2=$(peers_lsn)
     [ "$(dbz_walsender_pid)" = "$ws" ] || log "WARNING: Debezium's walsender changed during the drain ($ws -> $(dbz_walsender_pid))"
-    BL_debezium="$d cpu=$(calc "$jvm_cpu1 - $jvm_cpu0 + $ws_cpu") jvm_cpu=$(calc "$jvm_cpu1 - $jvm_cpu0") walsender_cpu=$ws_cpu startup_cpu=$jvm_cpu0 startup_s=$(calc "($t0 - $DBZ_LAUNCH_MS) / 1000") first_record_s=$(calc "($(dbz_mark first_record_ms) - $t0) / 1000") rss_mb=$(rss_peak_mb "$WORK/peers-rss-debezium.txt") jvm_rss_mb=$(rss_peak_mb "$WORK/peers-rss-debezium.txt" 2) walsender_rss_mb=$(rss_peak_mb "$WORK/peers-rss-debezium.txt" 3) produce_wal=$(peers_wal_bytes "$lsn0" "$lsn1") relay_wal=$(peers_wal_bytes "$lsn1" "$lsn2")"
+    # The rows' removal, which outbox's relay does as it delivers and Debezium's outbox pattern
+    # leaves to the application (the event router ignores deletes; Debezium's own example
+    # deletes each row right after inserting it): the cheapest way, one plain DELETE (a delete
+    # record a row, no lock), after the same checkpoint as outbox's drain, so that both pay the
+    # full-page images of the pages they change.
+    sql "DELETE FROM $DBZ_TABLE" >/dev/null
+    lsn3=$(peers_lsn)
+    BL_debezium="$d cpu=$(calc "$jvm_cpu1 - $jvm_cpu0 + $ws_cpu") jvm_cpu=$(calc "$jvm_cpu1 - $jvm_cpu0") walsender_cpu=$ws_cpu startup_cpu=$jvm_cpu0 startup_s=$(calc "($t0 - $DBZ_LAUNCH_MS) / 1000") first_record_s=$(calc "($(dbz_mark first_record_ms) - $t0) / 1000") rss_mb=$(rss_peak_mb "$WORK/peers-rss-debezium.txt") jvm_rss_mb=$(rss_peak_mb "$WORK/peers-rss-debezium.txt" 2) walsender_rss_mb=$(rss_peak_mb "$WORK/peers-rss-debezium.txt" 3) produce_wal=$(peers_wal_bytes "$lsn0" "$lsn1") relay_wal=$(peers_wal_bytes "$lsn1" "$lsn2") delete_wal=$(peers_wal_bytes "$lsn2" "$lsn3") delete_fpi=$(peers_fpi_bytes "$lsn2" "$lsn3")"
     log "backlog debezium: $BL_debezium"
 }
 
@@ -632,10 +647,11 @@ peers_report() {
             "private memory (RssAnon + RssFile, not shared_buffers) in the drain; Debezium: JVM (-Xmx1g) $(field "$BL_debezium" jvm_rss_mb) MB + walsender $(field "$BL_debezium" walsender_rss_mb) MB"
         local wo wd n=$PEERS_BACKLOG_N
         wo=$(int "$(calc "($(field "$BL_outbox" produce_wal) + $(field "$BL_outbox" relay_wal)) / $n")")
-        wd=$(int "$(calc "($(field "$BL_debezium" produce_wal) + $(field "$BL_debezium" relay_wal)) / $n")")
+        wd=$(int "$(calc "($(field "$BL_debezium" produce_wal) + $(field "$BL_debezium" relay_wal) + $(field "$BL_debezium" delete_wal)) / $n")")
+        per() { int "$(calc "$1 / $n")"; }
         report_peer "WAL bytes per message" "$wo" "$wd" B "$(ratio "$wo" "$wd")" "ratio <= 1.50" \
             "$(check "$(ratio "$wo" "$wd")" "<=" 1.50)" \
-            "the backlog (50k rows/tx): outbox $(int "$(calc "$(field "$BL_outbox" produce_wal) / $n")") to insert + $(int "$(calc "$(field "$BL_outbox" relay_wal) / $n")") by the relay (lease, delete), Debezium $(int "$(calc "$(field "$BL_debezium" produce_wal) / $n")") + $(int "$(calc "$(field "$BL_debezium" relay_wal) / $n")"); 1 row/tx (the sustained run, all told): outbox $(field "$TP_outbox" wal_per_msg), Debezium $(field "$TP_debezium" wal_per_msg)"
+            "the backlog (50k rows/tx), from the insert to the rows' removal, a checkpoint before the drain: outbox $(per "$(field "$BL_outbox" produce_wal)") to insert + $(per "$(field "$BL_outbox" relay_wal)") by the relay (its lock and delete, full-page images $(per "$(field "$BL_outbox" relay_fpi)") of it); Debezium $(per "$(field "$BL_debezium" produce_wal)") to insert + $(per "$(field "$BL_debezium" relay_wal)") while it drains + $(per "$(field "$BL_debezium" delete_wal)") to delete the rows (full-page images $(per "$(field "$BL_debezium" delete_fpi)")); without the full-page images: $(ratio "$(calc "$wo - $(per "$(field "$BL_outbox" relay_fpi)")")" "$(calc "$wd - $(per "$(field "$BL_debezium" delete_fpi)")")"); 1 row/tx (the sustained run, all told, Debezium's rows not deleted): outbox $(field "$TP_outbox" wal_per_msg), Debezium $(field "$TP_debezium" wal_per_msg)"
     else
         report_failure "peers: drain $(short "$PEERS_BACKLOG_N") backlog" "outbox: ${BL_outbox:-?}; Debezium: ${BL_debezium:-?}"
     fi
