@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -232,6 +234,41 @@ TEST_F(KafkaWindowMockTest, HeavyMessagesKeepTheBase) {
     Seen seen = Drain(*d, 5000, 50, 10000);
     EXPECT_GT(seen.widest, 100u);     // opened while light
     EXPECT_LE(seen.in_flight, 250u);  // but took no batch past the bound
+}
+
+// A batch is prepared whole before any of it is produced (driver.cpp, Produce): every message
+// still gets its own outcome, a tombstone and a keyless message among them.
+TEST_F(KafkaWindowMockTest, EveryMessageOfABatchGetsItsOwnOutcome) {
+    auto d = Make(bootstrap_, /*base=*/100, /*max=*/1000, /*bytes=*/size_t(64) << 20);
+    ASSERT_NE(d, nullptr);
+    std::vector<Message> batch = Batch(40, 100);
+    batch[7].tombstone = true;
+    batch[7].payload.clear();
+    batch[12].key.reset();
+    std::map<int64_t, int> expected;
+    for (const Message &m : batch)
+        expected[m.id] = 0;
+    d->Submit(std::move(batch));
+    std::map<int64_t, int> seen;
+    std::map<int32_t, std::set<int64_t>> offsets;
+    std::vector<Outcome> out;
+    int64_t deadline = MonotonicMs() + 30000;
+    while (seen.size() < expected.size() && MonotonicMs() < deadline) {
+        out.clear();
+        d->Poll(out);
+        for (const Outcome &o : out) {
+            EXPECT_EQ(o.kind, OutcomeKind::Delivered) << o.error;
+            EXPECT_EQ(expected.count(o.id), 1u) << "an outcome for an id never submitted";
+            seen[o.id]++;
+            EXPECT_TRUE(offsets[o.partition].insert(o.offset).second) << "an offset twice";
+        }
+        if (out.empty())
+            usleep(1000);
+    }
+    EXPECT_EQ(seen.size(), expected.size());
+    for (const auto &[id, n] : seen)
+        EXPECT_EQ(n, 1) << "message " << id;
+    EXPECT_EQ(d->InFlight(), 0u);
 }
 
 }  // namespace
