@@ -22,6 +22,7 @@
 
 #include "outbox/broker_address.hpp"
 #include "outbox/brokers/kafka/classify.hpp"
+#include "outbox/brokers/kafka/record.hpp"
 #include "outbox/brokers/kafka/window.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/brokers/cloudevents.hpp"
@@ -500,24 +501,9 @@ void KafkaDriver::HandBackHeld() {
     held_bytes_ = 0;
 }
 
-// A batch is prepared whole (records and headers built) before any of it is handed to librdkafka,
-// and then handed over in one tight loop. librdkafka's broker thread sends what a partition holds
-// once linger.ms (1 ms) has passed since its first message, and with the idempotent producer it
-// sends no further request to a partition while five or more of its messages are in flight
-// (librdkafka 2.0.2, rd_kafka_toppar_producer_serve), waking up at once, again and again, until
-// they are acknowledged. Built and handed over one message at a time, a batch outlasted linger.ms:
-// it went out as two requests, the second a round trip later, with the broker thread spinning
-// meanwhile (acknowledgements after 300 ms: two round trips a batch, a fifth of a core).
+// A batch is prepared whole, then produced in one tight loop (brokers/kafka/record.hpp says why).
 void KafkaDriver::Produce(std::vector<Message> &batch) {
-    using HeadersPtr = std::unique_ptr<rd_kafka_headers_t, void (*)(rd_kafka_headers_t *)>;
-    struct Prepared {
-        Message *m;
-        std::string value;
-        bool null_value;
-        HeadersPtr headers;  // librdkafka's once produced
-        size_t bytes;        // key, value and headers
-    };
-    std::vector<Prepared> ready;
+    std::vector<std::pair<Message *, ReadyRecord>> ready;
     ready.reserve(batch.size());
     for (Message &m : batch) {
         if (m.topic.empty()) {
@@ -526,43 +512,18 @@ void KafkaDriver::Produce(std::vector<Message> &batch) {
             continue;
         }
         KnowTopic(m.topic);
-        KafkaRecord record = BuildKafkaRecord(m, source_, mode_);
-        HeadersPtr headers(rd_kafka_headers_new(record.headers.size()), rd_kafka_headers_destroy);
-        size_t bytes = record.value.size() + (m.key ? m.key->size() : 0);
-        for (const auto &[name, value] : record.headers) {
-            rd_kafka_header_add(headers.get(), name.data(), name.size(), value.data(),
-                                value.size());
-            bytes += name.size() + value.size();
-        }
-        ready.push_back(
-            Prepared{&m, std::move(record.value), record.null_value, std::move(headers), bytes});
+        ready.emplace_back(&m, MakeReadyRecord(m, source_, mode_));
     }
 
     std::map<std::string, TopicAnswer> asked;
-    for (Prepared &p : ready) {
-        Message &m = *p.m;
+    for (auto &[message, record] : ready) {
+        Message &m = *message;
+        ReadyRecord &p = record;
         auto refuse = [&](OutcomeKind kind, std::string error) {
             immediate_.push_back(Outcome{m.id, m.lease_token, kind, std::move(error), -1});
         };
         uint64_t seq = next_seq_++;
-        // A tombstone's value is null (no pointer), not empty: compaction deletes its key.
-        void *value = p.null_value ? nullptr : p.value.data();
-        size_t value_size = p.null_value ? 0 : p.value.size();
-        auto produce = [&] {
-            if (m.key)
-                return rd_kafka_producev(
-                    rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
-                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                    RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
-                    RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
-                    RD_KAFKA_V_HEADERS(p.headers.get()),
-                    RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
-            return rd_kafka_producev(
-                rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
-                RD_KAFKA_V_HEADERS(p.headers.get()),
-                RD_KAFKA_V_OPAQUE(reinterpret_cast<void *>(seq)), RD_KAFKA_V_END);
-        };
+        auto produce = [&] { return p.Produce(rk_, m, reinterpret_cast<void *>(seq)); };
         rd_kafka_resp_err_t err = produce();
         // librdkafka last saw the topic missing: produce again if the cluster knows it now.
         TopicAnswer answer = TopicAnswer::NotAsked;
@@ -589,7 +550,6 @@ void KafkaDriver::Produce(std::vector<Message> &batch) {
                        ErrorText(err) + Explain(err, p.bytes));
             continue;
         }
-        p.headers.release();  // librdkafka's now
         in_flight_.emplace(seq, Pending{m.id, m.lease_token, MonotonicMs(), p.bytes});
         in_flight_bytes_ += p.bytes;
     }

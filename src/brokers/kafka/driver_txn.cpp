@@ -36,6 +36,7 @@
 #include "outbox/brokers/cloudevents.hpp"
 #include "outbox/brokers/kafka/classify.hpp"
 #include "outbox/brokers/kafka/driver.hpp"
+#include "outbox/brokers/kafka/record.hpp"
 #include "outbox/brokers/signals.hpp"
 #include "outbox/exactly_once.hpp"
 
@@ -428,45 +429,30 @@ bool KafkaTxnDriver::AbortOpen() {
     return false;
 }
 
-// Hands every message of the batch to librdkafka, in order; false (with the refused message's
-// outcome in `out`) when one is refused.
+// Hands every message of the batch to librdkafka, in order, all prepared first
+// (brokers/kafka/record.hpp says why); false (with the refused message's outcome in `out`) when
+// one is refused.
 bool KafkaTxnDriver::ProduceAll(std::vector<Message> &batch, std::vector<Outcome> &out) {
-    bool refused = false;
-    for (size_t i = 0; i < batch.size() && !refused; i++) {
-        Message &m = batch[i];
-        if (m.topic.empty()) {
+    std::vector<ReadyRecord> ready;
+    ready.reserve(batch.size());
+    for (size_t i = 0; i < batch.size(); i++) {
+        if (batch[i].topic.empty()) {
             out[i].kind = OutcomeKind::Dead;
             out[i].error = "message has no topic";
-            refused = true;
-            break;
+            return false;
         }
-        KafkaRecord record = BuildKafkaRecord(m, source_, mode_);
-        rd_kafka_headers_t *headers = rd_kafka_headers_new(record.headers.size());
-        for (const auto &[name, value] : record.headers)
-            rd_kafka_header_add(headers, name.data(), name.size(), value.data(), value.size());
-        void *value = record.null_value ? nullptr : record.value.data();
-        size_t value_size = record.null_value ? 0 : record.value.size();
-        void *opaque = reinterpret_cast<void *>(uintptr_t(i));
+        ready.push_back(MakeReadyRecord(batch[i], source_, mode_));
+    }
+    for (size_t i = 0; i < batch.size(); i++) {
         rd_kafka_resp_err_t err =
-            m.key ? rd_kafka_producev(
-                        rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                        RD_KAFKA_V_KEY(m.key->data(), m.key->size()),
-                        RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
-                        RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END)
-                  : rd_kafka_producev(
-                        rk_, RD_KAFKA_V_TOPIC(m.topic.c_str()),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                        RD_KAFKA_V_VALUE(value, value_size), RD_KAFKA_V_TIMESTAMP(m.created_at_ms),
-                        RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+            ready[i].Produce(rk_, batch[i], reinterpret_cast<void *>(uintptr_t(i)));
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            rd_kafka_headers_destroy(headers);
             out[i].kind = ClassifyKafkaResult(err, RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
             out[i].error = ErrorText(err);
-            refused = true;
+            return false;
         }
     }
-    return !refused;
+    return true;
 }
 
 // Waits for every message's delivery report; false (with the failures' outcomes in `out`) when
