@@ -42,7 +42,11 @@ ok($producers->finish, 'the producers ran') or diag(${ $producers->{outbox_err} 
 my ($committed) = ${ $producers->{outbox_out} } =~ /number of transactions actually processed: (\d+)/;
 cmp_ok($committed // 0, '>', 100, "the producers committed $committed messages to a");
 
-# A message dead-lettered, expired ones, a superseded one.
+# A message dead-lettered, expired ones, a superseded one. The broker fails the next produce
+# request, whatever it holds: the producers' messages are all delivered first, so that it holds
+# the one message meant to die (a request that also held the last of theirs dead-lettered two).
+ok(wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE destination = 'a'}) eq '0' }, 60),
+    "the producers' messages to a delivered");
 $broker->ctl('errors produce 1 INVALID_RECORD');
 $node->safe_psql('postgres', q{INSERT INTO outbox.messages (destination, payload) VALUES ('a', '{"dead": true}')});
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(*) FROM outbox.dead_letters') eq '1' }, 30),
