@@ -23,9 +23,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <dlfcn.h>
-#include <netinet/tcp.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -38,33 +35,7 @@
 #include <string>
 #include <vector>
 
-// librdkafka's mock brokers leave Nagle's algorithm on for the connections they accept. Their
-// responses then sit behind the client's delayed ACK (~40 ms each on Linux), which real Kafka
-// brokers (TCP_NODELAY) never do, and which would make every latency and throughput figure
-// measured against this test broker an artifact of the mock. This process's own accept() and
-// accept4() take precedence over libc's for librdkafka, and turn Nagle off as real brokers do.
-extern "C" {
-using AcceptFn = int (*)(int, struct sockaddr *, socklen_t *);
-using Accept4Fn = int (*)(int, struct sockaddr *, socklen_t *, int);
-
-static int NoDelay(int fd) {
-    if (fd >= 0) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // not TCP on AF_UNIX: harmless
-    }
-    return fd;
-}
-
-int accept(int sockfd, struct sockaddr *addr, socklen_t *addrlen) {
-    static AcceptFn real = reinterpret_cast<AcceptFn>(dlsym(RTLD_NEXT, "accept"));
-    return NoDelay(real(sockfd, addr, addrlen));
-}
-
-int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags) {
-    static Accept4Fn real = reinterpret_cast<Accept4Fn>(dlsym(RTLD_NEXT, "accept4"));
-    return NoDelay(real(sockfd, addr, addrlen, flags));
-}
-}
+// Nagle's algorithm is off for the mock brokers' connections: accept_nodelay.cpp.
 
 namespace {
 
