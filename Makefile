@@ -86,8 +86,9 @@ install-driver-host: $(DRIVER_HOST) installdirs
 uninstall-driver-host:
 	rm -f '$(DESTDIR)$(pkglibdir)/$(DRIVER_HOST)'
 
-UNIT_SRCS = $(wildcard test/unit/*.cpp) test/tools/accept_nodelay.cpp $(PURE_SRCS) $(KIND_SRCS) $(BROKER_SRCS) $(IPC_SRCS) \
-            $(MODULE_IPC_SRCS)
+# test/tools/accept_nodelay.cpp: the mock brokers of test/unit/kafka_mock.hpp without Nagle.
+UNIT_SRCS = $(wildcard test/unit/*.cpp) $(PURE_SRCS) $(KIND_SRCS) $(BROKER_SRCS) $(IPC_SRCS) \
+            $(MODULE_IPC_SRCS) test/tools/accept_nodelay.cpp
 UNIT_CXXFLAGS = -std=c++17 -g -O1 -Wall -Wextra -Iinclude $(if $(WERROR),-Werror) $(UNIT_SANITIZE)
 # Objects per file (make -j builds them in parallel), in a directory per flavour, so that a
 # sanitizer build (UNIT_SANITIZE=...) never mixes with a normal one.

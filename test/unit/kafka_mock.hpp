@@ -1,6 +1,8 @@
 // librdkafka's mock cluster, hosted in a unit test's process on 127.0.0.1 (run by a producer
 // handle of its own, which nothing produces through), for the tests of the Kafka driver, its
-// window and the consumer. Destroyed with the fixture that holds it.
+// window and the consumer. Destroyed with the fixture that holds it. Its brokers' connections
+// go without Nagle's algorithm, as real brokers' do: test/tools/accept_nodelay.cpp, linked into
+// the unit tests.
 #pragma once
 
 #include <gtest/gtest.h>
